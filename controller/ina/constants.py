@@ -1,0 +1,122 @@
+"""Protocol and data-plane constants: the one source of truth.
+
+The P4 program reads these through ``p4src/include/generated.p4``, which
+``python -m ina.p4gen`` writes from this module (a test checks it is current).
+Change a value here, regenerate, recompile.
+"""
+
+from __future__ import annotations
+
+import enum
+
+# --- Wire format --------------------------------------------------------------
+
+#: Bits in a BIER BitString and in the INA P-BM (RFC 8296 BSL code 3 = 256 bits).
+BITSTRING_BITS = 256
+#: RFC 8296 BSL code for BITSTRING_BITS (1=64, 2=128, 3=256, ..., 7=4096).
+BIER_BSL_CODE = {64: 1, 128: 2, 256: 3, 512: 4, 1024: 5, 2048: 6, 4096: 7}[BITSTRING_BITS]
+#: int32 elements carried by every INA packet (unused tail elements are zero).
+ELEMS_PER_PACKET = 64
+
+ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_BIER = 0xAB37  # RFC 8296 over Ethernet
+IP_PROTO_UDP = 17
+#: UDP destination port that marks an INA packet (and on which workers listen).
+INA_UDP_PORT = 0x4941  # 18753, "IA"
+INA_VERSION = 1
+
+BIER_NIBBLE = 0b0101  # RFC 8296: first nibble after the BIFT-id/TC/S/TTL word
+BIER_VERSION = 0
+BIER_PROTO_IPV4 = 4  # RFC 8296 "Proto" for an IPv4 payload
+#: BIFT-id of the one BIFT this program implements (SD 0, SI 0, BSL 256).
+BIER_BIFT_ID = 1
+BIER_INITIAL_TTL = 64
+IPV4_INITIAL_TTL = 64
+
+
+class Op(enum.IntEnum):
+    """Reduction operation over signed 32-bit integers (INA header ``op``)."""
+
+    SUM = 1
+    MIN = 2
+    MAX = 3
+
+
+class Flag(enum.IntFlag):
+    """INA header ``flags``."""
+
+    NONE = 0
+    #: Final result, delivered by BIER from the VAT root.
+    RESULT = 0x01
+    #: A 32-bit SUM wrapped around in at least one element of this packet's
+    #: aggregate; the values are not exact.
+    OVERFLOW = 0x02
+
+
+# --- Data-plane sizes -----------------------------------------------------------
+
+#: Aggregation slots per switch (each holds ELEMS_PER_PACKET int32 values).
+AGG_SLOTS = 1024
+#: Jobs a switch can hold state for (VAT nodes and per-job transit counters).
+MAX_JOBS = 64
+#: Entries of the IPv4 routing table.
+IPV4_ROUTES = 4096
+#: Ports a switch can have (bounds the BIER port table).
+MAX_PORTS = 64
+#: Multicast group that reaches every BIER-capable port of a switch.
+BIER_MCAST_GROUP = 1
+#: Counter slots reserved per job in the job_stats counter (a power of two).
+JOB_STAT_STRIDE = 16
+
+
+class JobStat(enum.IntEnum):
+    """Per-job counters: index ``job_index * JOB_STAT_STRIDE + stat`` of job_stats."""
+
+    ABSORBED = 0  # contribution added to a slot (includes the completing one)
+    PASSED = 1  # VAT node here, A-BM & P-BM == 0: forwarded on toward its target
+    TRANSIT = 2  # no VAT node here, the job's packet forwarded by IPv4
+    EMITTED = 3  # partial result sent toward the parent VAT node
+    MULTICAST = 4  # root: final result sent by BIER
+    BIER_RECEIVED = 5  # BIER packet of this job entered the switch
+    DELIVERED = 6  # BIER copy decapsulated to a worker
+    DROP_FOREIGN_PBM = 7  # P-BM has bits outside the A-BM (or none, addressed here)
+    DROP_DUPLICATE = 8  # contributor already in the slot
+    DROP_SLOT_BUSY = 9  # slot holds another sequence number of this job
+    DROP_COUNT_MISMATCH = 10  # element count differs from the slot's
+    DROP_OP_MISMATCH = 11  # header op differs from the job's op
+
+
+class SwitchStat(enum.IntEnum):
+    """Switch-wide counters (switch_stats), mostly drops by reason."""
+
+    DROP_PARSER_ERROR = 0  # truncated or malformed headers
+    DROP_BAD_VERSION = 1  # INA version unknown
+    DROP_BAD_COUNT = 2  # element count 0 or above ELEMS_PER_PACKET
+    DROP_BAD_OP = 3  # op not SUM, MIN or MAX
+    DROP_BAD_PBM = 4  # P-BM empty, or RESULT flag on an aggregation packet
+    DROP_UNKNOWN_JOB = 5  # INA packet addressed to this switch, no VAT node of its job here
+    DROP_FORGED_PBM = 6  # from a host port, P-BM is not exactly that host's bit
+    DROP_NO_ROUTE = 7
+    DROP_TTL = 8
+    DROP_BIER_MALFORMED = 9  # BIER nibble, version, BSL or proto not ours
+    DROP_BIER_TTL = 10
+    DROP_BIER_FROM_HOST = 11  # hosts are BFERs behind this switch; they do not inject BIER
+    DROP_NOT_SUPPORTED = 12  # neither IPv4 nor BIER (ARP, IPv6...), or IPv4 to this switch
+    DROP_IP_CHECKSUM = 13  # IPv4 header checksum wrong
+    BIER_COPY_PRUNED = 14  # replica whose masked BitString was empty (normal, RFC 8279)
+    BIER_COPY_SENT = 15  # replica sent to a neighbour BFR
+    BIER_COPY_DELIVERED = 16  # replica decapsulated to a host
+
+
+SWITCH_STATS = len(SwitchStat)
+assert len(JobStat) <= JOB_STAT_STRIDE
+assert JOB_STAT_STRIDE & (JOB_STAT_STRIDE - 1) == 0
+assert AGG_SLOTS & (AGG_SLOTS - 1) == 0
+assert ELEMS_PER_PACKET & (ELEMS_PER_PACKET - 1) == 0
+
+#: Bytes of the INA header (see ina.wire.InaHeader).
+INA_HEADER_BYTES = 12 + BITSTRING_BITS // 8
+#: Bytes of an INA UDP payload: header plus the array.
+INA_PAYLOAD_BYTES = INA_HEADER_BYTES + 4 * ELEMS_PER_PACKET
+#: Bytes of the RFC 8296 header with its BitString.
+BIER_HEADER_BYTES = 12 + BITSTRING_BITS // 8

@@ -1,0 +1,143 @@
+"""Names of the P4 program's tables, actions, parameters and counters.
+
+The controller and the reference model refer to P4 objects only through this
+module. ``check_p4info`` compares it with the P4Info that p4c writes; the tests
+run it on every compile, and ``inactl`` runs it before it talks to a switch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ina.constants import BITSTRING_BITS
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    name: str
+    params: tuple[tuple[str, int], ...] = ()  # (name, bitwidth)
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p for p, _ in self.params)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    keys: tuple[tuple[str, str, int], ...]  # (name, match kind, bitwidth)
+    actions: tuple[ActionSpec, ...]
+    default: ActionSpec  # the program's default action, not writable by the controller
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(k for k, _, _ in self.keys)
+
+
+BM = BITSTRING_BITS
+
+# Ingress: IPv4 routing and the switch's own addresses.
+IS_LOCAL = ActionSpec("InaIngress.addresses.is_local")
+FORWARD = ActionSpec("InaIngress.routing.forward", (("port", 9), ("smac", 48), ("dmac", 48)))
+NO_ROUTE = ActionSpec("InaIngress.routing.no_route")
+NOT_LOCAL = ActionSpec("InaIngress.addresses.not_local")
+LOCAL_ADDRESSES = TableSpec(
+    "InaIngress.addresses.local_addresses", (("dst_addr", "exact", 32),), (IS_LOCAL,), NOT_LOCAL
+)
+IPV4_ROUTES = TableSpec(
+    "InaIngress.routing.ipv4_routes", (("dst_addr", "lpm", 32),), (FORWARD,), NO_ROUTE
+)
+
+# Ingress: which ports lead to hosts, and each host's bit.
+FROM_HOST = ActionSpec("InaIngress.edge.from_host", (("host_bit", BM),))
+FROM_SWITCH = ActionSpec("InaIngress.edge.from_switch")
+HOST_PORTS = TableSpec(
+    "InaIngress.edge.host_ports", (("ingress_port", "exact", 9),), (FROM_HOST,), FROM_SWITCH
+)
+
+# Ingress: the jobs this switch holds a VAT node of, or counts transit for.
+VAT_NODE = ActionSpec(
+    "InaIngress.jobs.vat_node",
+    (("job_index", 8), ("abm", BM), ("op", 4), ("slot_base", 16), ("slot_mask", 16),
+     ("epoch", 32), ("node_ip", 32), ("parent_ip", 32)),
+)
+VAT_ROOT = ActionSpec(
+    "InaIngress.jobs.vat_root",
+    (("job_index", 8), ("abm", BM), ("op", 4), ("slot_base", 16), ("slot_mask", 16),
+     ("epoch", 32), ("node_ip", 32)),
+)
+TRANSIT = ActionSpec("InaIngress.jobs.transit", (("job_index", 8),))
+NO_JOB = ActionSpec("InaIngress.jobs.no_job")
+VAT_JOBS = TableSpec(
+    "InaIngress.jobs.vat_jobs", (("job_id", "exact", 16),), (VAT_NODE, VAT_ROOT, TRANSIT), NO_JOB
+)
+
+# Egress: BIER F-BM per port; host ports decapsulate.
+TO_BFR = ActionSpec("InaEgress.bier.to_bfr", (("fbm", BM), ("smac", 48), ("dmac", 48)))
+TO_HOST = ActionSpec(
+    "InaEgress.bier.to_host", (("fbm", BM), ("smac", 48), ("dmac", 48), ("host_ip", 32))
+)
+PRUNE = ActionSpec("InaEgress.bier.prune")
+BIER_PORTS = TableSpec(
+    "InaEgress.bier.bier_ports", (("egress_port", "exact", 9),), (TO_BFR, TO_HOST), PRUNE
+)
+
+TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, VAT_JOBS, BIER_PORTS)
+#: Tables that ``inactl init`` owns (the rest belong to jobs).
+BASE_TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, BIER_PORTS)
+
+# Counters. Every statistic is counted in exactly one of the ingress/egress pair,
+# so a statistic's value is the sum of the pair at its index.
+INGRESS_JOB_STATS = "InaIngress.job_stats"
+EGRESS_JOB_STATS = "InaEgress.job_stats"
+INGRESS_SWITCH_STATS = "InaIngress.switch_stats"
+EGRESS_SWITCH_STATS = "InaEgress.switch_stats"
+JOB_STAT_COUNTERS = (INGRESS_JOB_STATS, EGRESS_JOB_STATS)
+SWITCH_STAT_COUNTERS = (INGRESS_SWITCH_STATS, EGRESS_SWITCH_STATS)
+COUNTERS = JOB_STAT_COUNTERS + SWITCH_STAT_COUNTERS
+
+TABLE_BY_NAME = {t.name: t for t in TABLES}
+ACTION_BY_NAME = {a.name: a for t in TABLES for a in t.actions + (t.default,)}
+
+
+def check_p4info(path: str | Path) -> list[str]:
+    """Differences between this module and a P4Info file; empty when they agree."""
+    from finsy import P4Schema  # heavy import, only needed here
+
+    schema = P4Schema(Path(path))
+    problems: list[str] = []
+    tables = {t.name: t for t in schema.tables}
+    actions = {a.name: a for a in schema.actions}
+    for spec in TABLES:
+        table = tables.get(spec.name)
+        if table is None:
+            problems.append(f"table {spec.name} missing from the P4Info")
+            continue
+        got_keys = tuple(
+            (f.name, str(getattr(f.match_type, "name", f.match_type)).lower(), f.bitwidth)
+            for f in table.match_fields
+        )
+        if got_keys != spec.keys:
+            problems.append(f"table {spec.name}: keys {got_keys}, expected {spec.keys}")
+        got_actions = {ref.name for ref in table.actions}
+        expected = {a.name for a in spec.actions} | {spec.default.name}
+        if got_actions != expected:
+            problems.append(
+                f"table {spec.name}: actions {sorted(got_actions)}, expected {sorted(expected)}"
+            )
+        for action_spec in spec.actions + (spec.default,):
+            action = actions.get(action_spec.name)
+            if action is None:
+                continue
+            got_params = tuple((p.name, p.bitwidth) for p in action.params)
+            if got_params != action_spec.params:
+                problems.append(
+                    f"action {action_spec.name}: params {got_params}, "
+                    f"expected {action_spec.params}"
+                )
+    counters = {c.name for c in schema.counters}
+    for name in COUNTERS:
+        if name not in counters:
+            problems.append(f"counter {name} missing from the P4Info")
+    return problems

@@ -1,0 +1,231 @@
+"""What every switch must hold: the plan the controller installs and the
+reference model executes.
+
+``base_plan`` is the per-switch state that does not depend on jobs (addresses,
+routes, host ports, BIER F-BMs, the BIER multicast group). ``job_plan`` is a
+job's entries: a VAT node on each aggregation switch and the root, and a
+``transit`` entry (counters only) on every other switch its packets cross.
+Entries are plain values (ints, names from ``ina.p4names``), so the same plan
+feeds P4Runtime and the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ina import p4names as n
+from ina.bier import port_fbms
+from ina.constants import AGG_SLOTS, BIER_MCAST_GROUP, MAX_JOBS
+from ina.job import Job
+from ina.topology import Topology
+from ina.wire import bit_of, ip_int, mac_bytes
+
+
+@dataclass(frozen=True)
+class Lpm:
+    value: int
+    prefix_len: int
+
+
+MatchValue = int | Lpm
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    table: str
+    match: tuple[tuple[str, MatchValue], ...]
+    action: str
+    params: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        spec = n.TABLE_BY_NAME.get(self.table)
+        if spec is None:
+            raise ValueError(f"unknown table {self.table}")
+        if tuple(k for k, _ in self.match) != spec.key_names:
+            raise ValueError(
+                f"{self.table}: match {self.match} does not give keys {spec.key_names}")
+        action = next((a for a in spec.actions if a.name == self.action), None)
+        if action is None:
+            raise ValueError(f"{self.table}: action {self.action} not allowed")
+        if tuple(p for p, _ in self.params) != action.param_names:
+            raise ValueError(
+                f"{self.action}: params {self.params} do not give {action.param_names}")
+        for (pname, value), (_, width) in zip(self.params, action.params, strict=True):
+            if not 0 <= value < 1 << width:
+                raise ValueError(f"{self.action}: {pname}={value} does not fit {width} bits")
+
+    @property
+    def key(self) -> tuple[str, tuple[tuple[str, MatchValue], ...]]:
+        return self.table, self.match
+
+    def param(self, name: str) -> int:
+        return dict(self.params)[name]
+
+    def match_value(self, name: str) -> MatchValue:
+        return dict(self.match)[name]
+
+
+@dataclass(frozen=True)
+class McastGroup:
+    group_id: int
+    ports: tuple[int, ...]
+
+
+Entity = TableEntry | McastGroup
+
+
+def entry(spec: n.TableSpec, match: Mapping[str, MatchValue], action: n.ActionSpec,
+          **params: int) -> TableEntry:
+    return TableEntry(
+        spec.name,
+        tuple((k, match[k]) for k in spec.key_names),
+        action.name,
+        tuple((p, params[p]) for p in action.param_names),
+    )
+
+
+def _mac(mac: str) -> int:
+    return int.from_bytes(mac_bytes(mac), "big")
+
+
+def base_plan(topology: Topology, switch: str) -> list[Entity]:
+    """Addresses, routes, host ports and BIER state of one switch."""
+    me = topology.switches[switch]
+    ports = topology.ports(switch)
+    smac = _mac(me.mac)
+    result: list[Entity] = [
+        entry(n.LOCAL_ADDRESSES, {"dst_addr": ip_int(me.loopback)}, n.IS_LOCAL)
+    ]
+    destinations = sorted(topology.hosts) + sorted(s for s in topology.switches if s != switch)
+    for dest in destinations:
+        port = topology.next_hop(switch, dest)
+        result.append(entry(
+            n.IPV4_ROUTES, {"dst_addr": Lpm(ip_int(topology.address(dest)), 32)}, n.FORWARD,
+            port=port, smac=smac, dmac=_mac(topology.mac(ports[port].node)),
+        ))
+    for port, nb in ports.items():
+        if nb.is_host:
+            result.append(entry(
+                n.HOST_PORTS, {"ingress_port": port}, n.FROM_HOST,
+                host_bit=bit_of(topology.hosts[nb.node].bfr_id),
+            ))
+    fbms = port_fbms(topology, switch)
+    for port, fbm in fbms.items():
+        nb = ports[port]
+        if nb.is_host:
+            result.append(entry(
+                n.BIER_PORTS, {"egress_port": port}, n.TO_HOST, fbm=fbm, smac=smac,
+                dmac=_mac(topology.hosts[nb.node].mac),
+                host_ip=ip_int(topology.hosts[nb.node].ip),
+            ))
+        else:
+            result.append(entry(
+                n.BIER_PORTS, {"egress_port": port}, n.TO_BFR, fbm=fbm, smac=smac,
+                dmac=_mac(topology.switches[nb.node].mac),
+            ))
+    result.append(McastGroup(BIER_MCAST_GROUP, tuple(fbms)))
+    return result
+
+
+# --- Jobs -----------------------------------------------------------------------
+
+
+class CapacityError(ValueError):
+    """A switch has no room for a job."""
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Per-switch resources of one job."""
+
+    job_index: int  # its block in the job_stats counters
+    slot_base: int = 0  # first aggregation slot (VAT nodes only)
+
+
+def job_switches(job: Job, topology: Topology) -> list[str]:
+    """Every switch that holds an entry of the job: its VAT nodes, and the
+    switches its aggregation packets and its BIER delivery cross."""
+    crossed: set[str] = set(job.nodes)
+    for child, parent in job.edges():
+        crossed.update(node for node in topology.path(child, parent) if node in topology.switches)
+    for worker in job.workers:
+        crossed.update(
+            node for node in topology.path(job.root, worker) if node in topology.switches
+        )
+    return sorted(crossed)
+
+
+def used_resources(entries: Sequence[TableEntry]) -> tuple[set[int], list[range]]:
+    """Job indices and slot ranges taken by existing vat_jobs entries of a switch."""
+    indices: set[int] = set()
+    ranges: list[range] = []
+    for e in entries:
+        if e.table != n.VAT_JOBS.name:
+            continue
+        indices.add(e.param("job_index"))
+        if e.action in (n.VAT_NODE.name, n.VAT_ROOT.name):
+            base = e.param("slot_base")
+            ranges.append(range(base, base + e.param("slot_mask") + 1))
+    return indices, ranges
+
+
+def allocate(job: Job, topology: Topology,
+             existing: Mapping[str, Sequence[TableEntry]]) -> dict[str, Allocation]:
+    """Choose a free job index on every switch of the job, and a free aligned run
+    of ``job.slots`` aggregation slots on each of its VAT nodes."""
+    result: dict[str, Allocation] = {}
+    problems = []
+    for sw in job_switches(job, topology):
+        indices, ranges = used_resources(existing.get(sw, ()))
+        free_index = next((i for i in range(MAX_JOBS) if i not in indices), None)
+        if free_index is None:
+            problems.append(f"{sw} already holds {MAX_JOBS} jobs")
+            continue
+        base = 0
+        if sw in job.nodes:
+            found = None
+            for start in range(0, AGG_SLOTS, job.slots):
+                if all(start + job.slots <= r.start or start >= r.stop for r in ranges):
+                    found = start
+                    break
+            if found is None:
+                free = AGG_SLOTS - sum(len(r) for r in ranges)
+                problems.append(
+                    f"{sw} has no free run of {job.slots} aggregation slots "
+                    f"({free} of {AGG_SLOTS} free)"
+                )
+                continue
+            base = found
+        result[sw] = Allocation(free_index, base)
+    if problems:
+        raise CapacityError("; ".join(problems))
+    return result
+
+
+def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
+             epoch: int) -> dict[str, list[TableEntry]]:
+    """The job's vat_jobs entry on every switch in ``alloc``.
+
+    ``epoch`` tells this deployment's slot state from a torn-down job's leftovers
+    (the data plane cannot have its registers cleared over P4Runtime).
+    """
+    result: dict[str, list[TableEntry]] = {}
+    for sw, a in alloc.items():
+        node = job.nodes.get(sw)
+        match = {"job_id": job.job_id}
+        if node is None:
+            e = entry(n.VAT_JOBS, match, n.TRANSIT, job_index=a.job_index)
+        else:
+            common = dict(
+                job_index=a.job_index, abm=node.abm, op=int(job.op), slot_base=a.slot_base,
+                slot_mask=job.slots - 1, epoch=epoch,
+                node_ip=ip_int(topology.switches[sw].loopback),
+            )
+            if node.parent is None:
+                e = entry(n.VAT_JOBS, match, n.VAT_ROOT, **common)
+            else:
+                e = entry(n.VAT_JOBS, match, n.VAT_NODE, **common,
+                          parent_ip=ip_int(topology.switches[node.parent].loopback))
+        result[sw] = [e]
+    return result

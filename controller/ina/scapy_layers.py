@@ -1,0 +1,84 @@
+"""Scapy layers for the INA header and RFC 8296 BIER, for tests and captures.
+
+scapy.contrib.bier follows an old draft (BSL codes off by one, IPv6 as 5), so
+BIER is defined here as RFC 8296 has it.
+
+    from ina.scapy_layers import INA, BIER
+    pkt = Ether() / IP(dst=...) / UDP(sport=INA_UDP_PORT, dport=INA_UDP_PORT) / INA(...)
+"""
+
+from __future__ import annotations
+
+from scapy.fields import (
+    BitEnumField,
+    BitField,
+    FieldListField,
+    FlagsField,
+    IntField,
+    ShortField,
+    SignedIntField,
+)
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Packet, bind_layers
+
+from ina.constants import (
+    BIER_BIFT_ID,
+    BIER_BSL_CODE,
+    BIER_INITIAL_TTL,
+    BIER_NIBBLE,
+    BIER_PROTO_IPV4,
+    BITSTRING_BITS,
+    ELEMS_PER_PACKET,
+    ETHERTYPE_BIER,
+    INA_UDP_PORT,
+    INA_VERSION,
+    Op,
+)
+
+OPS = {int(op): op.name for op in Op}
+
+
+class INA(Packet):
+    name = "INA"
+    fields_desc = [
+        BitField("version", INA_VERSION, 4),
+        BitEnumField("op", int(Op.SUM), 4, OPS),
+        FlagsField("flags", 0, 8, ["RESULT", "OVERFLOW"]),
+        ShortField("job_id", 0),
+        IntField("seq", 0),
+        ShortField("count", 0),
+        ShortField("reserved", 0),
+        BitField("pbm", 0, BITSTRING_BITS),
+        FieldListField("values", [0] * ELEMS_PER_PACKET, SignedIntField("v", 0),  # type: ignore[list-item]
+                       count_from=lambda pkt: ELEMS_PER_PACKET),
+    ]
+
+
+class BIER(Packet):
+    """RFC 8296 section 2.1.2, with a BITSTRING_BITS-bit BitString."""
+
+    name = "BIER"
+    fields_desc = [
+        BitField("bift_id", BIER_BIFT_ID, 20),
+        BitField("tc", 0, 3),
+        BitField("s", 1, 1),
+        BitField("ttl", BIER_INITIAL_TTL, 8),
+        BitField("nibble", BIER_NIBBLE, 4),
+        BitField("version", 0, 4),
+        BitField("bsl", BIER_BSL_CODE, 4),
+        BitField("entropy", 0, 20),
+        BitField("oam", 0, 2),
+        BitField("rsv", 0, 2),
+        BitField("dscp", 0, 6),
+        BitField("proto", BIER_PROTO_IPV4, 6),
+        ShortField("bfir_id", 0),
+        BitField("bitstring", 0, BITSTRING_BITS),
+    ]
+
+
+bind_layers(UDP, INA, dport=INA_UDP_PORT)
+bind_layers(Ether, BIER, type=ETHERTYPE_BIER)
+bind_layers(BIER, IP, proto=BIER_PROTO_IPV4)
+
+__all__ = ["BIER", "INA"]

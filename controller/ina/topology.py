@@ -1,0 +1,413 @@
+"""The topology file: switches, hosts and links. Mininet, the controller, the
+reference model and the tests all read it; nothing else states these facts.
+
+Format (YAML)::
+
+    name: figure1
+    switches:
+      s1: {device_id: 1, grpc: "127.0.0.1:50001", loopback: 10.0.100.1}
+    hosts:
+      w1: {ip: 10.0.0.1, mac: "00:00:00:00:00:01", bfr_id: 1}
+    links:
+      - [s1:1, s5:2]     # switch:port on both ends
+      - [s1:2, w1]       # a host end has no port
+
+A switch's ``loopback`` is the address INA packets for its VAT nodes are sent to;
+``mac`` is optional (default 02:00:00:00:xx:xx from the device id).
+Routing is shortest path with one deterministic tree per destination, so that
+every switch agrees on the next hop toward each host (what BIER needs).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ina.constants import BITSTRING_BITS, MAX_PORTS
+from ina.yamlfile import load_yaml
+
+
+class TopologyError(ValueError):
+    """An invalid topology; ``problems`` lists every problem found."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("invalid topology:\n  - " + "\n  - ".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class SwitchSpec:
+    name: str
+    device_id: int
+    grpc: str
+    loopback: str
+    mac: str
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    ip: str
+    mac: str
+    bfr_id: int
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    node: str
+    port: int | None  # None on a host end
+
+
+@dataclass(frozen=True)
+class Link:
+    a: Endpoint
+    b: Endpoint
+
+
+@dataclass(frozen=True)
+class Neighbor:
+    """What a switch port leads to."""
+
+    port: int
+    node: str
+    remote_port: int | None
+    is_host: bool
+
+
+_MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
+_ENDPOINT = re.compile(r"^([A-Za-z_][\w.-]*)(?::(\d+))?$")
+
+
+@dataclass
+class Topology:
+    name: str
+    switches: dict[str, SwitchSpec]
+    hosts: dict[str, HostSpec]
+    links: list[Link]
+    _ports: dict[str, dict[int, Neighbor]] = field(default_factory=dict, repr=False)
+    _next_hop: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+
+    # --- loading -----------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | Path) -> Topology:
+        path = Path(path)
+        try:
+            data = load_yaml(path)
+        except (OSError, yaml.YAMLError) as exc:
+            raise TopologyError([f"{path}: cannot read: {exc}"]) from exc
+        return cls.from_dict(data, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "topology") -> Topology:
+        problems: list[str] = []
+        if not isinstance(data, dict):
+            raise TopologyError([f"{source}: expected a mapping with switches, hosts, links"])
+        unknown = set(data) - {"name", "switches", "hosts", "links"}
+        if unknown:
+            problems.append(f"unknown top-level keys: {sorted(unknown)}")
+        switches = _parse_switches(data.get("switches"), problems)
+        hosts = _parse_hosts(data.get("hosts"), problems)
+        for name in set(switches) & set(hosts):
+            problems.append(f"{name!r} is both a switch and a host")
+        links = _parse_links(data.get("links"), problems)
+        if problems:
+            raise TopologyError(problems)
+        topo = cls(str(data.get("name", Path(source).stem)), switches, hosts, links)
+        topo._validate(problems)
+        if problems:
+            raise TopologyError(problems)
+        topo._compute_routes()
+        return topo
+
+    # --- validation --------------------------------------------------------
+
+    def _validate(self, problems: list[str]) -> None:
+        _unique(problems, "device_id", ((s.name, s.device_id) for s in self.switches.values()))
+        _unique(problems, "grpc address", ((s.name, s.grpc) for s in self.switches.values()))
+        _unique(
+            problems, "IPv4 address",
+            [(s.name, s.loopback) for s in self.switches.values()]
+            + [(h.name, h.ip) for h in self.hosts.values()],
+        )
+        _unique(
+            problems, "MAC address",
+            [(s.name, s.mac.lower()) for s in self.switches.values()]
+            + [(h.name, h.mac.lower()) for h in self.hosts.values()],
+        )
+        _unique(problems, "bfr_id", ((h.name, h.bfr_id) for h in self.hosts.values()))
+
+        ports: dict[str, dict[int, Neighbor]] = {s: {} for s in self.switches}
+        host_links: dict[str, list[str]] = {h: [] for h in self.hosts}
+        for link in self.links:
+            ends = (link.a, link.b)
+            bad = False
+            for end in ends:
+                if end.node in self.switches:
+                    if end.port is None:
+                        problems.append(f"link {_fmt(link)}: switch end {end.node} needs a port")
+                        bad = True
+                    elif not 1 <= end.port < MAX_PORTS:
+                        problems.append(
+                            f"link {_fmt(link)}: port {end.port} outside 1..{MAX_PORTS - 1}"
+                        )
+                        bad = True
+                elif end.node in self.hosts:
+                    if end.port is not None:
+                        problems.append(f"link {_fmt(link)}: host end {end.node} takes no port")
+                        bad = True
+                else:
+                    problems.append(f"link {_fmt(link)}: unknown node {end.node!r}")
+                    bad = True
+            if bad:
+                continue
+            if link.a.node in self.hosts and link.b.node in self.hosts:
+                problems.append(f"link {_fmt(link)}: hosts must attach to a switch")
+                continue
+            if link.a.node == link.b.node:
+                problems.append(f"link {_fmt(link)}: a link needs two different nodes")
+                continue
+            for near, far in (ends, ends[::-1]):
+                if near.node in self.hosts:
+                    host_links[near.node].append(far.node)
+                    continue
+                assert near.port is not None
+                if near.port in ports[near.node]:
+                    problems.append(f"{near.node} port {near.port} is used by two links")
+                    continue
+                ports[near.node][near.port] = Neighbor(
+                    near.port, far.node, far.port, far.node in self.hosts
+                )
+        for host, attached in host_links.items():
+            if len(attached) != 1:
+                problems.append(
+                    f"host {host} must have exactly one link to a switch, has {len(attached)}"
+                )
+        self._ports = ports
+        if not problems:
+            unreachable = self._unreachable()
+            if unreachable:
+                problems.append(f"not connected: cannot reach {sorted(unreachable)}")
+
+    def _unreachable(self) -> set[str]:
+        if not self.switches:
+            return set(self.hosts)
+        start = sorted(self.switches)[0]
+        seen = {start}
+        queue = deque([start])
+        while queue:
+            node = queue.popleft()
+            if node in self.hosts:
+                continue
+            for nb in self._ports[node].values():
+                if nb.node not in seen:
+                    seen.add(nb.node)
+                    queue.append(nb.node)
+        return (set(self.switches) | set(self.hosts)) - seen
+
+    # --- routing ------------------------------------------------------------
+
+    def _compute_routes(self) -> None:
+        """One BFS tree per destination: next_hop[switch][dest] = port.
+
+        Trees are deterministic (neighbours visited by name, then port), and a
+        tree never loops, so hop-by-hop forwarding toward a destination is
+        consistent across switches: what RFC 8279 needs for disjoint F-BMs.
+        """
+        self._next_hop = {s: {} for s in self.switches}
+        for dest in sorted(self.switches) + sorted(self.hosts):
+            if dest in self.hosts:
+                sw, port = self.host_attachment(dest)
+                self._next_hop[sw][dest] = port
+                frontier = [sw]
+            else:
+                frontier = [dest]
+            seen = set(frontier)
+            while frontier:
+                nxt: list[str] = []
+                for node in frontier:
+                    for nb in sorted(self._ports[node].values(), key=lambda n: (n.node, n.port)):
+                        if nb.is_host or nb.node in seen:
+                            continue
+                        assert nb.remote_port is not None
+                        seen.add(nb.node)
+                        self._next_hop[nb.node][dest] = nb.remote_port
+                        nxt.append(nb.node)
+                frontier = sorted(nxt)
+
+    def ports(self, switch: str) -> dict[int, Neighbor]:
+        """The switch's used ports and what each leads to."""
+        return dict(sorted(self._ports[switch].items()))
+
+    def host_attachment(self, host: str) -> tuple[str, int]:
+        """(edge switch, port) of a host."""
+        for link in self.links:
+            for near, far in ((link.a, link.b), (link.b, link.a)):
+                if near.node == host and far.port is not None:
+                    return far.node, far.port
+        raise KeyError(host)
+
+    def next_hop(self, switch: str, dest: str) -> int:
+        """Port on which ``switch`` forwards toward node ``dest`` (a host or switch)."""
+        return self._next_hop[switch][dest]
+
+    def path(self, src: str, dest: str) -> list[str]:
+        """Nodes from ``src`` to ``dest`` (both included) along the routes."""
+        if src == dest:
+            return [src]
+        node = self.host_attachment(src)[0] if src in self.hosts else src
+        nodes = [src] if src in self.hosts else []
+        while True:
+            nodes.append(node)
+            if node == dest:
+                return nodes
+            nb = self._ports[node][self.next_hop(node, dest)]
+            if nb.is_host:
+                nodes.append(nb.node)
+                return nodes
+            node = nb.node
+
+    def address(self, node: str) -> str:
+        """A host's IP or a switch's loopback."""
+        if node in self.hosts:
+            return self.hosts[node].ip
+        return self.switches[node].loopback
+
+    def mac(self, node: str) -> str:
+        if node in self.hosts:
+            return self.hosts[node].mac
+        return self.switches[node].mac
+
+    def host_by_bfr_id(self, bfr_id: int) -> HostSpec:
+        for host in self.hosts.values():
+            if host.bfr_id == bfr_id:
+                return host
+        raise KeyError(bfr_id)
+
+
+def _fmt(link: Link) -> str:
+    def end(e: Endpoint) -> str:
+        return e.node if e.port is None else f"{e.node}:{e.port}"
+
+    return f"{end(link.a)} -- {end(link.b)}"
+
+
+def _unique(problems: list[str], what: str, pairs: Iterable[tuple[str, object]]) -> None:
+    seen: dict[object, str] = {}
+    for name, value in pairs:
+        if value in seen:
+            problems.append(f"{seen[value]} and {name} share {what} {value}")
+        else:
+            seen[value] = name
+
+
+def _mapping(value: Any, what: str, problems: list[str]) -> dict[str, Any]:
+    if value is None:
+        problems.append(f"no {what}")
+        return {}
+    if not isinstance(value, dict):
+        problems.append(f"{what} must be a mapping of name to attributes")
+        return {}
+    return value
+
+
+def _fields(name: str, attrs: Any, required: set[str], optional: set[str],
+            problems: list[str]) -> dict[str, Any] | None:
+    if not isinstance(attrs, dict):
+        problems.append(f"{name}: expected a mapping of attributes")
+        return None
+    missing = required - set(attrs)
+    extra = set(attrs) - required - optional
+    if missing:
+        problems.append(f"{name}: missing {sorted(missing)}")
+    if extra:
+        problems.append(f"{name}: unknown attributes {sorted(extra)}")
+    return None if missing else attrs
+
+
+def _ipv4(name: str, value: Any, problems: list[str]) -> str:
+    try:
+        return str(ipaddress.IPv4Address(str(value)))
+    except ValueError:
+        problems.append(f"{name}: {value!r} is not an IPv4 address")
+        return "0.0.0.0"
+
+
+def _mac(name: str, value: Any, problems: list[str]) -> str:
+    if not isinstance(value, str) or not _MAC.match(value):
+        problems.append(f"{name}: {value!r} is not a MAC address (aa:bb:cc:dd:ee:ff)")
+        return "00:00:00:00:00:00"
+    return value.lower()
+
+
+def _int(name: str, value: Any, low: int, high: int, problems: list[str]) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        problems.append(f"{name}: {value!r} is not an integer in {low}..{high}")
+        return low
+    return value
+
+
+def _parse_switches(value: Any, problems: list[str]) -> dict[str, SwitchSpec]:
+    result = {}
+    for name, attrs in _mapping(value, "switches", problems).items():
+        name = str(name)
+        f = _fields(name, attrs, {"device_id", "grpc", "loopback"}, {"mac"}, problems)
+        if f is None:
+            continue
+        device_id = _int(f"{name}.device_id", f["device_id"], 0, 2**40 - 1, problems)
+        grpc = str(f["grpc"])
+        if not re.match(r"^[\w.\-\[\]:]+:\d+$", grpc):
+            problems.append(f"{name}.grpc: {grpc!r} is not host:port")
+        default_mac = "02:00:" + ":".join(f"{b:02x}" for b in device_id.to_bytes(4, "big"))
+        result[name] = SwitchSpec(
+            name=name, device_id=device_id, grpc=grpc,
+            loopback=_ipv4(f"{name}.loopback", f["loopback"], problems),
+            mac=_mac(f"{name}.mac", f.get("mac", default_mac), problems),
+        )
+    if not result and value is not None:
+        problems.append("no switches")
+    return result
+
+
+def _parse_hosts(value: Any, problems: list[str]) -> dict[str, HostSpec]:
+    result = {}
+    for name, attrs in _mapping(value, "hosts", problems).items():
+        name = str(name)
+        f = _fields(name, attrs, {"ip", "mac", "bfr_id"}, set(), problems)
+        if f is None:
+            continue
+        result[name] = HostSpec(
+            name=name,
+            ip=_ipv4(f"{name}.ip", f["ip"], problems),
+            mac=_mac(f"{name}.mac", f["mac"], problems),
+            bfr_id=_int(f"{name}.bfr_id", f["bfr_id"], 1, BITSTRING_BITS, problems),
+        )
+    return result
+
+
+def _parse_links(value: Any, problems: list[str]) -> list[Link]:
+    if not isinstance(value, list):
+        problems.append("links must be a list of [a, b] pairs")
+        return []
+    result = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 2:
+            problems.append(f"link {item!r}: expected [a, b]")
+            continue
+        ends = []
+        for raw in item:
+            m = _ENDPOINT.match(str(raw))
+            if not m:
+                problems.append(f"link {item!r}: {raw!r} is not node or node:port")
+                break
+            ends.append(Endpoint(m.group(1), int(m.group(2)) if m.group(2) else None))
+        if len(ends) == 2:
+            result.append(Link(ends[0], ends[1]))
+    return result

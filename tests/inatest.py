@@ -1,0 +1,52 @@
+"""Helpers shared by the tests: paths, the Figure 1 job, the reference model of a network."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ina.controller import Controller
+from ina.job import Job, JobSpec, validate_job
+from ina.model import ModelNetwork
+from ina.switchapi import MemorySwitch
+from ina.topology import Topology
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURE1 = ROOT / "topologies" / "figure1.yaml"
+FIGURE1_JOB = ROOT / "jobs" / "figure1-sum.yaml"
+
+
+def job_from(topology: Topology, **spec: Any) -> Job:
+    return validate_job(JobSpec.from_dict(spec), topology)
+
+
+def figure1_job(topology: Topology, **overrides: Any) -> Job:
+    """The draft's Figure 1 job, with fields replaced by ``overrides``."""
+    spec: dict[str, Any] = {
+        "job_id": 1, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
+        "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]},
+    }
+    spec.update(overrides)
+    return job_from(topology, **spec)
+
+
+@dataclass
+class ModelLab:
+    """A topology on the reference model, initialised by the real controller."""
+
+    topology: Topology
+    stores: dict[str, MemorySwitch]
+    ctl: Controller
+    net: ModelNetwork
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run(coro)
+
+
+def make_model_lab(topology: Topology) -> ModelLab:
+    stores = {name: MemorySwitch(name) for name in topology.switches}
+    ctl = Controller(topology, stores)
+    asyncio.run(ctl.init())
+    return ModelLab(topology, stores, ctl, ModelNetwork(topology, stores))

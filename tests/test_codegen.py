@@ -1,0 +1,21 @@
+"""P4 and Python share their constants through one generated file."""
+
+import re
+from pathlib import Path
+
+from ina import p4gen, p4names
+
+P4SRC = Path(__file__).resolve().parents[1] / "p4src"
+
+
+def test_generated_p4_is_current() -> None:
+    assert (P4SRC / "include" / "generated.p4").read_text() == p4gen.render(), \
+        "run: python -m ina.p4gen"
+
+
+def test_every_table_and_action_named_in_python_is_declared_in_p4() -> None:
+    source = "\n".join(p.read_text() for p in (P4SRC / "include").glob("*.p4"))
+    declared = set(re.findall(r"\b(?:table|action)\s+(\w+)", source))
+    for spec in p4names.TABLES:
+        for name in (spec.name, *(a.name for a in spec.actions), spec.default.name):
+            assert name.rsplit(".", 1)[1] in declared, name

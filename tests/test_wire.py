@@ -1,0 +1,74 @@
+"""The INA header and RFC 8296 BIER header: encodings and round trips."""
+
+from scapy.all import IP, UDP, Ether, raw
+
+from ina.constants import INA_PAYLOAD_BYTES, INA_UDP_PORT, Flag, Op
+from ina.scapy_layers import BIER, INA
+from ina.wire import (
+    Bier,
+    InaHeader,
+    InaPacket,
+    bfr_ids_of,
+    bit_of,
+    format_bitmap,
+    ina_frame,
+    ina_payload,
+    parse_frame,
+)
+
+
+def test_ina_payload_round_trips_with_negative_values() -> None:
+    values = [-(2**31), -1, 0, 1, 2**31 - 1]
+    payload = ina_payload(7, 123456, bit_of(3), values, Op.MIN, Flag.OVERFLOW)
+    pkt = InaPacket.unpack(payload)
+    assert len(payload) == INA_PAYLOAD_BYTES
+    assert pkt.header == InaHeader(job_id=7, seq=123456, pbm=0b100, count=5, op=Op.MIN,
+                                   flags=Flag.OVERFLOW)
+    assert pkt.meaningful == tuple(values)
+    assert set(pkt.values[5:]) == {0}
+
+
+def test_ina_header_matches_the_scapy_layer() -> None:
+    payload = ina_payload(513, 2**32 - 1, bit_of(256) | bit_of(1), [5, -6], Op.MAX)
+    dissected = INA(payload)
+    header = (dissected.job_id, dissected.seq, dissected.count, dissected.op)
+    assert header == (513, 2**32 - 1, 2, 3)
+    assert dissected.pbm == (1 << 255) | 1
+    assert dissected.values[:2] == [5, -6]
+    assert raw(dissected) == payload
+
+
+def test_bier_header_matches_rfc8296_layout() -> None:
+    header = Bier(bitstring=bit_of(1) | bit_of(4), ttl=9, bfir_id=77)
+    encoded = header.pack()
+    # Nibble 0101, version 0, BSL 3 (256 bits) open the second word.
+    assert encoded[4] == 0x50 and encoded[5] >> 4 == 3
+    assert Bier.unpack(encoded) == header
+    assert raw(BIER(bitstring=0b1001, ttl=9, bfir_id=77)) == encoded
+
+
+def test_bitmaps_use_rfc8279_bit_order() -> None:
+    assert bit_of(1) == 1 and bit_of(8) == 0x80
+    assert bfr_ids_of(bit_of(2) | bit_of(5)) == [2, 5]
+    # The draft prints w1 leftmost: 11000000 is w1 and w2.
+    assert format_bitmap(bit_of(1) | bit_of(2), 8) == "11000000"
+
+
+def test_parse_frame_reads_what_scapy_builds() -> None:
+    pkt = (Ether(src="00:00:00:00:00:01", dst="02:00:00:00:00:01")
+           / IP(src="10.0.0.1", dst="10.0.100.1")
+           / UDP(sport=INA_UDP_PORT, dport=INA_UDP_PORT)
+           / INA(job_id=2, seq=5, count=1, pbm=1, values=[42] + [0] * 63))
+    frame = parse_frame(raw(pkt))
+    assert frame.error is None
+    assert frame.ina is not None and frame.ina.job_id == 2
+    assert frame.values is not None and frame.values[0] == 42
+    assert frame.pack() == raw(pkt)
+
+
+def test_truncated_array_is_a_parser_error() -> None:
+    full = ina_frame("00:00:00:00:00:01", "02:00:00:00:00:01", "10.0.0.1", "10.0.100.1",
+                     ina_payload(1, 0, 1, [1, 2, 3]))
+    frame = parse_frame(full[:-8])
+    assert frame.error == "PacketTooShort"
+    assert frame.ina is not None and frame.values is None
