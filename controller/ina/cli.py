@@ -1,0 +1,201 @@
+"""inactl: deploy INA jobs on the switches of a topology over P4Runtime.
+
+Exit codes: 0 success, 2 invalid topology/job or a refused request (nothing
+was written), 3 a switch failed or could not be reached, 4 the P4 program and
+this controller disagree on names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from ina import p4names
+from ina.bier import bift
+from ina.controller import Controller, ControllerError, SwitchStatus
+from ina.job import Job, JobError, JobSpec, validate_job
+from ina.plan import CapacityError
+from ina.report import render_status
+from ina.switchapi import SwitchError
+from ina.topology import Topology, TopologyError
+from ina.wire import format_bitmap
+
+EXIT_INVALID = 2
+EXIT_SWITCH = 3
+EXIT_P4INFO = 4
+DEFAULT_BUILD = Path(os.environ.get("INA_BUILD_DIR", "build"))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="inactl", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-t", "--topology", required=True, type=Path, help="topology YAML file")
+    p.add_argument("--p4info", type=Path, default=DEFAULT_BUILD / "ina.p4info.txtpb",
+                   help="P4Info of the compiled program (default: %(default)s)")
+    p.add_argument("--p4blob", type=Path, default=DEFAULT_BUILD / "ina.json",
+                   help="BMv2 JSON of the compiled program, for init (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach each switch")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("init", help="install the pipeline if needed and the base state (routes, BIER)")
+    d = sub.add_parser("deploy", help="validate a job and install it on every switch it needs")
+    d.add_argument("job", type=Path, help="job YAML file")
+    t = sub.add_parser("teardown", help="remove every entry of a job")
+    t.add_argument("job_id", type=int)
+    s = sub.add_parser("status", help="per switch: job entries, counters, drops by reason")
+    s.add_argument("--job", type=int, help="only this job")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    c = sub.add_parser("check", help="validate a job and print its VAT (contacts no switch)")
+    c.add_argument("job", type=Path)
+    sub.add_parser("bift", help="print every switch's BIER forwarding table (contacts no switch)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        topology = Topology.load(args.topology)
+        if args.command == "check":
+            return _check(topology, args.job)
+        if args.command == "bift":
+            return _bift(topology)
+        # A job is checked before anything else, so an invalid one never reaches a switch.
+        job = validate_job(JobSpec.load(args.job), topology) if args.command == "deploy" else None
+        problems = p4names.check_p4info(args.p4info) if args.p4info.exists() else [
+            f"{args.p4info} not found: compile the P4 program first (make build)"]
+        if problems:
+            print("inactl: the P4Info does not match this controller:\n  "
+                  + "\n  ".join(problems), file=sys.stderr)
+            return EXIT_P4INFO
+        if args.command == "init" and not args.p4blob.exists():
+            print(f"inactl: {args.p4blob} not found: compile the P4 program first (make build)",
+                  file=sys.stderr)
+            return EXIT_P4INFO
+        return asyncio.run(_run(args, topology, job))
+    except (TopologyError, JobError, CapacityError) as exc:
+        print(f"inactl: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except (SwitchError, ControllerError) as exc:
+        print(f"inactl: {exc}", file=sys.stderr)
+        return EXIT_SWITCH
+
+
+async def _run(args: argparse.Namespace, topology: Topology, job: Job | None) -> int:
+    from ina.p4rt import connect  # grpc is slow to import; check/bift do not need it
+
+    async with connect(topology, args.p4info, args.p4blob, push=args.command == "init",
+                       timeout=args.timeout) as clients:
+        ctl = Controller(topology, clients)
+        handlers: dict[str, Callable[[], Awaitable[int]]] = {
+            "init": lambda: _init(ctl),
+            "deploy": lambda: _deploy(ctl, job),
+            "teardown": lambda: _teardown(ctl, args.job_id),
+            "status": lambda: _status(ctl, args.job, args.json),
+        }
+        return await handlers[args.command]()
+
+
+async def _init(ctl: Controller) -> int:
+    for sw, (inserted, deleted) in sorted((await ctl.init()).items()):
+        print(f"{sw}: base state ready ({inserted} entries written, {deleted} stale removed)")
+    return 0
+
+
+async def _deploy(ctl: Controller, job: Job | None) -> int:
+    assert job is not None
+    d = await ctl.deploy(job)
+    print(f"job {d.job.job_id} ({d.job.op.name.lower()}) deployed:")
+    for sw, a in sorted(d.allocations.items()):
+        node = d.job.nodes.get(sw)
+        if node is None:
+            print(f"  {sw}: transit, counters at index {a.job_index}")
+        else:
+            role = "root" if node.is_root else f"aggregator -> {node.parent}"
+            print(f"  {sw}: {role}, covers {', '.join(node.covers)}, "
+                  f"slots {a.slot_base}..{a.slot_base + d.job.slots - 1}")
+    for w in d.job.workers:
+        print(f"  worker {w} sends to {d.job.target_of(w, ctl.topology)} "
+              f"({d.job.worker_parent[w]})")
+    return 0
+
+
+async def _teardown(ctl: Controller, job_id: int) -> int:
+    switches = await ctl.teardown(job_id)
+    print(f"job {job_id} removed from {', '.join(switches)}")
+    return 0
+
+
+def _status_json(status: dict[str, SwitchStatus], job_id: int | None) -> dict[str, Any]:
+    return {
+        sw: {
+            "base_entries": s.base_entries,
+            "problems": s.problems,
+            "jobs": {
+                str(j.job_id): {
+                    "role": j.role,
+                    "entry": j.describe(),
+                    "stats": {stat.name.lower(): {"packets": v.packets, "bytes": v.bytes}
+                              for stat, v in s.job_stats[j.job_id].items()},
+                }
+                for j in s.jobs if job_id is None or j.job_id == job_id
+            },
+            "switch": {stat.name.lower(): {"packets": v.packets, "bytes": v.bytes}
+                       for stat, v in s.switch_stats.items()},
+        }
+        for sw, s in status.items()
+    }
+
+
+async def _status(ctl: Controller, job_id: int | None, as_json: bool) -> int:
+    status = await ctl.status()
+    if as_json:
+        print(json.dumps(_status_json(status, job_id), indent=2))
+    else:
+        print(render_status(status, job_id))
+    if job_id is not None and not any(j.job_id == job_id for s in status.values() for j in s.jobs):
+        print(f"inactl: job {job_id} is not deployed", file=sys.stderr)
+        return EXIT_INVALID
+    return 0
+
+
+def _check(topology: Topology, path: Path) -> int:
+    job = validate_job(JobSpec.load(path), topology)
+    width = max(h.bfr_id for h in topology.hosts.values())
+    print(f"job {job.job_id}: {job.op.name.lower()} over {', '.join(job.workers)}, "
+          f"{job.slots} slots per VAT node")
+
+    def show(sw: str, depth: int) -> None:
+        node = job.nodes[sw]
+        print(f"{'  ' * depth}{sw} A-BM {format_bitmap(node.abm, width)} "
+              f"({', '.join(node.covers)})" + (" root" if node.is_root else ""))
+        for child in node.children:
+            if child in job.nodes:
+                show(child, depth + 1)
+            else:
+                print(f"{'  ' * (depth + 1)}{child} -> sends to {job.target_of(child, topology)}")
+
+    show(job.root, 1)
+    return 0
+
+
+def _bift(topology: Topology) -> int:
+    width = max(h.bfr_id for h in topology.hosts.values())
+    for sw in sorted(topology.switches):
+        print(f"{sw}:")
+        for row in bift(topology, sw):
+            print(f"  bfr-id {row.bfr_id:3d} -> port {row.port} ({row.neighbor}) "
+                  f"F-BM {format_bitmap(row.fbm, width)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""The control plane: initialise switches, deploy and tear down jobs, report status.
+
+Every operation reads what the switches hold before it writes, so the switches
+are the only record of what is deployed: ``inactl`` keeps no state of its own
+and a restarted controller sees the same jobs. Writes go to all switches at
+once. A job is either on every switch of its plan or on none: when a write
+fails, what was written is removed again before the error is raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from ina import p4names as n
+from ina.constants import JOB_STAT_STRIDE, JobStat, SwitchStat
+from ina.job import Job, JobError, JobSpec, validate_job
+from ina.plan import (
+    Allocation,
+    Entity,
+    McastGroup,
+    TableEntry,
+    allocate,
+    base_plan,
+    job_plan,
+)
+from ina.switchapi import CounterValue, SwitchClient
+from ina.topology import Topology
+from ina.wire import bfr_ids_of, ip_str
+
+LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ControllerError(RuntimeError):
+    """An operation failed on one or more switches."""
+
+
+class DeployError(ControllerError):
+    def __init__(self, job_id: int, failures: dict[str, BaseException],
+                 rollback_failures: dict[str, BaseException]):
+        lines = [f"job {job_id} was not deployed: writing failed on "
+                 + ", ".join(sorted(failures))]
+        lines += [f"  {sw}: {err}" for sw, err in sorted(failures.items())]
+        if rollback_failures:
+            lines.append("and removing what had been written failed on "
+                         + ", ".join(sorted(rollback_failures))
+                         + ": run `inactl teardown` for this job once they are reachable")
+            lines += [f"  {sw}: {err}" for sw, err in sorted(rollback_failures.items())]
+        else:
+            lines.append("every entry written for it was removed again")
+        super().__init__("\n".join(lines))
+        self.failures = failures
+        self.rollback_failures = rollback_failures
+
+
+@dataclass(frozen=True)
+class Deployment:
+    job: Job
+    allocations: dict[str, Allocation]
+    epoch: int
+    entries: dict[str, list[TableEntry]]
+
+
+@dataclass(frozen=True)
+class JobOnSwitch:
+    """A job's entry on one switch, decoded for people."""
+
+    switch: str
+    entry: TableEntry
+
+    @property
+    def job_id(self) -> int:
+        value = self.entry.match_value("job_id")
+        assert isinstance(value, int)
+        return value
+
+    @property
+    def role(self) -> str:
+        return {n.VAT_ROOT.name: "root", n.VAT_NODE.name: "aggregator",
+                n.TRANSIT.name: "transit"}[self.entry.action]
+
+    @property
+    def job_index(self) -> int:
+        return self.entry.param("job_index")
+
+    def describe(self) -> str:
+        e = self.entry
+        if self.role == "transit":
+            return "transit (forwards and counts the job's packets)"
+        text = (f"{self.role}: A-BM bfr-ids {bfr_ids_of(e.param('abm'))}, "
+                f"slots {e.param('slot_base')}..{e.param('slot_base') + e.param('slot_mask')}")
+        if self.role == "aggregator":
+            text += f", parent {ip_str(e.param('parent_ip'))}"
+        return text
+
+
+@dataclass
+class SwitchStatus:
+    switch: str
+    jobs: list[JobOnSwitch]
+    job_stats: dict[int, dict[JobStat, CounterValue]]  # by job_id
+    switch_stats: dict[SwitchStat, CounterValue]
+    base_entries: int
+    problems: list[str] = field(default_factory=list)
+
+
+class Controller:
+    def __init__(self, topology: Topology, clients: Mapping[str, SwitchClient]):
+        missing = sorted(set(topology.switches) - set(clients))
+        if missing:
+            raise ValueError(f"no connection for switches {missing}")
+        self.topology = topology
+        self.clients = dict(clients)
+
+    async def _each(self, fn: Callable[[str, SwitchClient], Awaitable[T]],
+                    switches: Sequence[str] | None = None) -> dict[str, T | BaseException]:
+        """Run ``fn`` on the switches concurrently; errors are returned, not raised."""
+        names = list(switches if switches is not None else sorted(self.topology.switches))
+        results = await asyncio.gather(
+            *(fn(sw, self.clients[sw]) for sw in names), return_exceptions=True
+        )
+        return dict(zip(names, results, strict=True))
+
+    @staticmethod
+    def _raise_failures(what: str, results: Mapping[str, object]) -> None:
+        failures = {sw: r for sw, r in results.items() if isinstance(r, BaseException)}
+        if failures:
+            detail = "\n".join(f"  {sw}: {err}" for sw, err in sorted(failures.items()))
+            raise ControllerError(f"{what} failed on {', '.join(sorted(failures))}:\n{detail}")
+
+    # --- base state ----------------------------------------------------------------
+
+    async def init(self) -> dict[str, tuple[int, int]]:
+        """Make every switch hold exactly its base plan: (inserted, deleted) per switch.
+
+        Job entries are left alone, so init can run again while jobs are deployed.
+        """
+
+        async def reconcile(sw: str, client: SwitchClient) -> tuple[int, int]:
+            desired: dict[object, Entity] = {_key(e): e for e in base_plan(self.topology, sw)}
+            current: dict[object, Entity] = {}
+            for spec in n.BASE_TABLES:
+                for e in await client.read_table(spec.name):
+                    current[_key(e)] = e
+            for g in await client.read_groups():
+                current[_key(g)] = g
+            stale = [e for k, e in current.items() if desired.get(k) != e]
+            missing = [e for k, e in desired.items() if current.get(k) != e]
+            await client.delete(stale)
+            await client.insert(missing)
+            LOG.info("%s: base state: %d inserted, %d deleted", sw, len(missing), len(stale))
+            return len(missing), len(stale)
+
+        results = await self._each(reconcile)
+        self._raise_failures("initialising switches", results)
+        return {sw: r for sw, r in results.items() if not isinstance(r, BaseException)}
+
+    # --- jobs ----------------------------------------------------------------------------
+
+    async def _read_jobs(self) -> dict[str, list[TableEntry]]:
+        async def read(sw: str, client: SwitchClient) -> list[TableEntry]:
+            return await client.read_table(n.VAT_JOBS.name)
+
+        results = await self._each(read)
+        self._raise_failures("reading the jobs table", results)
+        return {sw: r for sw, r in results.items() if isinstance(r, list)}
+
+    async def jobs(self) -> dict[int, list[JobOnSwitch]]:
+        """Every deployed job and its entries, by job id."""
+        result: dict[int, list[JobOnSwitch]] = {}
+        for sw, entries in sorted((await self._read_jobs()).items()):
+            for e in entries:
+                j = JobOnSwitch(sw, e)
+                result.setdefault(j.job_id, []).append(j)
+        return dict(sorted(result.items()))
+
+    async def deploy(self, spec: JobSpec | Job, epoch: int | None = None) -> Deployment:
+        """Validate, allocate, write the job to all its switches; all or nothing."""
+        job = spec if isinstance(spec, Job) else validate_job(spec, self.topology)
+        existing = await self._read_jobs()
+        holders = sorted(sw for sw, entries in existing.items()
+                         if any(JobOnSwitch(sw, e).job_id == job.job_id for e in entries))
+        if holders:
+            raise JobError([f"job {job.job_id} is already deployed (on {', '.join(holders)}); "
+                            "tear it down first or choose another job_id"])
+        await self._check_initialised()
+        alloc = allocate(job, self.topology, existing)
+        epoch = epoch if epoch is not None else secrets.randbits(32) | 1
+        plan = job_plan(job, self.topology, alloc, epoch)
+
+        async def write(sw: str, client: SwitchClient) -> None:
+            # A job index may have served a torn-down job: start its counters at zero.
+            cells = range(alloc[sw].job_index * JOB_STAT_STRIDE,
+                          (alloc[sw].job_index + 1) * JOB_STAT_STRIDE)
+            for counter in n.JOB_STAT_COUNTERS:
+                await client.reset_counter(counter, cells)
+            await client.insert(plan[sw])
+
+        results = await self._each(write, list(plan))
+        failures = {sw: r for sw, r in results.items() if isinstance(r, BaseException)}
+        if failures:
+            rollback = await self._each(lambda sw, c: self._remove_exact(c, plan[sw]), list(plan))
+            rollback_failures = {sw: r for sw, r in rollback.items()
+                                 if isinstance(r, BaseException)}
+            raise DeployError(job.job_id, failures, rollback_failures)
+        LOG.info("job %d deployed on %s", job.job_id, ", ".join(plan))
+        return Deployment(job, alloc, epoch, plan)
+
+    @staticmethod
+    async def _remove_exact(client: SwitchClient, entries: Sequence[TableEntry]) -> None:
+        """Delete those of ``entries`` the switch holds exactly as given (not another
+        writer's entry that happens to share a key)."""
+        tables = {e.table for e in entries}
+        held = {e for t in tables for e in await client.read_table(t)}
+        await client.delete([e for e in entries if e in held])
+
+    async def _check_initialised(self) -> None:
+        async def check(sw: str, client: SwitchClient) -> bool:
+            return bool(await client.read_table(n.LOCAL_ADDRESSES.name))
+
+        results = await self._each(check)
+        self._raise_failures("checking the switches", results)
+        bare = sorted(sw for sw, ok in results.items() if ok is False)
+        if bare:
+            raise ControllerError(f"switches {bare} hold no base state: run `inactl init` first")
+
+    async def teardown(self, job_id: int) -> list[str]:
+        """Remove every entry of the job; the switches it was removed from."""
+        existing = await self._read_jobs()
+        mine = {sw: [e for e in entries if JobOnSwitch(sw, e).job_id == job_id]
+                for sw, entries in existing.items()}
+        mine = {sw: es for sw, es in mine.items() if es}
+        if not mine:
+            raise JobError([f"job {job_id} is not deployed"])
+        results = await self._each(lambda sw, c: c.delete(mine[sw]), list(mine))
+        self._raise_failures(f"tearing down job {job_id}", results)
+        LOG.info("job %d removed from %s", job_id, ", ".join(mine))
+        return sorted(mine)
+
+    # --- status --------------------------------------------------------------------------
+
+    async def status(self) -> dict[str, SwitchStatus]:
+        """Per switch: base state size, job entries and their counters, drops by reason."""
+
+        async def read(sw: str, client: SwitchClient) -> SwitchStatus:
+            jobs = [JobOnSwitch(sw, e) for e in await client.read_table(n.VAT_JOBS.name)]
+            base = 0
+            for spec in n.BASE_TABLES:
+                base += len(await client.read_table(spec.name))
+            job_cells: dict[int, CounterValue] = {}
+            for name in n.JOB_STAT_COUNTERS:
+                for i, v in (await client.read_counter(name)).items():
+                    job_cells[i] = job_cells.get(i, CounterValue()) + v
+            switch_cells: dict[int, CounterValue] = {}
+            for name in n.SWITCH_STAT_COUNTERS:
+                for i, v in (await client.read_counter(name)).items():
+                    switch_cells[i] = switch_cells.get(i, CounterValue()) + v
+            job_stats = {
+                j.job_id: {
+                    stat: job_cells.get(j.job_index * JOB_STAT_STRIDE + stat, CounterValue())
+                    for stat in JobStat
+                }
+                for j in jobs
+            }
+            switch_stats = {stat: switch_cells.get(stat, CounterValue()) for stat in SwitchStat}
+            problems = []
+            if base == 0:
+                problems.append("no base state: run `inactl init`")
+            return SwitchStatus(sw, sorted(jobs, key=lambda j: j.job_id), job_stats,
+                                switch_stats, base, problems)
+
+        results = await self._each(read)
+        self._raise_failures("reading status", results)
+        return {sw: r for sw, r in results.items() if isinstance(r, SwitchStatus)}
+
+
+def _key(e: Entity) -> object:
+    return ("group", e.group_id) if isinstance(e, McastGroup) else e.key

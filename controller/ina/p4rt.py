@@ -1,0 +1,171 @@
+"""SwitchClient over P4Runtime, with finsy.
+
+``connect`` opens every switch of a topology at once. With ``push=True`` it
+also installs the pipeline (P4Info + BMv2 JSON) when the switch runs another
+one; otherwise it only checks that the switch runs the P4Info it was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import finsy as fy
+
+from ina import p4names as n
+from ina.plan import Entity, Lpm, MatchValue, McastGroup, TableEntry
+from ina.switchapi import CounterValue, SwitchError
+from ina.topology import SwitchSpec, Topology
+
+LOG = logging.getLogger(__name__)
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
+        return int(value)
+    if isinstance(value, fy.MACAddress):
+        return int(value)
+    return int(value)
+
+
+class P4RuntimeSwitch:
+    """One switch over P4Runtime (primary connection, as the only controller)."""
+
+    def __init__(self, spec: SwitchSpec, p4info: Path, p4blob: Path | None = None,
+                 push: bool = False):
+        self.name = spec.name
+        self.spec = spec
+        options = fy.SwitchOptions(
+            p4info=p4info, p4blob=p4blob if push else None, device_id=spec.device_id,
+        )
+        self._switch = fy.Switch(spec.name, spec.grpc, options)
+        self._open = False
+
+    async def open(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self._switch.__aenter__(), timeout)
+        except TimeoutError as exc:
+            raise SwitchError(self.name, f"no P4Runtime answer at {self.spec.grpc} "
+                                         f"within {timeout:g}s (is the switch running?)") from exc
+        except Exception as exc:  # finsy raises several kinds on connect/pipeline errors
+            raise SwitchError(self.name, f"cannot open P4Runtime at {self.spec.grpc}: {exc}") \
+                from exc
+        self._open = True
+
+    async def close(self) -> None:
+        if self._open:
+            self._open = False
+            await self._switch.__aexit__(None, None, None)
+
+    # --- conversion --------------------------------------------------------------------
+
+    def _to_fy(self, e: Entity) -> fy.P4TableEntry | fy.P4MulticastGroupEntry:
+        if isinstance(e, McastGroup):
+            return fy.P4MulticastGroupEntry(e.group_id, replicas=e.ports)
+        match: dict[str, Any] = {}
+        for key, value in e.match:
+            match[key] = (value.value, value.prefix_len) if isinstance(value, Lpm) else value
+        return fy.P4TableEntry(
+            e.table, match=fy.Match(match), action=fy.Action(e.action, **dict(e.params))
+        )
+
+    def _from_fy(self, e: fy.P4TableEntry) -> TableEntry:
+        schema = self._switch.p4info
+        table = schema.tables[e.table_id]
+        spec = n.TABLE_BY_NAME[table.name]
+        assert e.match is not None and isinstance(e.action, fy.P4TableAction)
+        match: list[tuple[str, MatchValue]] = []
+        for key, kind, _ in spec.keys:
+            raw = e.match[key]
+            if kind == "lpm":
+                if isinstance(raw, ipaddress.IPv4Network):
+                    match.append((key, Lpm(int(raw.network_address), raw.prefixlen)))
+                elif isinstance(raw, tuple):
+                    match.append((key, Lpm(_int(raw[0]), int(raw[1]))))
+                else:
+                    match.append((key, Lpm(_int(raw), 32)))
+            else:
+                match.append((key, _int(raw)))
+        action = schema.actions[e.action.name].name
+        aspec = n.ACTION_BY_NAME[action]
+        params = tuple((p, _int(e.action.args[p])) for p in aspec.param_names)
+        return TableEntry(table.name, tuple(match), action, params)
+
+    # --- SwitchClient -------------------------------------------------------------------
+
+    async def _write(self, what: str, coro: Any) -> None:
+        try:
+            await coro
+        except fy.P4ClientError as exc:
+            raise SwitchError(self.name, f"{what} failed: {exc}") from exc
+
+    async def insert(self, entities: Sequence[Entity]) -> None:
+        if entities:
+            await self._write("insert", self._switch.insert([self._to_fy(e) for e in entities]))
+
+    async def delete(self, entities: Sequence[Entity]) -> None:
+        if entities:
+            await self._write(
+                "delete", self._switch.delete([self._to_fy(e) for e in entities], strict=False)
+            )
+
+    async def read_table(self, table: str) -> list[TableEntry]:
+        try:
+            entries = self._switch.read(fy.P4TableEntry(table))
+            return [self._from_fy(e) async for e in entries]  # type: ignore[attr-defined]
+        except fy.P4ClientError as exc:
+            raise SwitchError(self.name, f"reading {table} failed: {exc}") from exc
+
+    async def read_groups(self) -> list[McastGroup]:
+        result = []
+        try:
+            groups = self._switch.read(fy.P4MulticastGroupEntry())
+            async for g in groups:  # type: ignore[attr-defined]
+                ports = tuple(sorted(r if isinstance(r, int) else r.port for r in g.replicas))
+                result.append(McastGroup(g.multicast_group_id, ports))
+        except fy.P4ClientError as exc:
+            raise SwitchError(self.name, f"reading multicast groups failed: {exc}") from exc
+        return result
+
+    async def read_counter(self, counter: str) -> dict[int, CounterValue]:
+        result = {}
+        try:
+            cells = self._switch.read(fy.P4CounterEntry(counter))
+            async for c in cells:  # type: ignore[attr-defined]
+                if c.index is not None and (c.packet_count or c.byte_count):
+                    result[c.index] = CounterValue(c.packet_count, c.byte_count)
+        except fy.P4ClientError as exc:
+            raise SwitchError(self.name, f"reading counter {counter} failed: {exc}") from exc
+        return result
+
+    async def reset_counter(self, counter: str, indices: Sequence[int]) -> None:
+        zero = fy.P4CounterData(byte_count=0, packet_count=0)
+        await self._write("counter reset", self._switch.write(
+            [~fy.P4CounterEntry(counter, index=i, data=zero) for i in indices]
+        ))
+
+
+@contextlib.asynccontextmanager
+async def connect(topology: Topology, p4info: Path, p4blob: Path | None = None,
+                  push: bool = False, timeout: float = 10.0,
+                  ) -> AsyncIterator[dict[str, P4RuntimeSwitch]]:
+    """Open every switch of the topology concurrently; close them all on exit."""
+    clients = {name: P4RuntimeSwitch(spec, p4info, p4blob, push)
+               for name, spec in sorted(topology.switches.items())}
+    results = await asyncio.gather(*(c.open(timeout) for c in clients.values()),
+                                   return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    try:
+        if failures:
+            raise SwitchError(
+                ",".join(sorted(e.switch for e in failures if isinstance(e, SwitchError))) or "?",
+                "cannot connect:\n" + "\n".join(f"  {e}" for e in failures),
+            )
+        yield clients
+    finally:
+        await asyncio.gather(*(c.close() for c in clients.values()), return_exceptions=True)

@@ -1,0 +1,23 @@
+"""Human-readable views shared by inactl, inalab and the demo."""
+
+from __future__ import annotations
+
+from ina.controller import SwitchStatus
+
+
+def render_status(status: dict[str, SwitchStatus], job_id: int | None = None) -> str:
+    lines = []
+    for sw, s in sorted(status.items()):
+        lines.append(f"{sw} ({s.base_entries} base entries)")
+        lines += [f"  ! {problem}" for problem in s.problems]
+        for j in s.jobs:
+            if job_id is not None and j.job_id != job_id:
+                continue
+            counts = ", ".join(f"{st.name.lower()} {v.packets}"
+                               for st, v in s.job_stats[j.job_id].items() if v.packets)
+            lines.append(f"  job {j.job_id}: {j.describe()}")
+            lines.append(f"    {counts or 'no packets yet'}")
+        events = ", ".join(f"{st.name.lower()} {v.packets}" for st, v in s.switch_stats.items()
+                           if v.packets)
+        lines.append(f"  switch: {events or 'no drops, no BIER copies'}")
+    return "\n".join(lines)

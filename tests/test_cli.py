@@ -1,0 +1,40 @@
+"""inactl's offline commands and exit codes (the switch commands run in tests/bmv2)."""
+
+from pathlib import Path
+
+import pytest
+
+from ina import cli
+
+from inatest import FIGURE1, FIGURE1_JOB
+
+
+def test_check_prints_the_vat(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["-t", str(FIGURE1), "check", str(FIGURE1_JOB)]) == 0
+    out = capsys.readouterr().out
+    assert "s6 A-BM 11110000 (w1, w2, w3, w4) root" in out
+    assert "s1 A-BM 11000000" in out and "w3 -> sends to 10.0.100.7" in out
+
+
+def test_invalid_job_exits_2_with_the_problem(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("job_id: 1\nop: sum\nworkers: [w1, w9]\nroot: s6\n")
+    assert cli.main(["-t", str(FIGURE1), "check", str(job)]) == cli.EXIT_INVALID
+    assert "'w9' is not a host" in capsys.readouterr().err
+
+
+def test_deploy_refuses_an_invalid_job_before_anything_else(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("job_id: 1\nop: sum\nworkers: [w1]\nroot: s9\n")
+    # Neither a P4Info nor a switch exists: the job is refused before either is needed.
+    assert cli.main(["-t", str(FIGURE1), "--p4info", str(tmp_path / "none"), "deploy",
+                     str(job)]) == cli.EXIT_INVALID
+    assert "root 's9' is not a switch" in capsys.readouterr().err
+
+
+def test_bift_lists_a_row_per_bfer(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["-t", str(FIGURE1), "bift"]) == 0
+    out = capsys.readouterr().out
+    assert "bfr-id   5 -> port 2 (s6) F-BM 00001111" in out
