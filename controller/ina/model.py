@@ -1,0 +1,410 @@
+"""Reference model: the data plane of p4src/ in plain Python.
+
+Each ``ModelSwitch`` runs the P4 program's ingress, replication and egress on
+bytes, with the tables the controller wrote into its ``MemorySwitch`` and with
+the same counters and register state. ``ModelNetwork`` wires switches and hosts
+as the topology says and moves frames until the network is quiet. It is the
+oracle of the tests and the data plane of the demo when BMv2 is absent.
+
+The structure follows p4src/ control by control; keep them in step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from ina import p4names as n
+from ina.constants import (
+    BIER_BIFT_ID,
+    BIER_BSL_CODE,
+    BIER_INITIAL_TTL,
+    BIER_MCAST_GROUP,
+    BIER_NIBBLE,
+    BIER_PROTO_IPV4,
+    BIER_VERSION,
+    BITSTRING_BITS,
+    ELEMS_PER_PACKET,
+    ETHERTYPE_BIER,
+    ETHERTYPE_IPV4,
+    INA_VERSION,
+    IPV4_INITIAL_TTL,
+    JOB_STAT_STRIDE,
+    Flag,
+    JobStat,
+    Op,
+    SwitchStat,
+)
+from ina.plan import Lpm, TableEntry
+from ina.switchapi import MemorySwitch
+from ina.topology import Topology
+from ina.wire import Bier, Frame, ina_frame, ip_int, ip_str, mac_str, parse_frame
+from ina.worker import AllreduceError, AllreduceSession
+
+LOG = logging.getLogger(__name__)
+BM_MASK = (1 << BITSTRING_BITS) - 1
+U32 = 0xFFFFFFFF
+
+# Register names of the aggregation state (model-side mirror of aggregation.p4).
+REG_BITMAP = "slot_bitmap"
+REG_EPOCH = "slot_epoch"
+REG_SEQ = "slot_seq"
+REG_COUNT = "slot_count"
+REG_OVERFLOW = "slot_overflow"
+REG_VALUES = "agg_values"
+
+
+def _s32(v: int) -> int:
+    v &= U32
+    return v - (1 << 32) if v >> 31 else v
+
+
+def combine(op: Op, a: int, b: int) -> tuple[int, bool]:
+    """One element of the reduction on signed 32-bit values: (result, overflowed)."""
+    if op == Op.SUM:
+        total = a + b
+        wrapped = _s32(total)
+        return wrapped, wrapped != total
+    if op == Op.MIN:
+        return min(a, b), False
+    return max(a, b), False
+
+
+@dataclass
+class _Meta:
+    from_host: bool = False
+    host_bit: int = 0
+    to_me: bool = False
+    job: TableEntry | None = None
+    job_events: set[JobStat] = field(default_factory=set)
+    drop: SwitchStat | None = None
+    consumed: bool = False  # absorbed into a slot or dropped by a job check
+    egress_port: int | None = None
+    mcast_grp: int = 0
+
+
+class ModelSwitch:
+    def __init__(self, name: str, store: MemorySwitch):
+        self.name = name
+        self.store = store
+
+    # --- tables -------------------------------------------------------------------
+
+    def _exact(self, spec: n.TableSpec, **key: int) -> TableEntry | None:
+        return self.store.lookup(spec.name, tuple((k, key[k]) for k in spec.key_names))
+
+    def _lpm(self, dst: int) -> TableEntry | None:
+        best: TableEntry | None = None
+        best_len = -1
+        for e in self.store.tables.get(n.IPV4_ROUTES.name, {}).values():
+            lpm = e.match_value("dst_addr")
+            assert isinstance(lpm, Lpm)
+            mask = (U32 << (32 - lpm.prefix_len)) & U32
+            if dst & mask == lpm.value & mask and lpm.prefix_len > best_len:
+                best, best_len = e, lpm.prefix_len
+        return best
+
+    # --- pipeline -----------------------------------------------------------------
+
+    def process(self, in_port: int, raw: bytes) -> list[tuple[int, bytes]]:
+        """One packet through ingress, replication and egress: the frames sent."""
+        frame = parse_frame(raw)
+        meta = _Meta()
+        self._ingress(frame, meta, in_port)
+        if meta.job is not None:
+            base = meta.job.param("job_index") * JOB_STAT_STRIDE
+            for event in sorted(meta.job_events):
+                self.store.count(n.INGRESS_JOB_STATS, base + event, len(raw))
+        if meta.drop is not None:
+            self.store.count(n.INGRESS_SWITCH_STATS, meta.drop, len(raw))
+            return []
+        if meta.consumed:
+            return []
+        if meta.mcast_grp:
+            group = self.store.groups.get(meta.mcast_grp)
+            out = []
+            for port in group.ports if group else ():
+                copy = frame.copy()
+                if self._egress(copy, meta, port):
+                    out.append((port, copy.pack()))
+            return out
+        if meta.egress_port is None:
+            return []
+        return [(meta.egress_port, frame.pack())]
+
+    def _ingress(self, frame: Frame, meta: _Meta, in_port: int) -> None:
+        edge = self._exact(n.HOST_PORTS, ingress_port=in_port)
+        if edge is not None:
+            meta.from_host, meta.host_bit = True, edge.param("host_bit")
+        if frame.error is not None:
+            meta.drop = SwitchStat.DROP_PARSER_ERROR
+        elif frame.ipv4 is not None and not frame.ipv4.checksum_ok:
+            meta.drop = SwitchStat.DROP_IP_CHECKSUM
+        elif frame.bier is not None:
+            self._bier_ingress(frame, meta)
+        elif frame.ipv4 is not None and frame.ipv4.ver_ihl & 0xF == 5:
+            self._ipv4_ingress(frame, meta)
+        else:
+            meta.drop = SwitchStat.DROP_NOT_SUPPORTED
+
+    def _lookup_job(self, frame: Frame, meta: _Meta) -> None:
+        assert frame.ina is not None
+        meta.job = self._exact(n.VAT_JOBS, job_id=frame.ina.job_id)
+
+    def _bier_ingress(self, frame: Frame, meta: _Meta) -> None:
+        bier = frame.bier
+        assert bier is not None
+        if meta.from_host:
+            meta.drop = SwitchStat.DROP_BIER_FROM_HOST
+        elif (bier.nibble != BIER_NIBBLE or bier.version != BIER_VERSION
+              or bier.bsl != BIER_BSL_CODE or bier.bift_id != BIER_BIFT_ID
+              or bier.bitstring == 0):
+            meta.drop = SwitchStat.DROP_BIER_MALFORMED
+        elif bier.ttl <= 1:
+            meta.drop = SwitchStat.DROP_BIER_TTL
+        else:
+            bier.ttl -= 1
+            if frame.ina is not None:
+                self._lookup_job(frame, meta)
+                if meta.job is not None:
+                    meta.job_events.add(JobStat.BIER_RECEIVED)
+            meta.mcast_grp = BIER_MCAST_GROUP
+
+    def _ipv4_ingress(self, frame: Frame, meta: _Meta) -> None:
+        ipv4 = frame.ipv4
+        assert ipv4 is not None
+        meta.to_me = self._exact(n.LOCAL_ADDRESSES, dst_addr=ip_int(ipv4.dst)) is not None
+        ina = frame.ina
+        if ina is not None:
+            if ina.version != INA_VERSION:
+                meta.drop = SwitchStat.DROP_BAD_VERSION
+            elif not 1 <= ina.count <= ELEMS_PER_PACKET:
+                meta.drop = SwitchStat.DROP_BAD_COUNT
+            elif ina.op not in (Op.SUM, Op.MIN, Op.MAX):
+                meta.drop = SwitchStat.DROP_BAD_OP
+            elif ina.pbm == 0 or ina.flags & Flag.RESULT:
+                meta.drop = SwitchStat.DROP_BAD_PBM
+            elif meta.from_host and ina.pbm != meta.host_bit:
+                meta.drop = SwitchStat.DROP_FORGED_PBM
+            if meta.drop is not None:
+                return
+            self._lookup_job(frame, meta)
+            if meta.job is not None:
+                if meta.job.action == n.TRANSIT.name:
+                    meta.job_events.add(JobStat.TRANSIT)
+                else:
+                    self._aggregate(frame, meta)
+            if meta.consumed or meta.drop is not None or meta.mcast_grp:
+                return
+        if meta.to_me:
+            meta.drop = (SwitchStat.DROP_UNKNOWN_JOB if ina is not None
+                         else SwitchStat.DROP_NOT_SUPPORTED)
+        else:
+            self._route(frame, meta)
+
+    def _route(self, frame: Frame, meta: _Meta) -> None:
+        """routing.p4"""
+        ipv4 = frame.ipv4
+        assert ipv4 is not None
+        if ipv4.ttl <= 1:
+            meta.drop = SwitchStat.DROP_TTL
+            return
+        route = self._lpm(ip_int(ipv4.dst))
+        if route is None:
+            meta.drop = SwitchStat.DROP_NO_ROUTE
+            return
+        ipv4.ttl -= 1
+        frame.eth.src = mac_str(route.param("smac").to_bytes(6, "big"))
+        frame.eth.dst = mac_str(route.param("dmac").to_bytes(6, "big"))
+        meta.egress_port = route.param("port")
+
+    def _aggregate(self, frame: Frame, meta: _Meta) -> None:
+        """aggregation.p4: the draft's A-BM/P-BM test and the slot state machine."""
+        job, ina, ipv4, udp = meta.job, frame.ina, frame.ipv4, frame.udp
+        assert job is not None and ina is not None and ipv4 is not None and udp is not None
+        assert frame.values is not None
+        abm = job.param("abm")
+        if ina.op != job.param("op"):
+            self._job_drop(meta, JobStat.DROP_OP_MISMATCH)
+            return
+        if abm & ina.pbm == 0:
+            if meta.to_me:
+                self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)
+            else:
+                meta.job_events.add(JobStat.PASSED)
+            return
+        if ina.pbm & ~abm & BM_MASK:
+            self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)
+            return
+        s = self.store
+        slot = job.param("slot_base") + (ina.seq & job.param("slot_mask"))
+        epoch = job.param("epoch")
+        bitmap = s.reg_read(REG_BITMAP, slot)
+        fresh = bitmap == 0 or s.reg_read(REG_EPOCH, slot) != epoch
+        if not fresh:
+            if s.reg_read(REG_SEQ, slot) != ina.seq:
+                self._job_drop(meta, JobStat.DROP_SLOT_BUSY)
+                return
+            if s.reg_read(REG_COUNT, slot) != ina.count:
+                self._job_drop(meta, JobStat.DROP_COUNT_MISMATCH)
+                return
+            if bitmap & ina.pbm:
+                self._job_drop(meta, JobStat.DROP_DUPLICATE)
+                return
+        meta.job_events.add(JobStat.ABSORBED)
+        overflow = bool(ina.flags & Flag.OVERFLOW)
+        base = slot * ELEMS_PER_PACKET
+        values = list(frame.values)
+        if fresh:
+            bitmap = 0
+            s.reg_write(REG_EPOCH, slot, epoch)
+            s.reg_write(REG_SEQ, slot, ina.seq)
+            s.reg_write(REG_COUNT, slot, ina.count)
+        else:
+            overflow = overflow or bool(s.reg_read(REG_OVERFLOW, slot))
+            for i in range(ELEMS_PER_PACKET):
+                stored = _s32(s.reg_read(REG_VALUES, base + i))
+                values[i], ovf = combine(Op(job.param("op")), stored, values[i])
+                overflow = overflow or ovf
+        for i in range(ELEMS_PER_PACKET):
+            s.reg_write(REG_VALUES, base + i, values[i] & U32)
+        s.reg_write(REG_OVERFLOW, slot, int(overflow))
+        bitmap |= ina.pbm
+        if bitmap != abm:
+            s.reg_write(REG_BITMAP, slot, bitmap)
+            meta.consumed = True
+            return
+        # Complete: this packet leaves with the aggregate, the slot is free again.
+        s.reg_write(REG_BITMAP, slot, 0)
+        flags = (ina.flags & ~Flag.OVERFLOW) | (Flag.OVERFLOW if overflow else Flag.NONE)
+        frame.values = tuple(values)
+        ipv4.src = ip_str(job.param("node_ip"))
+        udp.checksum = 0
+        meta.to_me = False
+        if job.action == n.VAT_ROOT.name:
+            frame.ina = replace(ina, pbm=abm, flags=flags | Flag.RESULT)
+            ipv4.dst = "0.0.0.0"
+            ipv4.ttl = IPV4_INITIAL_TTL
+            frame.bier = Bier(bitstring=abm, ttl=BIER_INITIAL_TTL, proto=BIER_PROTO_IPV4)
+            frame.eth.ethertype = ETHERTYPE_BIER
+            meta.mcast_grp = BIER_MCAST_GROUP
+            meta.job_events.add(JobStat.MULTICAST)
+        else:
+            frame.ina = replace(ina, pbm=abm, flags=flags)
+            ipv4.dst = ip_str(job.param("parent_ip"))
+            meta.job_events.add(JobStat.EMITTED)
+
+    def _job_drop(self, meta: _Meta, stat: JobStat) -> None:
+        meta.job_events.add(stat)
+        meta.consumed = True
+
+    def _egress(self, frame: Frame, meta: _Meta, port: int) -> bool:
+        """bier_egress.p4: mask the BitString with the port's F-BM; decapsulate to hosts."""
+        bier = frame.bier
+        if bier is None:
+            return True
+        nbytes = len(frame.pack())
+        row = self._exact(n.BIER_PORTS, egress_port=port)
+        masked = bier.bitstring & row.param("fbm") if row is not None else 0
+        if row is None or masked == 0:
+            self.store.count(n.EGRESS_SWITCH_STATS, SwitchStat.BIER_COPY_PRUNED, nbytes)
+            return False
+        bier.bitstring = masked
+        frame.eth.src = mac_str(row.param("smac").to_bytes(6, "big"))
+        frame.eth.dst = mac_str(row.param("dmac").to_bytes(6, "big"))
+        if row.action == n.TO_BFR.name:
+            self.store.count(n.EGRESS_SWITCH_STATS, SwitchStat.BIER_COPY_SENT, nbytes)
+            return True
+        frame.bier = None
+        frame.eth.ethertype = ETHERTYPE_IPV4
+        if frame.ipv4 is not None:
+            frame.ipv4.dst = ip_str(row.param("host_ip"))
+        self.store.count(n.EGRESS_SWITCH_STATS, SwitchStat.BIER_COPY_DELIVERED, nbytes)
+        if meta.job is not None:
+            self.store.count(
+                n.EGRESS_JOB_STATS,
+                meta.job.param("job_index") * JOB_STAT_STRIDE + JobStat.DELIVERED, nbytes,
+            )
+        return True
+
+
+class ModelNetwork:
+    """Switches and hosts of a topology, exchanging frames in order."""
+
+    def __init__(self, topology: Topology, stores: dict[str, MemorySwitch]):
+        self.topology = topology
+        self.switches = {name: ModelSwitch(name, stores[name]) for name in topology.switches}
+        self.inbox: dict[str, deque[bytes]] = {h: deque() for h in topology.hosts}
+        self.frames_on_link: dict[tuple[str, str], int] = {}
+
+    def send(self, host: str, raw: bytes) -> None:
+        """A host puts a frame on its link; everything it causes happens now."""
+        switch, port = self.topology.host_attachment(host)
+        queue: deque[tuple[str, int, bytes, str]] = deque([(switch, port, raw, host)])
+        while queue:
+            node, in_port, frame, sender = queue.popleft()
+            self._carried(sender, node)
+            for out_port, out in self.switches[node].process(in_port, frame):
+                nb = self.topology.ports(node)[out_port]
+                if nb.is_host:
+                    self._carried(node, nb.node)
+                    self.inbox[nb.node].append(out)
+                else:
+                    assert nb.remote_port is not None
+                    queue.append((nb.node, nb.remote_port, out, node))
+
+    def _carried(self, a: str, b: str) -> None:
+        self.frames_on_link[(a, b)] = self.frames_on_link.get((a, b), 0) + 1
+
+    def receive(self, host: str) -> bytes | None:
+        inbox = self.inbox[host]
+        return inbox.popleft() if inbox else None
+
+    def host_send_payload(self, host: str, dst_ip: str, payload: bytes) -> None:
+        """What a host's UDP socket does: wrap an INA payload toward ``dst_ip``."""
+        h = self.topology.hosts[host]
+        switch, _ = self.topology.host_attachment(host)
+        self.send(host, ina_frame(h.mac, self.topology.switches[switch].mac, h.ip, dst_ip,
+                                  payload))
+
+    def received_payloads(self, host: str) -> list[bytes]:
+        """INA payloads addressed to the host, drained from its inbox."""
+        out = []
+        while (raw := self.receive(host)) is not None:
+            frame = parse_frame(raw)
+            if (frame.ipv4 is not None and frame.ipv4.dst == self.topology.hosts[host].ip
+                    and frame.ina is not None and frame.values is not None):
+                out.append(frame.pack()[14 + 20 + 8:])
+        return out
+
+    def run_sessions(self, sessions: dict[str, AllreduceSession]) -> None:
+        """Drive every worker's session until all are done; raises if they stall."""
+        while not all(s.done for s in sessions.values()):
+            progress = False
+            for host, session in sessions.items():
+                for payload in session.packets_to_send():
+                    self.host_send_payload(host, session.config.target, payload)
+                    progress = True
+            for host, session in sessions.items():
+                for payload in self.received_payloads(host):
+                    progress |= session.accept(payload)
+            if not progress:
+                stalled = {h: len(s.missing()) for h, s in sessions.items() if not s.done}
+                raise AllreduceError(f"AllReduce stalled on the model; results missing: {stalled}")
+
+
+def reduce_arrays(op: Op, arrays: list[npt.NDArray[np.integer]]) -> npt.NDArray[np.int32]:
+    """What an AllReduce of ``arrays`` must give, with the switches' int32 semantics
+    (SUM wraps around; the OVERFLOW flag tells the workers)."""
+    stacked = np.stack([np.asarray(a, dtype=np.int64) for a in arrays])
+    if op == Op.SUM:
+        reduced = (stacked.sum(axis=0) + 2**31) % 2**32 - 2**31
+    elif op == Op.MIN:
+        reduced = stacked.min(axis=0)
+    else:
+        reduced = stacked.max(axis=0)
+    return np.asarray(reduced, dtype=np.int32)

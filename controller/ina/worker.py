@@ -1,0 +1,211 @@
+"""Host side: send a worker's int32 array for a job, get the reduced array back.
+
+``AllreduceSession`` holds the protocol logic without any I/O: it cuts the
+array into packets (ELEMS_PER_PACKET values each, sequence numbers counted from
+``seq_base``), keeps at most ``window`` of them outstanding (never more than the
+job's slots, so no two packets in flight share a slot), and collects the
+results. ``Worker`` drives a session over a UDP socket; the reference-model
+demo and the tests drive sessions over the model network.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ina.constants import ELEMS_PER_PACKET, INA_UDP_PORT, Flag, Op
+from ina.job import JobSpec, validate_job
+from ina.topology import Topology
+from ina.wire import InaPacket, WireError, ina_payload
+
+LOG = logging.getLogger(__name__)
+SEQ_MODULO = 1 << 32
+
+
+class AllreduceError(RuntimeError):
+    """The AllReduce could not complete."""
+
+
+class AllreduceTimeout(AllreduceError):
+    pass
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What a worker must know about its job."""
+
+    job_id: int
+    op: Op
+    pbm: int  # the worker's own bit
+    target: str  # address of its parent VAT node
+    window: int  # packets outstanding at most (the job's slots)
+
+    @classmethod
+    def from_files(cls, topology: str | Path, job: str | Path, worker: str) -> WorkerConfig:
+        topo = Topology.load(topology)
+        j = validate_job(JobSpec.load(job), topo)
+        if worker not in j.workers:
+            raise ValueError(f"{worker} is not a worker of job {j.job_id} ({', '.join(j.workers)})")
+        return cls(j.job_id, j.op, j.worker_bit[worker], j.target_of(worker, topo), j.slots)
+
+
+@dataclass(frozen=True)
+class AllreduceResult:
+    values: npt.NDArray[np.int32]
+    overflow: bool  # a 32-bit SUM wrapped somewhere: the values are not exact
+    packets: int
+
+
+class AllreduceSession:
+    """One AllReduce of one array, without I/O."""
+
+    def __init__(self, config: WorkerConfig, values: npt.ArrayLike, seq_base: int = 0):
+        array = np.asarray(values)
+        if array.ndim != 1 or array.size == 0:
+            raise ValueError("allreduce takes a non-empty one-dimensional array")
+        if not np.issubdtype(array.dtype, np.integer):
+            raise TypeError(f"allreduce takes integers, got {array.dtype}")
+        if array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max:
+            raise ValueError("values must fit in signed 32 bits")
+        self.config = config
+        self.values = array.astype(np.int64)
+        self.chunks = -(-array.size // ELEMS_PER_PACKET)
+        self.seq_base = seq_base
+        self.result = np.zeros(array.size, dtype=np.int32)
+        self.received = np.zeros(self.chunks, dtype=bool)
+        self.sent = 0
+        self.overflow = False
+
+    def seq_of(self, chunk: int) -> int:
+        return (self.seq_base + chunk) % SEQ_MODULO
+
+    @property
+    def done(self) -> bool:
+        return bool(self.received.all())
+
+    @property
+    def outstanding(self) -> int:
+        return self.sent - int(self.received[: self.sent].sum())
+
+    def packets_to_send(self) -> list[bytes]:
+        """Payloads the window allows now; call again after results arrive."""
+        out = []
+        while self.sent < self.chunks and self.outstanding < self.config.window:
+            chunk = self.sent
+            lo = chunk * ELEMS_PER_PACKET
+            part = self.values[lo: lo + ELEMS_PER_PACKET]
+            out.append(ina_payload(self.config.job_id, self.seq_of(chunk), self.config.pbm,
+                                   [int(v) for v in part], self.config.op))
+            self.sent += 1
+        return out
+
+    def accept(self, payload: bytes) -> bool:
+        """Take a received UDP payload; True if it was a new result of this session."""
+        try:
+            pkt = InaPacket.unpack(payload)
+        except WireError:
+            LOG.debug("ignored a payload that is not INA")
+            return False
+        h = pkt.header
+        if h.job_id != self.config.job_id or not h.flags & Flag.RESULT:
+            return False
+        chunk = (h.seq - self.seq_base) % SEQ_MODULO
+        if chunk >= self.sent or self.received[chunk]:
+            return False  # not ours, or a duplicate
+        lo = chunk * ELEMS_PER_PACKET
+        n = min(ELEMS_PER_PACKET, self.values.size - lo)
+        if h.count != n:
+            LOG.warning("result for seq %d carries %d values, expected %d", h.seq, h.count, n)
+            return False
+        self.result[lo: lo + n] = pkt.values[:n]
+        self.received[chunk] = True
+        self.overflow |= bool(h.flags & Flag.OVERFLOW)
+        return True
+
+    def missing(self) -> list[int]:
+        return [self.seq_of(c) for c in range(self.chunks) if not self.received[c]]
+
+    def outcome(self) -> AllreduceResult:
+        if not self.done:
+            raise AllreduceError(f"{len(self.missing())} of {self.chunks} results missing")
+        return AllreduceResult(self.result.copy(), self.overflow, self.chunks)
+
+
+class Transport(Protocol):
+    def send(self, payload: bytes) -> None: ...
+
+    def recv(self, timeout: float) -> bytes | None:
+        """One received INA payload, or None after ``timeout`` seconds."""
+
+
+class UdpTransport:
+    """A UDP socket on INA_UDP_PORT: sends to the parent VAT node, receives results."""
+
+    def __init__(self, target: str, bind: str = "0.0.0.0", port: int = INA_UDP_PORT):
+        self.target = (target, port)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock.bind((bind, port))
+
+    def send(self, payload: bytes) -> None:
+        self.sock.sendto(payload, self.target)
+
+    def recv(self, timeout: float) -> bytes | None:
+        self.sock.settimeout(max(timeout, 1e-6))
+        try:
+            data, _ = self.sock.recvfrom(65535)
+        except TimeoutError:
+            return None
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> UdpTransport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Worker:
+    """A worker of one job: ``allreduce(array)`` returns the reduced array.
+
+    Every worker of the job must call ``allreduce`` with arrays of the same
+    length in the same order; sequence numbers continue from call to call.
+    """
+
+    def __init__(self, config: WorkerConfig, transport: Transport, timeout: float = 5.0,
+                 seq_base: int = 0):
+        self.config = config
+        self.transport = transport
+        self.timeout = timeout
+        self.next_seq = seq_base
+
+    def allreduce(self, values: npt.ArrayLike | Sequence[int]) -> AllreduceResult:
+        session = AllreduceSession(self.config, values, self.next_seq)
+        self.next_seq = (self.next_seq + session.chunks) % SEQ_MODULO
+        deadline = time.monotonic() + self.timeout
+        while not session.done:
+            for payload in session.packets_to_send():
+                self.transport.send(payload)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                missing = session.missing()
+                raise AllreduceTimeout(
+                    f"job {self.config.job_id}: no result within {self.timeout:g}s for "
+                    f"{len(missing)} of {session.chunks} packets (first seq {missing[0]}); "
+                    "is every worker running, and the job deployed?"
+                )
+            received = self.transport.recv(remaining)
+            if received is not None and session.accept(received):
+                deadline = time.monotonic() + self.timeout  # progress resets the clock
+        return session.outcome()

@@ -1,0 +1,93 @@
+"""inaworker: one worker's AllReduce of an int32 array, from a host.
+
+    inaworker -t topologies/figure1.yaml --job jobs/figure1-sum.yaml --worker w1 \\
+        --random 1000 --seed 1 --output result.npy
+
+Prints one JSON line about the result. Exit codes: 0 done, 2 bad arguments,
+3 timed out (a peer missing, or the job not deployed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from ina.job import JobError
+from ina.topology import TopologyError
+from ina.worker import AllreduceError, UdpTransport, Worker, WorkerConfig
+
+EXIT_INVALID = 2
+EXIT_TIMEOUT = 3
+
+
+def random_array(size: int, seed: int) -> npt.NDArray[np.int32]:
+    """The array `--random SIZE --seed SEED` stands for (tests recompute it)."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(-(2**24), 2**24, size=size, dtype=np.int32)
+
+
+def digest(values: npt.NDArray[np.int32]) -> str:
+    return hashlib.sha256(values.astype(">i4").tobytes()).hexdigest()[:16]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="inaworker", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-t", "--topology", required=True, type=Path)
+    p.add_argument("--job", required=True, type=Path)
+    p.add_argument("--worker", required=True, help="this host's name in the topology")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--values", help="comma-separated integers")
+    src.add_argument("--input", type=Path, help=".npy file of integers")
+    src.add_argument("--random", type=int, metavar="SIZE", help="SIZE random int32 values")
+    p.add_argument("--seed", type=int, default=0, help="seed for --random")
+    p.add_argument("--output", type=Path, help="write the result here (.npy)")
+    p.add_argument("--timeout", type=float, default=5.0,
+                   help="seconds without progress before giving up")
+    p.add_argument("--seq-base", type=int, default=0, help="first sequence number")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
+
+    try:
+        config = WorkerConfig.from_files(args.topology, args.job, args.worker)
+        values: npt.NDArray[np.integer]
+        if args.values is not None:
+            values = np.array([int(v) for v in args.values.split(",")], dtype=np.int64)
+        elif args.input is not None:
+            values = np.load(args.input)
+        else:
+            values = random_array(args.random, args.seed)
+    except (TopologyError, JobError, ValueError, OSError) as exc:
+        print(f"inaworker: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+
+    try:
+        with UdpTransport(config.target) as transport:
+            result = Worker(config, transport, timeout=args.timeout,
+                            seq_base=args.seq_base).allreduce(values)
+    except (AllreduceError, ValueError, TypeError) as exc:
+        print(f"inaworker {args.worker}: {exc}", file=sys.stderr)
+        return EXIT_TIMEOUT if isinstance(exc, AllreduceError) else EXIT_INVALID
+    except OSError as exc:
+        print(f"inaworker {args.worker}: socket error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if args.output is not None:
+        np.save(args.output, result.values)
+    print(json.dumps({
+        "worker": args.worker, "job_id": config.job_id, "values": int(result.values.size),
+        "packets": result.packets, "overflow": result.overflow,
+        "sha256": digest(result.values), "head": result.values[:4].tolist(),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""Figure 1 on the reference model: results, counters, and bad packets.
+
+The model runs the same plan the controller installs on BMv2, so these tests
+pin the data plane's semantics without BMv2; tests/bmv2 checks BMv2 agrees.
+"""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from ina.constants import JobStat, Op, SwitchStat
+from ina.job import Job
+from ina.model import reduce_arrays
+from ina.switchapi import CounterValue
+from ina.wire import InaHeader, InaPacket, bit_of, ina_payload
+from ina.worker import AllreduceError, AllreduceSession, WorkerConfig
+
+from inatest import ModelLab, figure1_job
+
+
+def _arrays(job: Job, size: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {w: rng.integers(-(2**20), 2**20, size, dtype=np.int32) for w in job.workers}
+
+
+def _allreduce(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray],
+               seq_base: int = 0) -> dict[str, np.ndarray]:
+    sessions = {
+        w: AllreduceSession(
+            WorkerConfig(job.job_id, job.op, job.worker_bit[w], job.target_of(w, lab.topology),
+                         job.slots), arrays[w], seq_base)
+        for w in job.workers
+    }
+    lab.net.run_sessions(sessions)
+    return {w: s.outcome().values for w, s in sessions.items()}
+
+
+def _job_stats(lab: ModelLab, job_id: int) -> dict[str, dict[JobStat, int]]:
+    status = asyncio.run(lab.ctl.status())
+    return {sw: {k: v.packets for k, v in s.job_stats[job_id].items() if v.packets}
+            for sw, s in status.items() if job_id in s.job_stats}
+
+
+def _switch_stat(lab: ModelLab, switch: str, stat: SwitchStat) -> int:
+    return asyncio.run(lab.ctl.status())[switch].switch_stats.get(stat, CounterValue()).packets
+
+
+def _deploy(lab: ModelLab, job: Job) -> None:
+    asyncio.run(lab.ctl.deploy(job))
+
+
+@pytest.mark.parametrize("op", ["sum", "min", "max"])
+def test_figure1_result_is_exact_at_every_worker(model_lab: ModelLab, op: str) -> None:
+    job = figure1_job(model_lab.topology, op=op)
+    _deploy(model_lab, job)
+    arrays = _arrays(job, 200)
+    results = _allreduce(model_lab, job, arrays)
+    expected = reduce_arrays(job.op, list(arrays.values()))
+    for w in job.workers:
+        assert np.array_equal(results[w], expected), w
+
+
+def test_hosts_outside_the_job_receive_nothing(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    _allreduce(model_lab, job, _arrays(job, 100))
+    assert {h: len(model_lab.net.inbox[h]) for h in ("w5", "w6", "w7", "w8")} == {
+        "w5": 0, "w6": 0, "w7": 0, "w8": 0}
+
+
+def test_counters_show_the_drafts_walkthrough(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    _allreduce(model_lab, job, _arrays(job, 64 * 3))  # three packets per worker
+    stats = _job_stats(model_lab, job.job_id)
+    assert stats["s1"][JobStat.ABSORBED] == 6 and stats["s1"][JobStat.EMITTED] == 3
+    assert stats["s7"][JobStat.ABSORBED] == 6 and stats["s7"][JobStat.EMITTED] == 3
+    assert stats["s7"][JobStat.PASSED] == 3  # s1's partial results, on their way to s6
+    assert stats["s6"][JobStat.ABSORBED] == 6 and stats["s6"][JobStat.MULTICAST] == 3
+    assert stats["s5"][JobStat.TRANSIT] == 9 and stats["s2"][JobStat.TRANSIT] == 6
+    assert stats["s1"][JobStat.DELIVERED] == 6 and stats["s2"][JobStat.DELIVERED] == 6
+
+
+def _second_job(lab: ModelLab) -> Job:
+    """Workers w2, w5, w7 rooted at s7, with s6 aggregating w5 and w7."""
+    return figure1_job(lab.topology, job_id=2, workers=["w2", "w5", "w7"], root="s7",
+                       aggregators={"s6": ["w5", "w7"]})
+
+
+def _assert_exact(lab: ModelLab, job: Job) -> None:
+    arrays = _arrays(job, 130, seed=3)
+    expected = reduce_arrays(job.op, list(arrays.values()))
+    for w, result in _allreduce(lab, job, arrays).items():
+        assert np.array_equal(result, expected), w
+
+
+def test_a_second_job_is_exact_while_the_first_is_deployed(model_lab: ModelLab) -> None:
+    _deploy(model_lab, figure1_job(model_lab.topology))
+    second = _second_job(model_lab)
+    _deploy(model_lab, second)
+    _assert_exact(model_lab, second)
+    _assert_exact(model_lab, figure1_job(model_lab.topology))
+
+
+def test_a_second_job_is_exact_after_the_first_is_torn_down(model_lab: ModelLab) -> None:
+    _deploy(model_lab, figure1_job(model_lab.topology))
+    asyncio.run(model_lab.ctl.teardown(1))
+    second = _second_job(model_lab)
+    _deploy(model_lab, second)
+    _assert_exact(model_lab, second)
+
+
+def _send(lab: ModelLab, host: str, dst: str, payload: bytes) -> None:
+    lab.net.host_send_payload(host, dst, payload)
+
+
+def test_unknown_job_is_dropped_and_counted(model_lab: ModelLab) -> None:
+    _send(model_lab, "w1", "10.0.100.6", ina_payload(99, 0, bit_of(1), [1]))
+    assert _switch_stat(model_lab, "s6", SwitchStat.DROP_UNKNOWN_JOB) == 1
+
+
+def test_foreign_pbm_is_dropped_at_the_vat_node(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    # w5 is no worker of job 1; its own bit passes its edge switch, s6 refuses it.
+    _send(model_lab, "w5", "10.0.100.6", ina_payload(1, 0, bit_of(5), [7]))
+    assert _job_stats(model_lab, 1)["s6"] == {JobStat.DROP_FOREIGN_PBM: 1}
+
+
+def test_forged_pbm_from_a_host_is_dropped_at_its_edge(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    _send(model_lab, "w5", "10.0.100.6", ina_payload(1, 0, bit_of(1), [7]))
+    assert _switch_stat(model_lab, "s3", SwitchStat.DROP_FORGED_PBM) == 1
+
+
+def test_bad_packets_change_no_result(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    truncated = ina_payload(1, 0, bit_of(1), [10**6])[:-20]
+    no_values = InaPacket(InaHeader(job_id=1, seq=0, pbm=bit_of(1), count=0), ()).pack()
+    _send(model_lab, "w1", "10.0.100.1", truncated)
+    _send(model_lab, "w1", "10.0.100.1", no_values)
+    _send(model_lab, "w5", "10.0.100.6", ina_payload(1, 0, bit_of(5), [10**6]))
+    _send(model_lab, "w1", "10.0.100.6", ina_payload(77, 0, bit_of(1), [10**6]))
+    arrays = _arrays(job, 64)
+    results = _allreduce(model_lab, job, arrays)
+    assert np.array_equal(results["w3"], reduce_arrays(Op.SUM, list(arrays.values())))
+    assert _switch_stat(model_lab, "s1", SwitchStat.DROP_PARSER_ERROR) == 1
+    assert _switch_stat(model_lab, "s1", SwitchStat.DROP_BAD_COUNT) == 1
+    assert _switch_stat(model_lab, "s6", SwitchStat.DROP_UNKNOWN_JOB) == 1
+    assert _job_stats(model_lab, 1)["s6"][JobStat.DROP_FOREIGN_PBM] == 1
+
+
+def test_a_contribution_with_another_element_count_is_refused(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 0, bit_of(1), [1]))
+    _send(model_lab, "w2", "10.0.100.1", ina_payload(1, 0, bit_of(2), [1, 2]))
+    _send(model_lab, "w2", "10.0.100.1", ina_payload(1, 0, bit_of(2), [1]))
+    assert _job_stats(model_lab, 1)["s1"] == {
+        JobStat.ABSORBED: 2, JobStat.DROP_COUNT_MISMATCH: 1, JobStat.EMITTED: 1}
+
+
+def test_a_duplicate_contribution_is_not_added_twice(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    payload = ina_payload(1, 0, bit_of(1), [5])
+    _send(model_lab, "w1", "10.0.100.1", payload)
+    _send(model_lab, "w1", "10.0.100.1", payload)
+    assert _job_stats(model_lab, 1)["s1"] == {JobStat.ABSORBED: 1, JobStat.DROP_DUPLICATE: 1}
+
+
+def test_sum_overflow_is_reported_with_the_result(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    big = {w: np.full(3, 2**30, dtype=np.int32) for w in job.workers}
+    sessions = {w: AllreduceSession(WorkerConfig(1, Op.SUM, job.worker_bit[w],
+                                                 job.target_of(w, model_lab.topology), 16), big[w])
+                for w in job.workers}
+    model_lab.net.run_sessions(sessions)
+    assert all(s.outcome().overflow for s in sessions.values())
+
+
+def test_slot_state_left_by_a_torn_down_job_is_ignored(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 0, bit_of(1), [10**6]))  # never completes
+    asyncio.run(model_lab.ctl.teardown(1))
+    _deploy(model_lab, job)
+    arrays = _arrays(job, 64)
+    results = _allreduce(model_lab, job, arrays)
+    assert np.array_equal(results["w1"], reduce_arrays(Op.SUM, list(arrays.values())))
+
+
+def test_a_missing_worker_stalls_with_an_error(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    arrays = _arrays(job, 10)
+    sessions = {w: AllreduceSession(WorkerConfig(1, Op.SUM, job.worker_bit[w],
+                                                 job.target_of(w, model_lab.topology), 16),
+                                    arrays[w]) for w in ("w1", "w2", "w3")}
+    with pytest.raises(AllreduceError, match="stalled"):
+        model_lab.net.run_sessions(sessions)
