@@ -1,0 +1,43 @@
+/*
+ * In-network aggregation (draft-song-ina-00) for BMv2 simple_switch (v1model).
+ *
+ * Workers send int32 arrays in INA packets (IPv4/UDP) to their parent VAT node.
+ * A switch holding a VAT node of the packet's job tests A-BM & P-BM: zero, the
+ * packet goes on; otherwise its array is combined into a slot, and when the
+ * slot has every bit of the A-BM the aggregate leaves toward the parent with
+ * P-BM = A-BM. The root sends the result by BIER (RFC 8279/8296) with
+ * BitString = A-BM; edge switches decapsulate it to the workers.
+ *
+ * Sizes and codes come from include/generated.p4 (python -m ina.p4gen).
+ * The controller reaches tables and counters by the names in
+ * controller/ina/p4names.py, which a test checks against the P4Info.
+ */
+#include <core.p4>
+#include <v1model.p4>
+
+#include "include/generated.p4"
+#include "include/defs.p4"
+#include "include/headers.p4"
+#include "include/parser.p4"
+#include "include/verify_checksum.p4"
+#include "include/edge.p4"
+#include "include/addresses.p4"
+#include "include/ina_validate.p4"
+#include "include/jobs.p4"
+#include "include/aggregation.p4"
+#include "include/routing.p4"
+#include "include/bier_ingress.p4"
+#include "include/ingress.p4"
+#include "include/bier_egress.p4"
+#include "include/egress.p4"
+#include "include/compute_checksum.p4"
+#include "include/deparser.p4"
+
+V1Switch(
+    InaParser(),
+    InaVerifyChecksum(),
+    InaIngress(),
+    InaEgress(),
+    InaComputeChecksum(),
+    InaDeparser()
+) main;

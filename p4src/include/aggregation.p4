@@ -1,0 +1,149 @@
+// The VAT node of the packet's job on this switch (draft-song-ina-00, section 2.1).
+//
+// A-BM & P-BM == 0: the packet is not for this node and goes on toward its
+// address (or, addressed here, is foreign and dropped). Otherwise its array is
+// combined into slot slot_base + (seq & slot_mask); when the slot's bitmap
+// reaches the A-BM, this packet leaves carrying the aggregate with P-BM = A-BM:
+// toward the parent, or, at the root, by BIER to every worker.
+//
+// Slot state lives in registers that only the data plane writes. A slot whose
+// epoch differs from the job entry's is a leftover of a torn-down job and
+// counts as empty. Every absorbing packet carries the running aggregate out of
+// the slot, so the completing one is already the result.
+control Aggregation(inout headers_t hdr, inout metadata_t meta,
+                    inout standard_metadata_t std) {
+    register<bitmap_t>(AGG_SLOTS) slot_bitmap;
+    register<bit<32>>(AGG_SLOTS) slot_epoch;
+    register<bit<32>>(AGG_SLOTS) slot_seq;
+    register<bit<16>>(AGG_SLOTS) slot_count;
+    register<bit<1>>(AGG_SLOTS) slot_overflow;
+    register<bit<32>>(AGG_SLOTS * ELEMS_PER_PACKET) agg_values;
+
+// Per element i of the array, at agg_values[base + i]:
+#define STORE_ELEM(i) agg_values.write(base + i, hdr.data.v##i);
+// SUM wraps like int32; a sign change that the operands do not explain is an
+// overflow (bit 31 of ovf_bits), reported to the workers in the flags.
+#define SUM_ELEM(i) { \
+        bit<32> cur_##i; \
+        agg_values.read(cur_##i, base + i); \
+        bit<32> sum_##i = cur_##i + hdr.data.v##i; \
+        ovf_bits = ovf_bits | (~(cur_##i ^ hdr.data.v##i) & (cur_##i ^ sum_##i)); \
+        agg_values.write(base + i, sum_##i); \
+        hdr.data.v##i = sum_##i; }
+#define MIN_ELEM(i) { \
+        bit<32> cur_##i; \
+        agg_values.read(cur_##i, base + i); \
+        if ((int<32>)cur_##i < (int<32>)hdr.data.v##i) { hdr.data.v##i = cur_##i; } \
+        agg_values.write(base + i, hdr.data.v##i); }
+#define MAX_ELEM(i) { \
+        bit<32> cur_##i; \
+        agg_values.read(cur_##i, base + i); \
+        if ((int<32>)cur_##i > (int<32>)hdr.data.v##i) { hdr.data.v##i = cur_##i; } \
+        agg_values.write(base + i, hdr.data.v##i); }
+
+    apply {
+        bitmap_t common = meta.abm & hdr.ina.pbm;
+        if (hdr.ina.op != meta.op) {
+            JOB_DROP(DROP_OP_MISMATCH)
+        } else if (common == 0) {
+            if (meta.to_me) {
+                JOB_DROP(DROP_FOREIGN_PBM)
+            } else {
+                JOB_EVENT(PASSED)
+            }
+        } else if ((hdr.ina.pbm & ~meta.abm) != 0) {
+            JOB_DROP(DROP_FOREIGN_PBM)
+        } else {
+            bit<32> slot = (bit<32>)(meta.slot_base + (hdr.ina.seq[15:0] & meta.slot_mask));
+            bitmap_t bitmap;
+            bit<32> epoch;
+            bit<32> seq;
+            bit<16> count;
+            slot_bitmap.read(bitmap, slot);
+            slot_epoch.read(epoch, slot);
+            slot_seq.read(seq, slot);
+            slot_count.read(count, slot);
+            bool fresh = bitmap == 0 || epoch != meta.epoch;
+            if (!fresh && seq != hdr.ina.seq) {
+                JOB_DROP(DROP_SLOT_BUSY)
+            } else if (!fresh && count != hdr.ina.count) {
+                JOB_DROP(DROP_COUNT_MISMATCH)
+            } else if (!fresh && (bitmap & hdr.ina.pbm) != 0) {
+                JOB_DROP(DROP_DUPLICATE)
+            } else {
+                JOB_EVENT(ABSORBED)
+                bit<32> base = slot << ELEMS_LOG2;
+                bit<1> overflow = 0;
+                if ((hdr.ina.flags & FLAG_OVERFLOW) != 0) {
+                    overflow = 1;
+                }
+                if (fresh) {
+                    bitmap = 0;
+                    slot_epoch.write(slot, meta.epoch);
+                    slot_seq.write(slot, hdr.ina.seq);
+                    slot_count.write(slot, hdr.ina.count);
+                    INA_FOR_EACH_ELEM(STORE_ELEM)
+                } else {
+                    bit<1> stored_overflow;
+                    slot_overflow.read(stored_overflow, slot);
+                    overflow = overflow | stored_overflow;
+                    bit<32> ovf_bits = 0;
+                    if (meta.op == OP_SUM) {
+                        INA_FOR_EACH_ELEM(SUM_ELEM)
+                    } else if (meta.op == OP_MIN) {
+                        INA_FOR_EACH_ELEM(MIN_ELEM)
+                    } else {
+                        INA_FOR_EACH_ELEM(MAX_ELEM)
+                    }
+                    if (ovf_bits[31:31] == 1) {
+                        overflow = 1;
+                    }
+                }
+                slot_overflow.write(slot, overflow);
+                bitmap = bitmap | hdr.ina.pbm;
+                if (bitmap != meta.abm) {
+                    slot_bitmap.write(slot, bitmap);
+                    meta.consumed = true;
+                } else {
+                    // Complete: the slot is free again, this packet is the aggregate.
+                    slot_bitmap.write(slot, 0);
+                    hdr.ina.pbm = meta.abm;
+                    hdr.ina.flags = hdr.ina.flags & ~(bit<8>)FLAG_OVERFLOW;
+                    if (overflow == 1) {
+                        hdr.ina.flags = hdr.ina.flags | FLAG_OVERFLOW;
+                    }
+                    hdr.ipv4.src_addr = meta.node_ip;
+                    hdr.udp.checksum = 0;  // payload changed; 0 = none, valid for IPv4
+                    meta.to_me = false;
+                    if (meta.job_role == ROLE_ROOT) {
+                        hdr.ina.flags = hdr.ina.flags | FLAG_RESULT;
+                        hdr.ipv4.dst_addr = 0;  // each edge switch sets its host's address
+                        hdr.ipv4.ttl = IPV4_INITIAL_TTL;
+                        hdr.bier.setValid();
+                        hdr.bier.bift_id = BIER_BIFT_ID;
+                        hdr.bier.tc = 0;
+                        hdr.bier.s = 1;
+                        hdr.bier.ttl = BIER_INITIAL_TTL;
+                        hdr.bier.nibble = BIER_NIBBLE;
+                        hdr.bier.version = BIER_VERSION;
+                        hdr.bier.bsl = BIER_BSL_CODE;
+                        hdr.bier.entropy = 0;
+                        hdr.bier.oam = 0;
+                        hdr.bier.rsv = 0;
+                        hdr.bier.dscp = 0;
+                        hdr.bier.proto = BIER_PROTO_IPV4;
+                        hdr.bier.bfir_id = 0;
+                        hdr.bier.bitstring = meta.abm;
+                        hdr.ethernet.ether_type = ETHERTYPE_BIER;
+                        std.mcast_grp = BIER_MCAST_GROUP;
+                        meta.multicast = true;
+                        JOB_EVENT(MULTICAST)
+                    } else {
+                        hdr.ipv4.dst_addr = meta.parent_ip;
+                        JOB_EVENT(EMITTED)
+                    }
+                }
+            }
+        }
+    }
+}

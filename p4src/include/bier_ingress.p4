@@ -1,0 +1,20 @@
+// BIER forwarding, ingress half: check the header, spend one TTL, and hand the
+// packet to the group of all BIER ports. Egress masks each copy (bier_egress.p4).
+control BierIngress(inout headers_t hdr, inout metadata_t meta,
+                    inout standard_metadata_t std) {
+    apply {
+        if (meta.from_host) {
+            DROP(DROP_BIER_FROM_HOST)
+        } else if (hdr.bier.nibble != BIER_NIBBLE || hdr.bier.version != BIER_VERSION
+                   || hdr.bier.bsl != BIER_BSL_CODE || hdr.bier.bift_id != BIER_BIFT_ID
+                   || hdr.bier.bitstring == 0) {
+            DROP(DROP_BIER_MALFORMED)
+        } else if (hdr.bier.ttl <= 1) {
+            DROP(DROP_BIER_TTL)
+        } else {
+            hdr.bier.ttl = hdr.bier.ttl - 1;
+            std.mcast_grp = BIER_MCAST_GROUP;
+            meta.multicast = true;
+        }
+    }
+}

@@ -1,0 +1,26 @@
+// Egress: only BIER copies need work (mask, prune, decapsulate); count each outcome.
+control InaEgress(inout headers_t hdr, inout metadata_t meta,
+                  inout standard_metadata_t std) {
+    counter(MAX_JOBS * JOB_STAT_STRIDE, CounterType.packets_and_bytes) job_stats;
+    counter(SWITCH_STATS, CounterType.packets_and_bytes) switch_stats;
+
+    BierEgress() bier;
+
+    apply {
+        if (hdr.bier.isValid()) {
+            bier.apply(hdr, meta, std);
+            if (meta.bier_out == BIER_OUT_PRUNED) {
+                switch_stats.count(SWITCH_STAT_BIER_COPY_PRUNED);
+                mark_to_drop(std);
+            } else if (meta.bier_out == BIER_OUT_SENT) {
+                switch_stats.count(SWITCH_STAT_BIER_COPY_SENT);
+            } else {
+                switch_stats.count(SWITCH_STAT_BIER_COPY_DELIVERED);
+                if (meta.job_role != ROLE_NONE) {
+                    job_stats.count(((bit<32>)meta.job_index << JOB_STAT_STRIDE_LOG2)
+                                    + JOB_STAT_DELIVERED);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+// Headers and metadata.
+#ifndef INA_HEADERS_P4
+#define INA_HEADERS_P4
+
+header ethernet_h {
+    mac_addr_t dst_addr;
+    mac_addr_t src_addr;
+    bit<16>    ether_type;
+}
+
+// RFC 8296 BIER header with a BITSTRING_BITS-bit BitString.
+header bier_h {
+    bit<20>  bift_id;
+    bit<3>   tc;
+    bit<1>   s;
+    bit<8>   ttl;
+    bit<4>   nibble;
+    bit<4>   version;
+    bit<4>   bsl;
+    bit<20>  entropy;
+    bit<2>   oam;
+    bit<2>   rsv;
+    bit<6>   dscp;
+    bit<6>   proto;
+    bit<16>  bfir_id;
+    bitmap_t bitstring;
+}
+
+header ipv4_h {
+    bit<4>      version;
+    bit<4>      ihl;
+    bit<8>      diffserv;
+    bit<16>     total_len;
+    bit<16>     identification;
+    bit<3>      flags;
+    bit<13>     frag_offset;
+    bit<8>      ttl;
+    bit<8>      protocol;
+    bit<16>     hdr_checksum;
+    ipv4_addr_t src_addr;
+    ipv4_addr_t dst_addr;
+}
+
+header udp_h {
+    bit<16> src_port;
+    bit<16> dst_port;
+    bit<16> length;
+    bit<16> checksum;
+}
+
+// INA header: names the job, the sequence number (which slot) and the operation;
+// P-BM is the set of workers whose data the packet carries (BIER bit order).
+header ina_h {
+    bit<4>   version;
+    bit<4>   op;
+    bit<8>   flags;
+    bit<16>  job_id;
+    bit<32>  seq;
+    bit<16>  count;     // meaningful elements; the rest of the array is padding
+    bit<16>  reserved;
+    bitmap_t pbm;
+}
+
+// The array: ELEMS_PER_PACKET signed 32-bit values, v0 .. v(N-1).
+#define INA_ELEM_FIELD(i) bit<32> v##i;
+header ina_data_h {
+    INA_FOR_EACH_ELEM(INA_ELEM_FIELD)
+}
+
+struct headers_t {
+    ethernet_h ethernet;
+    bier_h     bier;
+    ipv4_h     ipv4;
+    udp_h      udp;
+    ina_h      ina;
+    ina_data_h data;
+}
+
+struct metadata_t {
+    // edge.p4
+    bool        from_host;
+    bitmap_t    host_bit;
+    // addresses.p4
+    bool        to_me;
+    // jobs.p4: the job's entry on this switch
+    bit<2>      job_role;
+    bit<8>      job_index;
+    bitmap_t    abm;
+    bit<4>      op;
+    bit<16>     slot_base;
+    bit<16>     slot_mask;
+    bit<32>     epoch;
+    ipv4_addr_t node_ip;
+    ipv4_addr_t parent_ip;
+    // outcome of ingress
+    bit<16>     job_events;   // one bit per JOB_STAT_*
+    bool        drop;
+    bit<8>      drop_reason;  // SWITCH_STAT_*
+    bool        consumed;     // absorbed into a slot, or refused by a job check
+    bool        multicast;    // leaves by BIER replication
+    // egress
+    bit<2>      bier_out;
+}
+
+#endif

@@ -1,0 +1,18 @@
+// Malformed INA packets are dropped before any job sees them.
+control InaValidate(in headers_t hdr, inout metadata_t meta) {
+    apply {
+        if (hdr.ina.version != INA_VERSION) {
+            DROP(DROP_BAD_VERSION)
+        } else if (hdr.ina.count == 0 || hdr.ina.count > ELEMS_PER_PACKET) {
+            DROP(DROP_BAD_COUNT)
+        } else if (hdr.ina.op != OP_SUM && hdr.ina.op != OP_MIN && hdr.ina.op != OP_MAX) {
+            DROP(DROP_BAD_OP)
+        } else if (hdr.ina.pbm == 0 || (hdr.ina.flags & FLAG_RESULT) != 0) {
+            // Results travel in BIER only; a plain IPv4 "result" is forged.
+            DROP(DROP_BAD_PBM)
+        } else if (meta.from_host && hdr.ina.pbm != meta.host_bit) {
+            // A host contributes as itself only.
+            DROP(DROP_FORGED_PBM)
+        }
+    }
+}

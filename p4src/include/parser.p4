@@ -1,0 +1,44 @@
+// Ethernet, then BIER (RFC 8296) or IPv4; UDP to INA_UDP_PORT carries INA.
+// A header cut short stops here with error.PacketTooShort; ingress drops it.
+parser InaParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
+                 inout standard_metadata_t std) {
+    state start {
+        packet.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETHERTYPE_IPV4: parse_ipv4;
+            ETHERTYPE_BIER: parse_bier;
+            default: accept;
+        }
+    }
+
+    state parse_bier {
+        packet.extract(hdr.bier);
+        transition select(hdr.bier.proto) {
+            BIER_PROTO_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+
+    state parse_ipv4 {
+        packet.extract(hdr.ipv4);
+        // Options are not parsed; ingress refuses such packets.
+        transition select(hdr.ipv4.ihl, hdr.ipv4.protocol) {
+            (5, IP_PROTO_UDP): parse_udp;
+            default: accept;
+        }
+    }
+
+    state parse_udp {
+        packet.extract(hdr.udp);
+        transition select(hdr.udp.dst_port) {
+            INA_UDP_PORT: parse_ina;
+            default: accept;
+        }
+    }
+
+    state parse_ina {
+        packet.extract(hdr.ina);
+        packet.extract(hdr.data);
+        transition accept;
+    }
+}
