@@ -1,0 +1,73 @@
+# In-network aggregation on BMv2. `make help` lists the targets.
+TOPO ?= topologies/figure1.yaml
+JOB ?= jobs/figure1-sum.yaml
+JOB_ID ?= 1
+BUILD ?= build
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SYSTEM_PYTHON := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+APT_PACKAGES := mininet iputils-ping iproute2 ethtool util-linux
+P4C ?= p4c-bm2-ss
+P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
+
+.PHONY: help setup build run deploy teardown status demo test lint clean
+
+help:
+	@echo "make setup     Debian packages (as root) and the Python venv ($(VENV))"
+	@echo "make build     generate p4src/include/generated.p4 and compile the P4 program"
+	@echo "make run       Mininet + BMv2 for TOPO=$(TOPO) in private namespaces (CLI)"
+	@echo "make deploy    deploy JOB=$(JOB) on the running lab"
+	@echo "make status    per-switch entries and counters of the running lab"
+	@echo "make teardown  remove JOB_ID=$(JOB_ID) from the running lab"
+	@echo "make demo      the Figure 1 AllReduce end to end (BMv2 if present, else the model)"
+	@echo "make test      every test tier the machine can run"
+	@echo "make lint      ruff and mypy"
+
+setup:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q --no-install-recommends $$missing; fi; \
+	else echo "setup: not root or no apt-get: install $(APT_PACKAGES) yourself"; fi
+	$(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@command -v $(P4C) >/dev/null || echo "setup: $(P4C) not found: the BMv2 tiers will skip (see README, 'Toolchain')"
+	@command -v simple_switch_grpc >/dev/null || echo "setup: simple_switch_grpc not found: the BMv2 tiers will skip (see README, 'Toolchain')"
+
+p4src/include/generated.p4: controller/ina/constants.py controller/ina/p4gen.py
+	$(PY) -m ina.p4gen
+
+$(BUILD)/ina.json: $(P4_SOURCES) p4src/include/generated.p4
+	@command -v $(P4C) >/dev/null || { echo "$(P4C) not found: install p4c (see README, 'Toolchain')"; exit 1; }
+	mkdir -p $(BUILD)
+	$(P4C) --arch v1model --std p4-16 -o $(BUILD)/ina.json \
+	  --p4runtime-files $(BUILD)/ina.p4info.txtpb p4src/ina.p4
+
+build: $(BUILD)/ina.json
+
+run: build
+	$(VENV)/bin/inalab -t $(TOPO) --build $(BUILD) run
+
+deploy:
+	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --p4info $(BUILD)/ina.p4info.txtpb deploy $(JOB)
+
+teardown:
+	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --p4info $(BUILD)/ina.p4info.txtpb teardown $(JOB_ID)
+
+status:
+	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --p4info $(BUILD)/ina.p4info.txtpb status
+
+demo:
+	@if command -v $(P4C) >/dev/null; then $(MAKE) --no-print-directory build; fi
+	$(VENV)/bin/inalab -t $(TOPO) --build $(BUILD) demo --job $(JOB)
+
+test:
+	$(PY) -m ina.sandbox --if-available -- $(PY) -m pytest $(PYTEST_ARGS)
+
+lint:
+	$(VENV)/bin/ruff check controller tests
+	$(PY) -m mypy
+
+clean:
+	rm -rf $(BUILD) .run .pytest_cache .mypy_cache

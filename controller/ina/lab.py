@@ -1,0 +1,227 @@
+"""Mininet with BMv2 switches for a topology file, inside the sandbox.
+
+``Lab`` builds the network the topology file describes: one
+``simple_switch_grpc --no-p4`` per switch with the file's device id, gRPC
+address and port numbers, one Mininet host per host with its IP and MAC, a
+default route through its edge switch's loopback (static ARP: the switches
+answer no ARP). ``Lab.init_switches`` pushes the pipeline and the base state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ina import sandbox
+from ina.controller import Controller
+from ina.topology import Topology
+
+LOG = logging.getLogger(__name__)
+SWITCH_BINARY = "simple_switch_grpc"
+COMPILER = "p4c-bm2-ss"
+
+
+class LabError(RuntimeError):
+    pass
+
+
+def missing_tools() -> list[str]:
+    """What this machine lacks to run the lab, each with how to get it."""
+    problems = []
+    if shutil.which(SWITCH_BINARY) is None:
+        problems.append(f"{SWITCH_BINARY} not found: install BMv2 with P4Runtime support "
+                        "(p4lang/behavioral-model, configured --with-pi)")
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError:
+        problems.append("Mininet not importable: apt-get install mininet, and use a venv made "
+                        "with --system-site-packages (make setup does both)")
+    reason = sandbox.why_not_available()
+    if reason:
+        problems.append(reason)
+    return problems
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str,
+               interval: float = 0.05) -> None:
+    """Poll ``condition`` until it holds; raise LabError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise LabError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def _port_open(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class LabOptions:
+    build_dir: Path = Path("build")
+    log_dir: Path | None = None  # BMv2 logs (slow) and stdout, one file per switch
+    pcap_dir: Path | None = None  # BMv2 per-port pcaps
+    startup_timeout: float = 60.0
+
+
+def _bmv2_switch_class() -> type:
+    from mininet.node import Switch
+
+    class BMv2Switch(Switch):  # type: ignore[misc]
+        """simple_switch_grpc started with no program; the controller pushes it."""
+
+        def __init__(self, name: str, device_id: int, grpc: str, thrift_port: int,
+                     options: LabOptions, **params: Any):
+            super().__init__(name, inNamespace=False, **params)
+            self.device_id = device_id
+            self.grpc = grpc
+            self.thrift_port = thrift_port
+            self.options = options
+            self.proc: subprocess.Popen[bytes] | None = None
+            self.output: Path | None = None
+
+        def start(self, controllers: Any) -> None:
+            args = [SWITCH_BINARY, "--device-id", str(self.device_id), "--no-p4",
+                    "--thrift-port", str(self.thrift_port)]
+            for port, intf in sorted(self.intfs.items()):
+                if intf.name != "lo":
+                    args += ["-i", f"{port}@{intf.name}"]
+            out: Any = subprocess.DEVNULL
+            if self.options.log_dir is not None:
+                self.options.log_dir.mkdir(parents=True, exist_ok=True)
+                args += ["--log-file", str(self.options.log_dir / self.name), "--log-flush"]
+                self.output = self.options.log_dir / f"{self.name}.out"
+                out = self.output.open("wb")
+            if self.options.pcap_dir is not None:
+                self.options.pcap_dir.mkdir(parents=True, exist_ok=True)
+                args += ["--pcap", str(self.options.pcap_dir)]
+            args += ["--", "--grpc-server-addr", self.grpc]
+            LOG.info("%s: %s", self.name, " ".join(args))
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+
+        def connected(self) -> bool:
+            if self.proc is None:
+                return False
+            if self.proc.poll() is not None:
+                raise LabError(f"{self.name}: {SWITCH_BINARY} exited with {self.proc.returncode}"
+                               + (f"; see {self.output}" if self.output else
+                                  " (run with a log directory to see why)"))
+            return _port_open(self.grpc)
+
+        def stop(self, deleteIntfs: bool = True) -> None:
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            super().stop(deleteIntfs)
+
+    return BMv2Switch
+
+
+class Lab:
+    """The topology on Mininet + BMv2. Use as a context manager, inside the sandbox."""
+
+    def __init__(self, topology: Topology, options: LabOptions | None = None):
+        self.topology = topology
+        self.options = options or LabOptions()
+        self.net: Any = None
+
+    @property
+    def p4info(self) -> Path:
+        return self.options.build_dir / "ina.p4info.txtpb"
+
+    @property
+    def p4blob(self) -> Path:
+        return self.options.build_dir / "ina.json"
+
+    def __enter__(self) -> Lab:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if not sandbox.inside():
+            raise LabError("refusing to start Mininet outside the sandbox of private namespaces "
+                           "(use inalab / make run, which enter it)")
+        problems = missing_tools()
+        if problems:
+            raise LabError("; ".join(problems))
+        for path in (self.p4info, self.p4blob):
+            if not path.exists():
+                raise LabError(f"{path} not found: compile the P4 program first (make build)")
+        from mininet.net import Mininet
+        from mininet.node import Host
+
+        # Quiet the emulation's own network: no IPv6 chatter reaching the switches.
+        subprocess.run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+                        "net.ipv6.conf.default.disable_ipv6=1"], check=False)
+        switch_cls = _bmv2_switch_class()
+        net = Mininet(topo=None, switch=switch_cls, host=Host, controller=None, build=False,
+                      autoSetMacs=False, autoStaticArp=False, waitConnected=False)
+        self.net = net
+        for name, spec in sorted(self.topology.switches.items()):
+            net.addSwitch(name, device_id=spec.device_id, grpc=spec.grpc,
+                          thrift_port=9090 + spec.device_id % 20000, options=self.options)
+        for name, host in sorted(self.topology.hosts.items()):
+            net.addHost(name, ip=f"{host.ip}/32", mac=host.mac, defaultRoute=None)
+        for link in self.topology.links:
+            net.addLink(link.a.node, link.b.node, port1=link.a.port if link.a.port else 0,
+                        port2=link.b.port if link.b.port else 0)
+        net.build()
+        net.start()
+        for name in self.topology.hosts:
+            self._configure_host(name)
+        wait_until(lambda: all(sw.connected() for sw in net.switches),
+                   self.options.startup_timeout, "every BMv2 switch to open its gRPC port")
+
+    def _configure_host(self, name: str) -> None:
+        host = self.net[name]
+        intf = host.defaultIntf().name
+        edge, _ = self.topology.host_attachment(name)
+        gw = self.topology.switches[edge]
+        for cmd in (
+            "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+            f"ethtool -K {intf} tx off rx off",  # BMv2 forwards what veth gives it: real checksums
+            f"ip route add {gw.loopback}/32 dev {intf}",
+            f"ip route add default via {gw.loopback} dev {intf}",
+            f"ip neigh replace {gw.loopback} lladdr {gw.mac} dev {intf} nud permanent",
+        ):
+            out = host.cmd(cmd + " 2>&1; echo rc=$?")
+            if not out.strip().endswith("rc=0"):
+                raise LabError(f"{name}: `{cmd}` failed: {out.strip()}")
+
+    def stop(self) -> None:
+        if self.net is not None:
+            self.net.stop()
+            self.net = None
+
+    def host(self, name: str) -> Any:
+        return self.net[name]
+
+    async def init_switches(self) -> None:
+        """Install the pipeline and the base state on every switch."""
+        from ina.p4rt import connect
+
+        async with connect(self.topology, self.p4info, self.p4blob, push=True) as clients:
+            await Controller(self.topology, clients).init()
+
+    def init_switches_sync(self) -> None:
+        asyncio.run(self.init_switches())

@@ -1,0 +1,111 @@
+"""Figure 1 on Mininet + BMv2, with what the tests do to it: deploy jobs, run
+workers on hosts, listen on hosts, put raw frames on a host's link."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from ina.controller import Controller
+from ina.job import Job, JobSpec, validate_job
+from ina.lab import Lab
+from ina.model import reduce_arrays
+from ina.p4rt import connect
+from ina.topology import Topology
+from ina.worker_cli import random_array
+
+from inatest import FIGURE1
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Figure1Lab:
+    """Figure 1 on Mininet + BMv2, with helpers to deploy and run workers."""
+
+    lab: Lab
+    topology: Topology
+    workdir: Path
+
+    def controller_call(self, fn: Any) -> Any:
+        """Run ``fn(controller)`` over fresh P4Runtime connections."""
+
+        async def go() -> Any:
+            async with connect(self.topology, self.lab.p4info) as clients:
+                return await fn(Controller(self.topology, clients))
+
+        return asyncio.run(go())
+
+    def write_job(self, **spec: Any) -> Path:
+        path = self.workdir / f"job{spec['job_id']}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        return path
+
+    def deploy(self, path: Path) -> Job:
+        job = validate_job(JobSpec.load(path), self.topology)
+        self.controller_call(lambda ctl: ctl.deploy(job))
+        return job
+
+    def teardown(self, job_id: int) -> None:
+        self.controller_call(lambda ctl: ctl.teardown(job_id))
+
+    def start_workers(self, job_path: Path, job: Job, size: int, seed: int,
+                      timeout: float = 10.0) -> dict[str, subprocess.Popen[bytes]]:
+        procs = {}
+        for i, w in enumerate(job.workers):
+            procs[w] = self.lab.host(w).popen(
+                [sys.executable, "-m", "ina.worker_cli", "-t", str(FIGURE1), "--job",
+                 str(job_path), "--worker", w, "--random", str(size), "--seed", str(seed + i),
+                 "--timeout", str(timeout),
+                 "--output", str(self.workdir / f"{w}-{job.job_id}.npy")],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )
+        return procs
+
+    def finish_workers(self, job: Job, procs: dict[str, subprocess.Popen[bytes]]
+                       ) -> dict[str, np.ndarray]:
+        results = {}
+        for w, proc in procs.items():
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, f"{w}: {err.decode()}"
+            results[w] = np.load(self.workdir / f"{w}-{job.job_id}.npy")
+        return results
+
+    def allreduce(self, job_path: Path, job: Job, size: int, seed: int
+                  ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Run every worker of the job on its host; (results, expected)."""
+        results = self.finish_workers(job, self.start_workers(job_path, job, size, seed))
+        arrays = [random_array(size, seed + i) for i in range(len(job.workers))]
+        return results, reduce_arrays(job.op, arrays)
+
+    def listen(self, host: str) -> subprocess.Popen[bytes]:
+        """Count INA datagrams arriving at ``host`` until stopped."""
+        proc = self.lab.host(host).popen(
+            [sys.executable, str(HERE / "listen.py")], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"listening"
+        return proc
+
+    @staticmethod
+    def stop_listening(proc: subprocess.Popen[bytes]) -> int:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+        return int(out.decode().strip() or "-1")
+
+    def send_frames(self, host: str, frames: list[bytes]) -> None:
+        """Put raw Ethernet frames on the host's link (as a misbehaving host would)."""
+        hexfile = self.workdir / f"frames-{host}.hex"
+        hexfile.write_text("\n".join(f.hex() for f in frames))
+        intf = self.lab.host(host).defaultIntf().name
+        out = self.lab.host(host).cmd(
+            f"{sys.executable} {HERE / 'sendframes.py'} {intf} {hexfile}; echo rc=$?")
+        assert out.strip().endswith("rc=0"), out

@@ -1,0 +1,62 @@
+"""The BMv2 tiers: the P4 program compiled by p4c, and Figure 1 on Mininet + BMv2.
+
+Run them with `make test`, which enters private namespaces first. Each tier
+skips, saying which tool is missing and how to get it, when the machine
+cannot run it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ina import sandbox
+from ina.lab import Lab, LabOptions, missing_tools
+from ina.topology import Topology
+
+from bmv2lab import Figure1Lab
+from inatest import FIGURE1, ROOT
+
+P4C = "p4c-bm2-ss"
+
+
+@pytest.fixture(scope="session")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """p4src/ina.p4 compiled now, into a fresh directory."""
+    if shutil.which(P4C) is None:
+        pytest.skip(f"{P4C} not found: install p4c (p4lang/p4c: Debian/Ubuntu packages "
+                    "or a source build, see README 'Toolchain')")
+    out = tmp_path_factory.mktemp("p4build")
+    result = subprocess.run(
+        [P4C, "--arch", "v1model", "--std", "p4-16", "-o", str(out / "ina.json"),
+         "--p4runtime-files", str(out / "ina.p4info.txtpb"), str(ROOT / "p4src" / "ina.p4")],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, f"p4c failed:\n{result.stderr}"
+    return out
+
+
+@pytest.fixture(scope="session")
+def figure1_lab(compiled: Path, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[Figure1Lab]:
+    problems = missing_tools()
+    if problems:
+        pytest.skip("; ".join(problems))
+    if not sandbox.inside():
+        pytest.skip("not inside private namespaces: run the tests with `make test`, which "
+                    "enters them (Mininet must not touch this machine's own network)")
+    topology = Topology.load(FIGURE1)
+    log_dir = Path(os.environ["INA_TEST_BMV2_LOGS"]) if "INA_TEST_BMV2_LOGS" in os.environ \
+        else None
+    lab = Lab(topology, LabOptions(build_dir=compiled, log_dir=log_dir))
+    lab.start()
+    try:
+        lab.init_switches_sync()
+        yield Figure1Lab(lab, topology, tmp_path_factory.mktemp("lab"))
+    finally:
+        lab.stop()

@@ -1,0 +1,202 @@
+"""Figure 1 of draft-song-ina-00 on Mininet + BMv2, deployed over P4Runtime.
+
+Workers run `inaworker` on their Mininet hosts (real UDP sockets); bad packets
+are crafted with scapy and put on a host's link. Run with `make test`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scapy.all import IP, UDP, Ether, raw
+
+from ina.constants import INA_UDP_PORT, JobStat, SwitchStat
+from ina.controller import Controller
+from ina.scapy_layers import INA
+from ina.switchapi import SwitchError
+from ina.wire import bit_of
+
+from bmv2lab import Figure1Lab
+from inatest import FIGURE1
+
+FIGURE1_SPEC = {"job_id": 1, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
+                "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}}
+SECOND_SPEC = {"job_id": 2, "op": "sum", "workers": ["w2", "w5", "w7"], "root": "s7",
+               "aggregators": {"s6": ["w5", "w7"]}}
+SIZE = 64 * 5 + 7  # six packets per worker, the last one partial
+
+
+def _job_stats(lab: Figure1Lab, job_id: int) -> dict[str, dict[JobStat, int]]:
+    status = lab.controller_call(lambda ctl: ctl.status())
+    return {sw: {k: v.packets for k, v in s.job_stats[job_id].items() if v.packets}
+            for sw, s in status.items() if job_id in s.job_stats}
+
+
+def _switch_stats(lab: Figure1Lab) -> dict[str, dict[SwitchStat, int]]:
+    status = lab.controller_call(lambda ctl: ctl.status())
+    return {sw: {k: v.packets for k, v in s.switch_stats.items() if v.packets}
+            for sw, s in status.items()}
+
+
+@pytest.fixture
+def deployed(figure1_lab: Figure1Lab, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """Deploy the given specs (job 1 by default) for one test, then tear them down."""
+    specs = getattr(request, "param", [FIGURE1_SPEC])
+    jobs = []
+    for spec in specs:
+        path = figure1_lab.write_job(**spec)
+        jobs.append((path, figure1_lab.deploy(path)))
+    yield jobs
+    for _, job in jobs:
+        figure1_lab.teardown(job.job_id)
+
+
+def test_hosts_ping_each_other(figure1_lab: Figure1Lab) -> None:
+    out = figure1_lab.lab.host("w1").cmd("ping -c 1 -W 2 10.0.0.8")
+    assert " 0% packet loss" in out, out
+
+
+@pytest.mark.parametrize("op", ["sum", "min", "max"])
+def test_every_worker_gets_the_exact_result_and_others_nothing(
+        figure1_lab: Figure1Lab, op: str) -> None:
+    path = figure1_lab.write_job(**{**FIGURE1_SPEC, "op": op})
+    job = figure1_lab.deploy(path)
+    try:
+        listeners = {h: figure1_lab.listen(h) for h in ("w5", "w6", "w7", "w8")}
+        results, expected = figure1_lab.allreduce(path, job, SIZE, seed=10)
+        for w in job.workers:
+            assert np.array_equal(results[w], expected), w
+        stats = _job_stats(figure1_lab, 1)
+        packets = -(-SIZE // 64)
+        # Each worker got each result once: two deliveries per packet on s1 and s2.
+        assert stats["s1"][JobStat.DELIVERED] == 2 * packets
+        assert stats["s2"][JobStat.DELIVERED] == 2 * packets
+        assert {h: figure1_lab.stop_listening(p) for h, p in listeners.items()} == {
+            "w5": 0, "w6": 0, "w7": 0, "w8": 0}
+        switch = _switch_stats(figure1_lab)
+        assert SwitchStat.BIER_COPY_DELIVERED not in switch["s3"]
+        assert SwitchStat.BIER_COPY_DELIVERED not in switch["s4"]
+    finally:
+        figure1_lab.teardown(1)
+
+
+def test_counters_show_absorption_transit_and_the_pass_at_s7(
+        figure1_lab: Figure1Lab, deployed: list) -> None:  # type: ignore[type-arg]
+    (path, job), = deployed
+    figure1_lab.allreduce(path, job, SIZE, seed=20)
+    stats = _job_stats(figure1_lab, 1)
+    packets = -(-SIZE // 64)
+    assert stats["s1"][JobStat.ABSORBED] == 2 * packets
+    assert stats["s1"][JobStat.EMITTED] == packets
+    assert stats["s7"][JobStat.ABSORBED] == 2 * packets
+    assert stats["s7"][JobStat.PASSED] == packets  # s1's partial results on their way to s6
+    assert stats["s6"][JobStat.ABSORBED] == 2 * packets
+    assert stats["s6"][JobStat.MULTICAST] == packets
+    assert stats["s5"][JobStat.TRANSIT] == 3 * packets  # w3, w4 and s1's partial result
+    assert stats["s2"][JobStat.TRANSIT] == 2 * packets
+
+
+@pytest.mark.parametrize("deployed", [[FIGURE1_SPEC, SECOND_SPEC]], indirect=True)
+def test_two_jobs_with_different_vats_run_at_the_same_time(
+        figure1_lab: Figure1Lab, deployed: list) -> None:  # type: ignore[type-arg]
+    (path1, job1), (path2, job2) = deployed
+    procs1 = figure1_lab.start_workers(path1, job1, SIZE, seed=30)
+    procs2 = figure1_lab.start_workers(path2, job2, SIZE, seed=40)
+    from ina.model import reduce_arrays
+    from ina.worker_cli import random_array
+
+    for job, procs, seed in ((job1, procs1, 30), (job2, procs2, 40)):
+        results = figure1_lab.finish_workers(job, procs)
+        expected = reduce_arrays(job.op, [random_array(SIZE, seed + i)
+                                          for i in range(len(job.workers))])
+        for w in job.workers:
+            assert np.array_equal(results[w], expected), (job.job_id, w)
+
+
+def test_a_second_job_is_exact_after_the_first_is_torn_down(figure1_lab: Figure1Lab) -> None:
+    first = figure1_lab.write_job(**FIGURE1_SPEC)
+    figure1_lab.deploy(first)
+    figure1_lab.teardown(1)
+    path = figure1_lab.write_job(**SECOND_SPEC)
+    job = figure1_lab.deploy(path)
+    try:
+        results, expected = figure1_lab.allreduce(path, job, SIZE, seed=50)
+        assert all(np.array_equal(results[w], expected) for w in job.workers)
+    finally:
+        figure1_lab.teardown(2)
+
+
+def _ina_frame(src_host: str, dst_ip: str, **ina: object) -> bytes:
+    topo = {"w1": ("00:00:00:00:00:01", "10.0.0.1", "02:00:00:00:00:01"),
+            "w5": ("00:00:00:00:00:05", "10.0.0.5", "02:00:00:00:00:03")}[src_host]
+    values = ina.pop("values", [1000] + [0] * 63)
+    return raw(Ether(src=topo[0], dst=topo[2]) / IP(src=topo[1], dst=dst_ip)
+               / UDP(sport=INA_UDP_PORT, dport=INA_UDP_PORT)
+               / INA(values=values, **ina))
+
+
+def test_bad_packets_are_counted_and_change_no_result(
+        figure1_lab: Figure1Lab, deployed: list) -> None:  # type: ignore[type-arg]
+    (path, job), = deployed
+    before = _switch_stats(figure1_lab)
+    unknown_job = _ina_frame("w1", "10.0.100.6", job_id=99, seq=0, count=1, pbm=bit_of(1))
+    foreign_bits = _ina_frame("w5", "10.0.100.6", job_id=1, seq=0, count=1, pbm=bit_of(5))
+    forged = _ina_frame("w5", "10.0.100.6", job_id=1, seq=0, count=1, pbm=bit_of(1))
+    truncated = _ina_frame("w1", "10.0.100.1", job_id=1, seq=0, count=1, pbm=bit_of(1))[:-40]
+    figure1_lab.send_frames("w1", [unknown_job, truncated])
+    figure1_lab.send_frames("w5", [foreign_bits, forged])
+    results, expected = figure1_lab.allreduce(path, job, 64, seed=60)
+    assert all(np.array_equal(results[w], expected) for w in job.workers)
+    after = _switch_stats(figure1_lab)
+
+    def grew(sw: str, stat: SwitchStat) -> int:
+        return after[sw].get(stat, 0) - before[sw].get(stat, 0)
+
+    assert grew("s6", SwitchStat.DROP_UNKNOWN_JOB) == 1
+    assert grew("s1", SwitchStat.DROP_PARSER_ERROR) == 1
+    assert grew("s3", SwitchStat.DROP_FORGED_PBM) == 1
+    assert _job_stats(figure1_lab, 1)["s6"][JobStat.DROP_FOREIGN_PBM] == 1
+
+
+def test_a_failed_write_leaves_no_half_deployed_job(figure1_lab: Figure1Lab) -> None:
+    from ina.job import JobSpec, validate_job
+
+    job = validate_job(JobSpec.from_dict(FIGURE1_SPEC), figure1_lab.topology)
+
+    class FailingOnS7:
+        """A real switch whose insert fails, as a full table or a lost link would."""
+
+        def __init__(self, real):  # type: ignore[no-untyped-def]
+            self.real, self.name = real, real.name
+
+        def __getattr__(self, attr: str) -> object:
+            return getattr(self.real, attr)
+
+        async def insert(self, entities) -> None:  # type: ignore[no-untyped-def]
+            raise SwitchError(self.name, "injected failure")
+
+    async def attempt(ctl: Controller) -> dict[int, list[object]]:
+        ctl.clients["s7"] = FailingOnS7(ctl.clients["s7"])
+        with pytest.raises(Exception, match="writing failed on s7"):
+            await ctl.deploy(job)
+        return await ctl.jobs()
+
+    assert figure1_lab.controller_call(attempt) == {}
+
+
+def test_inactl_deploys_reports_and_tears_down(figure1_lab: Figure1Lab) -> None:
+    path = figure1_lab.write_job(**FIGURE1_SPEC)
+    base = [sys.executable, "-m", "ina.cli", "-t", str(FIGURE1), "--p4info",
+            str(figure1_lab.lab.p4info)]
+    deploy = subprocess.run([*base, "deploy", str(path)], capture_output=True, text=True)
+    assert deploy.returncode == 0, deploy.stderr
+    assert "s6: root, covers w1, w2, w3, w4" in deploy.stdout
+    again = subprocess.run([*base, "deploy", str(path)], capture_output=True, text=True)
+    assert again.returncode == 2 and "already deployed" in again.stderr
+    status = subprocess.run([*base, "status", "--job", "1"], capture_output=True, text=True)
+    assert status.returncode == 0 and "job 1: root" in status.stdout
+    down = subprocess.run([*base, "teardown", "1"], capture_output=True, text=True)
+    assert down.returncode == 0 and "removed from s1, s2, s5, s6, s7" in down.stdout
