@@ -80,11 +80,33 @@ def test_worker_without_results_times_out_with_a_clear_error() -> None:
 
 def test_sequence_numbers_continue_across_calls() -> None:
     class Echo(_SilentTransport):
+        """Answers each packet with a result carrying the same values."""
+
         def recv(self, timeout: float) -> bytes | None:
-            pkt = InaPacket.unpack(self.sent[-1])
+            if not self.sent:
+                return None
+            pkt = InaPacket.unpack(self.sent.pop())
             return _result(pkt.header.seq, list(pkt.meaningful))
 
     worker = Worker(CONFIG, Echo(), timeout=1)
     assert worker.allreduce([1]).values.tolist() == [1]
     worker.allreduce([2])
     assert worker.next_seq == 2
+
+
+def test_a_chunk_without_result_is_sent_again_after_the_rto() -> None:
+    session = AllreduceSession(CONFIG, np.array([1]), rto=0.5)
+    first = session.packets_to_send(now=0.0)
+    assert session.packets_to_send(now=0.4) == []
+    assert session.packets_to_send(now=0.5) == first
+    assert session.next_timer() == 1.0
+
+
+def test_the_window_slides_only_past_results() -> None:
+    # Window 2: chunk 2 waits for chunk 0's result, even when chunk 1's is in.
+    session = AllreduceSession(CONFIG, np.zeros(4 * ELEMS_PER_PACKET, dtype=np.int32))
+    assert len(session.packets_to_send()) == 2
+    session.accept(_result(1, [0] * ELEMS_PER_PACKET))
+    assert session.packets_to_send() == []
+    session.accept(_result(0, [0] * ELEMS_PER_PACKET))
+    assert [InaPacket.unpack(p).header.seq for p in session.packets_to_send()] == [2, 3]

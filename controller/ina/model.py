@@ -56,6 +56,8 @@ REG_SEQ = "slot_seq"
 REG_COUNT = "slot_count"
 REG_OVERFLOW = "slot_overflow"
 REG_VALUES = "agg_values"
+#: Virtual seconds without a new result after which run_sessions gives up.
+STALL_SECONDS = 5.0
 
 
 def _s32(v: int) -> int:
@@ -381,20 +383,31 @@ class ModelNetwork:
                 out.append(frame.pack()[14 + 20 + 8:])
         return out
 
-    def run_sessions(self, sessions: dict[str, AllreduceSession]) -> None:
-        """Drive every worker's session until all are done; raises if they stall."""
+    def run_sessions(self, sessions: dict[str, AllreduceSession]) -> float:
+        """Drive every worker's session until all are done, on a virtual clock that
+        jumps to the next retransmission when nothing else can happen. Returns the
+        virtual seconds taken; raises AllreduceError after STALL_SECONDS of virtual
+        time without a new result (a worker missing, say)."""
+        now = last_progress = 0.0
         while not all(s.done for s in sessions.values()):
-            progress = False
+            sent = False
             for host, session in sessions.items():
-                for payload in session.packets_to_send():
+                for payload in session.packets_to_send(now):
                     self.host_send_payload(host, session.config.target, payload)
-                    progress = True
+                    sent = True
             for host, session in sessions.items():
                 for payload in self.received_payloads(host):
-                    progress |= session.accept(payload)
-            if not progress:
+                    if session.accept(payload):
+                        last_progress = now
+            if sent:
+                continue
+            timers = [t for s in sessions.values() if not s.done
+                      if (t := s.next_timer()) is not None]
+            if not timers or min(timers) - last_progress > STALL_SECONDS:
                 stalled = {h: len(s.missing()) for h, s in sessions.items() if not s.done}
                 raise AllreduceError(f"AllReduce stalled on the model; results missing: {stalled}")
+            now = max(now, min(timers))
+        return now
 
 
 def reduce_arrays(op: Op, arrays: list[npt.NDArray[np.integer]]) -> npt.NDArray[np.int32]:

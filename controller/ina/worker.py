@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -28,6 +29,8 @@ from ina.wire import InaPacket, WireError, ina_payload
 
 LOG = logging.getLogger(__name__)
 SEQ_MODULO = 1 << 32
+#: Seconds without a result before a chunk is sent again.
+DEFAULT_RTO = 0.2
 
 
 class AllreduceError(RuntimeError):
@@ -62,12 +65,22 @@ class AllreduceResult:
     values: npt.NDArray[np.int32]
     overflow: bool  # a 32-bit SUM wrapped somewhere: the values are not exact
     packets: int
+    retransmissions: int = 0
 
 
 class AllreduceSession:
-    """One AllReduce of one array, without I/O."""
+    """One AllReduce of one array, without I/O.
 
-    def __init__(self, config: WorkerConfig, values: npt.ArrayLike, seq_base: int = 0):
+    Chunk ``j`` (sequence number ``seq_base + j``) is first sent only once the
+    result of every chunk before ``j - window + 1`` has arrived: a sliding
+    window, as in SwitchML. So when any worker sends chunk ``j``, every worker
+    already has the result of chunk ``j - 2 * window``, the last one to use the
+    same copy of the same slot, and the switches may overwrite it. A chunk with
+    no result ``rto`` seconds after it was sent is sent again, unchanged.
+    """
+
+    def __init__(self, config: WorkerConfig, values: npt.ArrayLike, seq_base: int = 0,
+                 rto: float = DEFAULT_RTO):
         array = np.asarray(values)
         if array.ndim != 1 or array.size == 0:
             raise ValueError("allreduce takes a non-empty one-dimensional array")
@@ -76,12 +89,18 @@ class AllreduceSession:
         if array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max:
             raise ValueError("values must fit in signed 32 bits")
         self.config = config
-        self.values = array.astype(np.int64)
+        self.values = array.astype(np.int32)
         self.chunks = -(-array.size // ELEMS_PER_PACKET)
         self.seq_base = seq_base
+        self.rto = rto
         self.result = np.zeros(array.size, dtype=np.int32)
         self.received = np.zeros(self.chunks, dtype=bool)
-        self.sent = 0
+        self.results = 0
+        self.next = 0  # next chunk to send for the first time
+        self.base = 0  # lowest chunk without a result
+        self.sent_at: dict[int, float] = {}  # outstanding chunk -> last time sent
+        self.timers: deque[tuple[float, int]] = deque()  # (time sent, chunk), in send order
+        self.retransmissions = 0
         self.overflow = False
 
     def seq_of(self, chunk: int) -> int:
@@ -89,23 +108,37 @@ class AllreduceSession:
 
     @property
     def done(self) -> bool:
-        return bool(self.received.all())
+        return self.results == self.chunks
 
-    @property
-    def outstanding(self) -> int:
-        return self.sent - int(self.received[: self.sent].sum())
+    def _payload(self, chunk: int) -> bytes:
+        lo = chunk * ELEMS_PER_PACKET
+        part = self.values[lo: lo + ELEMS_PER_PACKET]
+        return ina_payload(self.config.job_id, self.seq_of(chunk), self.config.pbm,
+                           part.tolist(), self.config.op)
 
-    def packets_to_send(self) -> list[bytes]:
-        """Payloads the window allows now; call again after results arrive."""
+    def _sent(self, chunk: int, now: float) -> bytes:
+        self.sent_at[chunk] = now
+        self.timers.append((now, chunk))
+        return self._payload(chunk)
+
+    def packets_to_send(self, now: float = 0.0) -> list[bytes]:
+        """Retransmissions that are due, then the new chunks the window allows."""
         out = []
-        while self.sent < self.chunks and self.outstanding < self.config.window:
-            chunk = self.sent
-            lo = chunk * ELEMS_PER_PACKET
-            part = self.values[lo: lo + ELEMS_PER_PACKET]
-            out.append(ina_payload(self.config.job_id, self.seq_of(chunk), self.config.pbm,
-                                   [int(v) for v in part], self.config.op))
-            self.sent += 1
+        while self.timers and self.timers[0][0] + self.rto <= now:
+            sent, chunk = self.timers.popleft()
+            if self.sent_at.get(chunk) == sent:  # still outstanding, not resent since
+                out.append(self._sent(chunk, now))
+                self.retransmissions += 1
+        while self.next < self.chunks and self.next < self.base + self.config.window:
+            out.append(self._sent(self.next, now))
+            self.next += 1
         return out
+
+    def next_timer(self) -> float | None:
+        """When the next retransmission is due, if any chunk is outstanding."""
+        while self.timers and self.sent_at.get(self.timers[0][1]) != self.timers[0][0]:
+            self.timers.popleft()
+        return self.timers[0][0] + self.rto if self.timers else None
 
     def accept(self, payload: bytes) -> bool:
         """Take a received UDP payload; True if it was a new result of this session."""
@@ -118,7 +151,7 @@ class AllreduceSession:
         if h.job_id != self.config.job_id or not h.flags & Flag.RESULT:
             return False
         chunk = (h.seq - self.seq_base) % SEQ_MODULO
-        if chunk >= self.sent or self.received[chunk]:
+        if chunk >= self.next or self.received[chunk]:
             return False  # not ours, or a duplicate
         lo = chunk * ELEMS_PER_PACKET
         n = min(ELEMS_PER_PACKET, self.values.size - lo)
@@ -127,6 +160,10 @@ class AllreduceSession:
             return False
         self.result[lo: lo + n] = pkt.values[:n]
         self.received[chunk] = True
+        self.results += 1
+        self.sent_at.pop(chunk, None)
+        while self.base < self.chunks and self.received[self.base]:
+            self.base += 1
         self.overflow |= bool(h.flags & Flag.OVERFLOW)
         return True
 
@@ -136,7 +173,8 @@ class AllreduceSession:
     def outcome(self) -> AllreduceResult:
         if not self.done:
             raise AllreduceError(f"{len(self.missing())} of {self.chunks} results missing")
-        return AllreduceResult(self.result.copy(), self.overflow, self.chunks)
+        return AllreduceResult(self.result.copy(), self.overflow, self.chunks,
+                               self.retransmissions)
 
 
 class Transport(Protocol):
@@ -159,10 +197,13 @@ class UdpTransport:
         self.sock.sendto(payload, self.target)
 
     def recv(self, timeout: float) -> bytes | None:
-        self.sock.settimeout(max(timeout, 1e-6))
+        if timeout <= 0:
+            self.sock.setblocking(False)
+        else:
+            self.sock.settimeout(timeout)
         try:
             data, _ = self.sock.recvfrom(65535)
-        except TimeoutError:
+        except (TimeoutError, BlockingIOError):
             return None
         return data
 
@@ -181,31 +222,45 @@ class Worker:
 
     Every worker of the job must call ``allreduce`` with arrays of the same
     length in the same order; sequence numbers continue from call to call.
+    ``timeout`` bounds the time without any new result (a peer gone, the job
+    not deployed): then AllreduceTimeout says what is missing.
     """
 
     def __init__(self, config: WorkerConfig, transport: Transport, timeout: float = 5.0,
-                 seq_base: int = 0):
+                 seq_base: int = 0, rto: float = DEFAULT_RTO,
+                 progress: Callable[[int, int], None] | None = None):
         self.config = config
         self.transport = transport
         self.timeout = timeout
+        self.rto = rto
         self.next_seq = seq_base
+        self.progress = progress
 
     def allreduce(self, values: npt.ArrayLike | Sequence[int]) -> AllreduceResult:
-        session = AllreduceSession(self.config, values, self.next_seq)
+        session = AllreduceSession(self.config, values, self.next_seq, self.rto)
         self.next_seq = (self.next_seq + session.chunks) % SEQ_MODULO
-        deadline = time.monotonic() + self.timeout
+        last_progress = time.monotonic()
         while not session.done:
-            for payload in session.packets_to_send():
+            now = time.monotonic()
+            for payload in session.packets_to_send(now):
                 self.transport.send(payload)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if now - last_progress > self.timeout:
                 missing = session.missing()
                 raise AllreduceTimeout(
                     f"job {self.config.job_id}: no result within {self.timeout:g}s for "
-                    f"{len(missing)} of {session.chunks} packets (first seq {missing[0]}); "
+                    f"{len(missing)} of {session.chunks} packets (first seq {missing[0]}, "
+                    f"{session.retransmissions} retransmissions); "
                     "is every worker running, and the job deployed?"
                 )
-            received = self.transport.recv(remaining)
-            if received is not None and session.accept(received):
-                deadline = time.monotonic() + self.timeout  # progress resets the clock
+            wake = last_progress + self.timeout
+            timer = session.next_timer()
+            if timer is not None:
+                wake = min(wake, timer)
+            received = self.transport.recv(max(wake - now, 0.0))
+            while received is not None:
+                if session.accept(received):
+                    last_progress = time.monotonic()
+                    if self.progress is not None:
+                        self.progress(session.results, session.chunks)
+                received = self.transport.recv(0.0)
         return session.outcome()
