@@ -17,11 +17,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from ina import quantize
 from ina.constants import ELEMS_PER_PACKET, INA_UDP_PORT, Flag, Op
 from ina.job import JobSpec, validate_job
 from ina.topology import Topology
@@ -50,6 +51,7 @@ class WorkerConfig:
     pbm: int  # the worker's own bit
     target: str  # address of its parent VAT node
     window: int  # packets outstanding at most (the job's slots)
+    workers: int = 1  # workers in the job (float SUM needs the headroom)
 
     @classmethod
     def from_files(cls, topology: str | Path, job: str | Path, worker: str) -> WorkerConfig:
@@ -57,15 +59,18 @@ class WorkerConfig:
         j = validate_job(JobSpec.load(job), topo)
         if worker not in j.workers:
             raise ValueError(f"{worker} is not a worker of job {j.job_id} ({', '.join(j.workers)})")
-        return cls(j.job_id, j.op, j.worker_bit[worker], j.target_of(worker, topo), j.slots)
+        return cls(j.job_id, j.op, j.worker_bit[worker], j.target_of(worker, topo), j.slots,
+                   len(j.workers))
 
 
 @dataclass(frozen=True)
 class AllreduceResult:
-    values: npt.NDArray[np.int32]
+    values: npt.NDArray[Any]  # int32, or float32 for a float AllReduce
     overflow: bool  # a 32-bit SUM wrapped somewhere: the values are not exact
     packets: int
     retransmissions: int = 0
+    #: Float AllReduce only: per element, how far a value may be from the exact one.
+    error_bound: npt.NDArray[np.float64] | None = None
 
 
 class AllreduceSession:
@@ -80,7 +85,7 @@ class AllreduceSession:
     """
 
     def __init__(self, config: WorkerConfig, values: npt.ArrayLike, seq_base: int = 0,
-                 rto: float = DEFAULT_RTO):
+                 rto: float = DEFAULT_RTO, op: Op | None = None):
         array = np.asarray(values)
         if array.ndim != 1 or array.size == 0:
             raise ValueError("allreduce takes a non-empty one-dimensional array")
@@ -89,6 +94,7 @@ class AllreduceSession:
         if array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max:
             raise ValueError("values must fit in signed 32 bits")
         self.config = config
+        self.op = config.op if op is None else op
         self.values = array.astype(np.int32)
         self.chunks = -(-array.size // ELEMS_PER_PACKET)
         self.seq_base = seq_base
@@ -114,7 +120,7 @@ class AllreduceSession:
         lo = chunk * ELEMS_PER_PACKET
         part = self.values[lo: lo + ELEMS_PER_PACKET]
         return ina_payload(self.config.job_id, self.seq_of(chunk), self.config.pbm,
-                           part.tolist(), self.config.op)
+                           part.tolist(), self.op)
 
     def _sent(self, chunk: int, now: float) -> bytes:
         self.sent_at[chunk] = now
@@ -236,8 +242,25 @@ class Worker:
         self.next_seq = seq_base
         self.progress = progress
 
-    def allreduce(self, values: npt.ArrayLike | Sequence[int]) -> AllreduceResult:
-        session = AllreduceSession(self.config, values, self.next_seq, self.rto)
+    def allreduce(self, values: npt.ArrayLike | Sequence[int],
+                  op: Op | None = None) -> AllreduceResult:
+        """Reduce ``values`` (integers, or float32: see ina.quantize) with ``op``
+        (default: the job's)."""
+        op = self.config.op if op is None else op
+        array = np.asarray(values)
+        if not np.issubdtype(array.dtype, np.floating):
+            return self._allreduce_ints(array, op)
+        x = array.astype(np.float32)
+        e = self._allreduce_ints(quantize.block_exponents(x), Op.MAX)
+        n = self.config.workers
+        r = self._allreduce_ints(quantize.quantize(x, e.values, op, n), op)
+        result = quantize.dequantize(r.values, e.values, op, n)
+        return AllreduceResult(result, r.overflow, e.packets + r.packets,
+                               e.retransmissions + r.retransmissions,
+                               quantize.bound(result, e.values, op, n))
+
+    def _allreduce_ints(self, values: npt.ArrayLike, op: Op) -> AllreduceResult:
+        session = AllreduceSession(self.config, values, self.next_seq, self.rto, op)
         self.next_seq = (self.next_seq + session.chunks) % SEQ_MODULO
         last_progress = time.monotonic()
         while not session.done:
