@@ -11,9 +11,9 @@ import pytest
 
 from ina.constants import JobStat, Op, SwitchStat
 from ina.job import Job
-from ina.model import reduce_arrays
+from ina.model import Impairment, reduce_arrays
 from ina.switchapi import CounterValue
-from ina.wire import InaHeader, InaPacket, bit_of, ina_payload
+from ina.wire import InaHeader, InaPacket, bit_of, ina_frame, ina_payload
 from ina.worker import AllreduceError, AllreduceSession, WorkerConfig
 
 from inatest import ModelLab, figure1_job
@@ -115,22 +115,35 @@ def _send(lab: ModelLab, host: str, dst: str, payload: bytes) -> None:
     lab.net.host_send_payload(host, dst, payload)
 
 
-def test_unknown_job_is_dropped_and_counted(model_lab: ModelLab) -> None:
-    _send(model_lab, "w1", "10.0.100.6", ina_payload(99, 0, bit_of(1), [1]))
+def _from_switch(lab: ModelLab, switch: str, port: int, dst: str, payload: bytes) -> None:
+    """An INA packet arriving from the neighbour switch on ``port`` (hosts cannot
+    reach the VAT checks with such packets: their edge switch stops them first)."""
+    me = lab.topology.switches[switch]
+    neighbour = lab.topology.ports(switch)[port].node
+    lab.net.inject(switch, port, ina_frame(lab.topology.mac(neighbour), me.mac,
+                                           lab.topology.address(neighbour), dst, payload))
+
+
+def test_unknown_job_addressed_to_a_switch_is_dropped_and_counted(model_lab: ModelLab) -> None:
+    _from_switch(model_lab, "s6", 1, "10.0.100.6", ina_payload(99, 0, bit_of(1), [1]))
     assert _switch_stat(model_lab, "s6", SwitchStat.DROP_UNKNOWN_JOB) == 1
 
 
 def test_foreign_pbm_is_dropped_at_the_vat_node(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
-    # w5 is no worker of job 1; its own bit passes its edge switch, s6 refuses it.
+    _deploy(model_lab, figure1_job(model_lab.topology))
+    _from_switch(model_lab, "s6", 1, "10.0.100.6", ina_payload(1, 0, bit_of(5), [7]))
+    _from_switch(model_lab, "s6", 1, "10.0.100.6", ina_payload(1, 0, bit_of(1) | bit_of(6), [7]))
+    assert _job_stats(model_lab, 1)["s6"] == {JobStat.DROP_FOREIGN_PBM: 2}
+
+
+def test_a_host_outside_the_job_is_stopped_at_its_edge(model_lab: ModelLab) -> None:
+    _deploy(model_lab, figure1_job(model_lab.topology))
     _send(model_lab, "w5", "10.0.100.6", ina_payload(1, 0, bit_of(5), [7]))
-    assert _job_stats(model_lab, 1)["s6"] == {JobStat.DROP_FOREIGN_PBM: 1}
+    assert _switch_stat(model_lab, "s3", SwitchStat.DROP_NOT_MEMBER) == 1
 
 
 def test_forged_pbm_from_a_host_is_dropped_at_its_edge(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    _deploy(model_lab, figure1_job(model_lab.topology))
     _send(model_lab, "w5", "10.0.100.6", ina_payload(1, 0, bit_of(1), [7]))
     assert _switch_stat(model_lab, "s3", SwitchStat.DROP_FORGED_PBM) == 1
 
@@ -143,14 +156,14 @@ def test_bad_packets_change_no_result(model_lab: ModelLab) -> None:
     _send(model_lab, "w1", "10.0.100.1", truncated)
     _send(model_lab, "w1", "10.0.100.1", no_values)
     _send(model_lab, "w5", "10.0.100.6", ina_payload(1, 0, bit_of(5), [10**6]))
-    _send(model_lab, "w1", "10.0.100.6", ina_payload(77, 0, bit_of(1), [10**6]))
+    _send(model_lab, "w6", "10.0.100.6", ina_payload(1, 0, bit_of(1), [10**6]))
     arrays = _arrays(job, 64)
     results = _allreduce(model_lab, job, arrays)
     assert np.array_equal(results["w3"], reduce_arrays(Op.SUM, list(arrays.values())))
     assert _switch_stat(model_lab, "s1", SwitchStat.DROP_PARSER_ERROR) == 1
     assert _switch_stat(model_lab, "s1", SwitchStat.DROP_BAD_COUNT) == 1
-    assert _switch_stat(model_lab, "s6", SwitchStat.DROP_UNKNOWN_JOB) == 1
-    assert _job_stats(model_lab, 1)["s6"][JobStat.DROP_FOREIGN_PBM] == 1
+    assert _switch_stat(model_lab, "s3", SwitchStat.DROP_NOT_MEMBER) == 1
+    assert _switch_stat(model_lab, "s3", SwitchStat.DROP_FORGED_PBM) == 1
 
 
 def test_a_contribution_with_another_element_count_is_refused(model_lab: ModelLab) -> None:
@@ -203,3 +216,49 @@ def test_a_missing_worker_stalls_with_an_error(model_lab: ModelLab) -> None:
                                     arrays[w]) for w in ("w1", "w2", "w3")}
     with pytest.raises(AllreduceError, match="stalled"):
         model_lab.net.run_sessions(sessions)
+
+
+def _lossy_lab(figure1_topology: ModelLab, **impairment: float) -> ModelLab:
+    lab = figure1_topology
+    lab.net.impairment = Impairment(seed=7, **impairment)
+    return lab
+
+
+@pytest.mark.parametrize("impairment", [
+    {"loss": 0.01}, {"loss": 0.05}, {"duplicate": 0.05}, {"reorder": 0.1},
+    {"loss": 0.05, "duplicate": 0.05, "reorder": 0.1},
+], ids=["loss1", "loss5", "dup5", "reorder10", "all"])
+def test_allreduce_is_exact_over_impaired_links(model_lab: ModelLab,
+                                                impairment: dict[str, float]) -> None:
+    job = figure1_job(model_lab.topology, slots=8)
+    _deploy(model_lab, job)
+    lab = _lossy_lab(model_lab, **impairment)
+    arrays = _arrays(job, 64 * 60)
+    results = _allreduce(lab, job, arrays)
+    expected = reduce_arrays(Op.SUM, list(arrays.values()))
+    for w in job.workers:
+        assert np.array_equal(results[w], expected), w
+
+
+def test_a_lost_result_is_sent_again_from_the_stored_aggregate(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    for w in ("w1", "w2", "w3", "w4"):
+        _send(model_lab, w, job.target_of(w, model_lab.topology),
+              ina_payload(1, 0, job.worker_bit[w], [1]))
+    model_lab.net.inbox["w1"].clear()  # w1's copy of the result is lost
+    _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 0, bit_of(1), [1]))
+    stats = _job_stats(model_lab, 1)
+    assert stats["s1"][JobStat.RESENT] == 1 and stats["s6"][JobStat.RESENT] == 1
+    (again,) = model_lab.net.received_payloads("w1")
+    assert InaPacket.unpack(again).meaningful == (4,)
+    # Resent to s1's workers only (w2 gets a duplicate it ignores), nothing added twice.
+    assert len(model_lab.net.inbox["w3"]) == 1
+
+
+def test_a_late_duplicate_of_an_old_round_is_stale(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology, slots=1)
+    _deploy(model_lab, job)
+    _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 2, bit_of(1), [1]))  # seq 2, cell 0
+    _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 0, bit_of(1), [1]))  # seq 0: older
+    assert _job_stats(model_lab, 1)["s1"][JobStat.DROP_STALE] == 1

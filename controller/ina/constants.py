@@ -55,7 +55,8 @@ class Flag(enum.IntFlag):
 
 # --- Data-plane sizes -----------------------------------------------------------
 
-#: Aggregation slots per switch (each holds ELEMS_PER_PACKET int32 values).
+#: Aggregation slots per switch. Each has two copies (cells) of ELEMS_PER_PACKET
+#: int32 values, used by alternate rounds of sequence numbers (see aggregation.p4).
 AGG_SLOTS = 1024
 #: Jobs a switch can hold state for (VAT nodes and per-job transit counters).
 MAX_JOBS = 64
@@ -75,15 +76,16 @@ class JobStat(enum.IntEnum):
     ABSORBED = 0  # contribution added to a slot (includes the completing one)
     PASSED = 1  # VAT node here, A-BM & P-BM == 0: forwarded on toward its target
     TRANSIT = 2  # no VAT node here, the job's packet forwarded by IPv4
-    EMITTED = 3  # partial result sent toward the parent VAT node
-    MULTICAST = 4  # root: final result sent by BIER
+    EMITTED = 3  # (partial) result sent toward the parent VAT node, resends included
+    MULTICAST = 4  # root: final result sent by BIER, resends included
     BIER_RECEIVED = 5  # BIER packet of this job entered the switch
     DELIVERED = 6  # BIER copy decapsulated to a worker
-    DROP_FOREIGN_PBM = 7  # P-BM has bits outside the A-BM (or none, addressed here)
-    DROP_DUPLICATE = 8  # contributor already in the slot
-    DROP_SLOT_BUSY = 9  # slot holds another sequence number of this job
-    DROP_COUNT_MISMATCH = 10  # element count differs from the slot's
-    DROP_OP_MISMATCH = 11  # header op differs from the job's op
+    RESENT = 7  # retransmission for a complete slot: its stored result sent again
+    DROP_FOREIGN_PBM = 8  # P-BM has bits outside the A-BM (or none, addressed here)
+    DROP_DUPLICATE = 9  # contributor already in the slot, which is not complete yet
+    DROP_STALE = 10  # a sequence number older than the slot copy's (late duplicate)
+    DROP_COUNT_MISMATCH = 11  # element count differs from the slot's
+    DROP_OP_MISMATCH = 12  # op differs from the slot's
 
 
 class SwitchStat(enum.IntEnum):
@@ -96,16 +98,17 @@ class SwitchStat(enum.IntEnum):
     DROP_BAD_PBM = 4  # P-BM empty, or RESULT flag on an aggregation packet
     DROP_UNKNOWN_JOB = 5  # INA packet addressed to this switch, no VAT node of its job here
     DROP_FORGED_PBM = 6  # from a host port, P-BM is not exactly that host's bit
-    DROP_NO_ROUTE = 7
-    DROP_TTL = 8
-    DROP_BIER_MALFORMED = 9  # BIER nibble, version, BSL or proto not ours
-    DROP_BIER_TTL = 10
-    DROP_BIER_FROM_HOST = 11  # hosts are BFERs behind this switch; they do not inject BIER
-    DROP_NOT_SUPPORTED = 12  # neither IPv4 nor BIER (ARP, IPv6...), or IPv4 to this switch
-    DROP_IP_CHECKSUM = 13  # IPv4 header checksum wrong
-    BIER_COPY_PRUNED = 14  # replica whose masked BitString was empty (normal, RFC 8279)
-    BIER_COPY_SENT = 15  # replica sent to a neighbour BFR
-    BIER_COPY_DELIVERED = 16  # replica decapsulated to a host
+    DROP_NOT_MEMBER = 7  # from a host port, for a job that host is no worker of
+    DROP_NO_ROUTE = 8
+    DROP_TTL = 9
+    DROP_BIER_MALFORMED = 10  # BIER nibble, version, BSL or proto not ours
+    DROP_BIER_TTL = 11
+    DROP_BIER_FROM_HOST = 12  # hosts are BFERs behind this switch; they do not inject BIER
+    DROP_NOT_SUPPORTED = 13  # neither IPv4 nor BIER (ARP, IPv6...), or IPv4 to this switch
+    DROP_IP_CHECKSUM = 14  # IPv4 header checksum wrong
+    BIER_COPY_PRUNED = 15  # replica whose masked BitString was empty (normal, RFC 8279)
+    BIER_COPY_SENT = 16  # replica sent to a neighbour BFR
+    BIER_COPY_DELIVERED = 17  # replica decapsulated to a host
 
 
 SWITCH_STATS = len(SwitchStat)

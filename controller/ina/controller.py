@@ -75,9 +75,7 @@ class JobOnSwitch:
 
     @property
     def job_id(self) -> int:
-        value = self.entry.match_value("job_id")
-        assert isinstance(value, int)
-        return value
+        return _job_id(self.entry)
 
     @property
     def role(self) -> str:
@@ -163,11 +161,13 @@ class Controller:
     # --- jobs ----------------------------------------------------------------------------
 
     async def _read_jobs(self) -> dict[str, list[TableEntry]]:
+        """Every entry of the job tables, per switch."""
+
         async def read(sw: str, client: SwitchClient) -> list[TableEntry]:
-            return await client.read_table(n.VAT_JOBS.name)
+            return [e for spec in n.JOB_TABLES for e in await client.read_table(spec.name)]
 
         results = await self._each(read)
-        self._raise_failures("reading the jobs table", results)
+        self._raise_failures("reading the job tables", results)
         return {sw: r for sw, r in results.items() if isinstance(r, list)}
 
     async def jobs(self) -> dict[int, list[JobOnSwitch]]:
@@ -175,6 +175,8 @@ class Controller:
         result: dict[int, list[JobOnSwitch]] = {}
         for sw, entries in sorted((await self._read_jobs()).items()):
             for e in entries:
+                if e.table != n.VAT_JOBS.name:
+                    continue
                 j = JobOnSwitch(sw, e)
                 result.setdefault(j.job_id, []).append(j)
         return dict(sorted(result.items()))
@@ -184,7 +186,7 @@ class Controller:
         job = spec if isinstance(spec, Job) else validate_job(spec, self.topology)
         existing = await self._read_jobs()
         holders = sorted(sw for sw, entries in existing.items()
-                         if any(JobOnSwitch(sw, e).job_id == job.job_id for e in entries))
+                         if any(_job_id(e) == job.job_id for e in entries))
         if holders:
             raise JobError([f"job {job.job_id} is already deployed (on {', '.join(holders)}); "
                             "tear it down first or choose another job_id"])
@@ -232,7 +234,7 @@ class Controller:
     async def teardown(self, job_id: int) -> list[str]:
         """Remove every entry of the job; the switches it was removed from."""
         existing = await self._read_jobs()
-        mine = {sw: [e for e in entries if JobOnSwitch(sw, e).job_id == job_id]
+        mine = {sw: [e for e in entries if _job_id(e) == job_id]
                 for sw, entries in existing.items()}
         mine = {sw: es for sw, es in mine.items() if es}
         if not mine:
@@ -277,6 +279,12 @@ class Controller:
         results = await self._each(read)
         self._raise_failures("reading status", results)
         return {sw: r for sw, r in results.items() if isinstance(r, SwitchStatus)}
+
+
+def _job_id(e: TableEntry) -> int:
+    value = e.match_value("job_id")
+    assert isinstance(value, int)
+    return value
 
 
 def _key(e: Entity) -> object:

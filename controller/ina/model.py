@@ -12,6 +12,7 @@ The structure follows p4src/ control by control; keep them in step.
 from __future__ import annotations
 
 import logging
+import random
 from collections import deque
 from dataclasses import dataclass, field, replace
 
@@ -54,6 +55,7 @@ REG_BITMAP = "slot_bitmap"
 REG_EPOCH = "slot_epoch"
 REG_SEQ = "slot_seq"
 REG_COUNT = "slot_count"
+REG_OP = "slot_op"
 REG_OVERFLOW = "slot_overflow"
 REG_VALUES = "agg_values"
 #: Virtual seconds without a new result after which run_sessions gives up.
@@ -149,7 +151,7 @@ class ModelSwitch:
         elif frame.bier is not None:
             self._bier_ingress(frame, meta)
         elif frame.ipv4 is not None and frame.ipv4.ver_ihl & 0xF == 5:
-            self._ipv4_ingress(frame, meta)
+            self._ipv4_ingress(frame, meta, in_port)
         else:
             meta.drop = SwitchStat.DROP_NOT_SUPPORTED
 
@@ -176,7 +178,7 @@ class ModelSwitch:
                     meta.job_events.add(JobStat.BIER_RECEIVED)
             meta.mcast_grp = BIER_MCAST_GROUP
 
-    def _ipv4_ingress(self, frame: Frame, meta: _Meta) -> None:
+    def _ipv4_ingress(self, frame: Frame, meta: _Meta, in_port: int) -> None:
         ipv4 = frame.ipv4
         assert ipv4 is not None
         meta.to_me = self._exact(n.LOCAL_ADDRESSES, dst_addr=ip_int(ipv4.dst)) is not None
@@ -192,6 +194,9 @@ class ModelSwitch:
                 meta.drop = SwitchStat.DROP_BAD_PBM
             elif meta.from_host and ina.pbm != meta.host_bit:
                 meta.drop = SwitchStat.DROP_FORGED_PBM
+            elif meta.from_host and self._exact(n.JOB_MEMBERS, job_id=ina.job_id,
+                                                ingress_port=in_port) is None:
+                meta.drop = SwitchStat.DROP_NOT_MEMBER
             if meta.drop is not None:
                 return
             self._lookup_job(frame, meta)
@@ -226,13 +231,9 @@ class ModelSwitch:
 
     def _aggregate(self, frame: Frame, meta: _Meta) -> None:
         """aggregation.p4: the draft's A-BM/P-BM test and the slot state machine."""
-        job, ina, ipv4, udp = meta.job, frame.ina, frame.ipv4, frame.udp
-        assert job is not None and ina is not None and ipv4 is not None and udp is not None
-        assert frame.values is not None
+        job, ina = meta.job, frame.ina
+        assert job is not None and ina is not None and frame.values is not None
         abm = job.param("abm")
-        if ina.op != job.param("op"):
-            self._job_drop(meta, JobStat.DROP_OP_MISMATCH)
-            return
         if abm & ina.pbm == 0:
             if meta.to_me:
                 self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)
@@ -243,60 +244,85 @@ class ModelSwitch:
             self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)
             return
         s = self.store
-        slot = job.param("slot_base") + (ina.seq & job.param("slot_mask"))
+        slot_mask = job.param("slot_mask")
+        version = 1 if ina.seq & (slot_mask + 1) else 0
+        cell = (job.param("slot_base") + (ina.seq & slot_mask)) * 2 + version
         epoch = job.param("epoch")
-        bitmap = s.reg_read(REG_BITMAP, slot)
-        fresh = bitmap == 0 or s.reg_read(REG_EPOCH, slot) != epoch
-        if not fresh:
-            if s.reg_read(REG_SEQ, slot) != ina.seq:
-                self._job_drop(meta, JobStat.DROP_SLOT_BUSY)
-                return
-            if s.reg_read(REG_COUNT, slot) != ina.count:
-                self._job_drop(meta, JobStat.DROP_COUNT_MISMATCH)
-                return
-            if bitmap & ina.pbm:
-                self._job_drop(meta, JobStat.DROP_DUPLICATE)
-                return
+        bitmap = s.reg_read(REG_BITMAP, cell)
+        cell_seq = s.reg_read(REG_SEQ, cell)
+        newer = _s32(ina.seq - cell_seq) > 0
+        fresh = bitmap == 0 or s.reg_read(REG_EPOCH, cell) != epoch or newer
+        base = cell * ELEMS_PER_PACKET
+        if fresh:
+            self._absorb(frame, meta, cell, fresh)
+        elif cell_seq != ina.seq:
+            self._job_drop(meta, JobStat.DROP_STALE)
+        elif s.reg_read(REG_COUNT, cell) != ina.count:
+            self._job_drop(meta, JobStat.DROP_COUNT_MISMATCH)
+        elif s.reg_read(REG_OP, cell) != ina.op:
+            self._job_drop(meta, JobStat.DROP_OP_MISMATCH)
+        elif bitmap & ina.pbm and bitmap != abm:
+            self._job_drop(meta, JobStat.DROP_DUPLICATE)
+        elif bitmap & ina.pbm:
+            # A retransmission for a complete cell: something after it was lost.
+            meta.job_events.add(JobStat.RESENT)
+            frame.values = tuple(_s32(s.reg_read(REG_VALUES, base + i))
+                                 for i in range(ELEMS_PER_PACKET))
+            self._emit(frame, meta, bool(s.reg_read(REG_OVERFLOW, cell)), ina.pbm)
+        else:
+            self._absorb(frame, meta, cell, fresh)
+
+    def _absorb(self, frame: Frame, meta: _Meta, cell: int, fresh: bool) -> None:
+        job, ina, s = meta.job, frame.ina, self.store
+        assert job is not None and ina is not None and frame.values is not None
         meta.job_events.add(JobStat.ABSORBED)
         overflow = bool(ina.flags & Flag.OVERFLOW)
-        base = slot * ELEMS_PER_PACKET
+        base = cell * ELEMS_PER_PACKET
         values = list(frame.values)
+        bitmap = 0
         if fresh:
-            bitmap = 0
-            s.reg_write(REG_EPOCH, slot, epoch)
-            s.reg_write(REG_SEQ, slot, ina.seq)
-            s.reg_write(REG_COUNT, slot, ina.count)
+            s.reg_write(REG_EPOCH, cell, job.param("epoch"))
+            s.reg_write(REG_SEQ, cell, ina.seq)
+            s.reg_write(REG_COUNT, cell, ina.count)
+            s.reg_write(REG_OP, cell, ina.op)
         else:
-            overflow = overflow or bool(s.reg_read(REG_OVERFLOW, slot))
+            bitmap = s.reg_read(REG_BITMAP, cell)
+            overflow = overflow or bool(s.reg_read(REG_OVERFLOW, cell))
             for i in range(ELEMS_PER_PACKET):
                 stored = _s32(s.reg_read(REG_VALUES, base + i))
-                values[i], ovf = combine(Op(job.param("op")), stored, values[i])
+                values[i], ovf = combine(Op(ina.op), stored, values[i])
                 overflow = overflow or ovf
         for i in range(ELEMS_PER_PACKET):
             s.reg_write(REG_VALUES, base + i, values[i] & U32)
-        s.reg_write(REG_OVERFLOW, slot, int(overflow))
+        s.reg_write(REG_OVERFLOW, cell, int(overflow))
         bitmap |= ina.pbm
-        if bitmap != abm:
-            s.reg_write(REG_BITMAP, slot, bitmap)
+        s.reg_write(REG_BITMAP, cell, bitmap)
+        if bitmap != job.param("abm"):
             meta.consumed = True
             return
-        # Complete: this packet leaves with the aggregate, the slot is free again.
-        s.reg_write(REG_BITMAP, slot, 0)
-        flags = (ina.flags & ~Flag.OVERFLOW) | (Flag.OVERFLOW if overflow else Flag.NONE)
+        # Complete: this packet leaves with the aggregate; the cell keeps it for resends.
         frame.values = tuple(values)
+        self._emit(frame, meta, overflow, job.param("abm"))
+
+    def _emit(self, frame: Frame, meta: _Meta, overflow: bool, bier_bits: int) -> None:
+        """The packet carries the cell's aggregate toward the parent, or, at the root,
+        by BIER to ``bier_bits`` (the A-BM; a retransmitter's bits on a resend)."""
+        job, ina, ipv4, udp = meta.job, frame.ina, frame.ipv4, frame.udp
+        assert job is not None and ina is not None and ipv4 is not None and udp is not None
+        flags = (ina.flags & ~Flag.OVERFLOW) | (Flag.OVERFLOW if overflow else Flag.NONE)
         ipv4.src = ip_str(job.param("node_ip"))
         udp.checksum = 0
         meta.to_me = False
         if job.action == n.VAT_ROOT.name:
-            frame.ina = replace(ina, pbm=abm, flags=flags | Flag.RESULT)
+            frame.ina = replace(ina, pbm=job.param("abm"), flags=flags | Flag.RESULT)
             ipv4.dst = "0.0.0.0"
             ipv4.ttl = IPV4_INITIAL_TTL
-            frame.bier = Bier(bitstring=abm, ttl=BIER_INITIAL_TTL, proto=BIER_PROTO_IPV4)
+            frame.bier = Bier(bitstring=bier_bits, ttl=BIER_INITIAL_TTL, proto=BIER_PROTO_IPV4)
             frame.eth.ethertype = ETHERTYPE_BIER
             meta.mcast_grp = BIER_MCAST_GROUP
             meta.job_events.add(JobStat.MULTICAST)
         else:
-            frame.ina = replace(ina, pbm=abm, flags=flags)
+            frame.ina = replace(ina, pbm=job.param("abm"), flags=flags)
             ipv4.dst = ip_str(job.param("parent_ip"))
             meta.job_events.add(JobStat.EMITTED)
 
@@ -334,33 +360,89 @@ class ModelSwitch:
         return True
 
 
-class ModelNetwork:
-    """Switches and hosts of a topology, exchanging frames in order."""
+@dataclass
+class Impairment:
+    """What links do to frames: lose, duplicate or delay (reorder) each with a
+    probability, independently per frame and link, from a seeded generator."""
 
-    def __init__(self, topology: Topology, stores: dict[str, MemorySwitch]):
+    loss: float = 0.0
+    duplicate: float = 0.0
+    reorder: float = 0.0
+    seed: int = 0
+    rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def copies(self) -> tuple[int, bool]:
+        """(copies delivered, whether they are held back for later)."""
+        if self.rng.random() < self.loss:
+            return 0, False
+        n = 2 if self.rng.random() < self.duplicate else 1
+        return n, self.rng.random() < self.reorder
+
+
+@dataclass
+class _Hop:
+    node: str  # receiving node
+    port: int | None  # its port, None at a host
+    frame: bytes
+    sender: str
+    impaired: bool = False  # already passed through the impairment
+
+
+class ModelNetwork:
+    """Switches and hosts of a topology, exchanging frames; links may be impaired."""
+
+    def __init__(self, topology: Topology, stores: dict[str, MemorySwitch],
+                 impairment: Impairment | None = None):
         self.topology = topology
         self.switches = {name: ModelSwitch(name, stores[name]) for name in topology.switches}
         self.inbox: dict[str, deque[bytes]] = {h: deque() for h in topology.hosts}
         self.frames_on_link: dict[tuple[str, str], int] = {}
+        self.bytes_on_link: dict[tuple[str, str], int] = {}
+        self.impairment = impairment
+        self.held: list[_Hop] = []  # frames delayed by the impairment
 
     def send(self, host: str, raw: bytes) -> None:
         """A host puts a frame on its link; everything it causes happens now."""
         switch, port = self.topology.host_attachment(host)
-        queue: deque[tuple[str, int, bytes, str]] = deque([(switch, port, raw, host)])
-        while queue:
-            node, in_port, frame, sender = queue.popleft()
-            self._carried(sender, node)
-            for out_port, out in self.switches[node].process(in_port, frame):
-                nb = self.topology.ports(node)[out_port]
-                if nb.is_host:
-                    self._carried(node, nb.node)
-                    self.inbox[nb.node].append(out)
-                else:
-                    assert nb.remote_port is not None
-                    queue.append((nb.node, nb.remote_port, out, node))
+        self._run([_Hop(switch, port, raw, host)])
 
-    def _carried(self, a: str, b: str) -> None:
+    def inject(self, switch: str, port: int, raw: bytes) -> None:
+        """A frame enters ``switch`` on ``port``, as if the neighbour there sent it."""
+        self._run([_Hop(switch, port, raw, self.topology.ports(switch)[port].node)])
+
+    def release_held(self) -> bool:
+        """Deliver the frames the impairment delayed; True if there were any."""
+        held, self.held = self.held, []
+        self._run(held)
+        return bool(held)
+
+    def _run(self, hops: list[_Hop]) -> None:
+        queue = deque(hops)
+        while queue:
+            hop = queue.popleft()
+            if self.impairment is not None and not hop.impaired:
+                n, later = self.impairment.copies()
+                hop.impaired = True
+                if later:
+                    self.held += [hop] * n
+                    continue
+                if n == 0:
+                    continue
+                queue.extend([hop] * (n - 1))
+            self._carried(hop.sender, hop.node, len(hop.frame))
+            if hop.port is None:
+                self.inbox[hop.node].append(hop.frame)
+                continue
+            for out_port, out in self.switches[hop.node].process(hop.port, hop.frame):
+                nb = self.topology.ports(hop.node)[out_port]
+                queue.append(_Hop(nb.node, nb.remote_port, out, hop.node))
+
+    def _carried(self, a: str, b: str, nbytes: int) -> None:
         self.frames_on_link[(a, b)] = self.frames_on_link.get((a, b), 0) + 1
+        self.bytes_on_link[(a, b)] = self.bytes_on_link.get((a, b), 0) + nbytes
 
     def receive(self, host: str) -> bytes | None:
         inbox = self.inbox[host]
@@ -395,11 +477,12 @@ class ModelNetwork:
                 for payload in session.packets_to_send(now):
                     self.host_send_payload(host, session.config.target, payload)
                     sent = True
+            progress = False
             for host, session in sessions.items():
                 for payload in self.received_payloads(host):
                     if session.accept(payload):
-                        last_progress = now
-            if sent:
+                        last_progress, progress = now, True
+            if sent or progress or self.release_held():
                 continue
             timers = [t for s in sessions.values() if not s.done
                       if (t := s.next_timer()) is not None]

@@ -59,12 +59,12 @@ HOST_PORTS = TableSpec(
 # Ingress: the jobs this switch holds a VAT node of, or counts transit for.
 VAT_NODE = ActionSpec(
     "InaIngress.jobs.vat_node",
-    (("job_index", 8), ("abm", BM), ("op", 4), ("slot_base", 16), ("slot_mask", 16),
+    (("job_index", 8), ("abm", BM), ("slot_base", 16), ("slot_mask", 16),
      ("epoch", 32), ("node_ip", 32), ("parent_ip", 32)),
 )
 VAT_ROOT = ActionSpec(
     "InaIngress.jobs.vat_root",
-    (("job_index", 8), ("abm", BM), ("op", 4), ("slot_base", 16), ("slot_mask", 16),
+    (("job_index", 8), ("abm", BM), ("slot_base", 16), ("slot_mask", 16),
      ("epoch", 32), ("node_ip", 32)),
 )
 TRANSIT = ActionSpec("InaIngress.jobs.transit", (("job_index", 8),))
@@ -83,7 +83,17 @@ BIER_PORTS = TableSpec(
     "InaEgress.bier.bier_ports", (("egress_port", "exact", 9),), (TO_BFR, TO_HOST), PRUNE
 )
 
-TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, VAT_JOBS, BIER_PORTS)
+# Ingress: which host ports may contribute to which job.
+MEMBER = ActionSpec("InaIngress.ina_validate.member")
+NOT_MEMBER = ActionSpec("InaIngress.ina_validate.not_member")
+JOB_MEMBERS = TableSpec(
+    "InaIngress.ina_validate.job_members",
+    (("job_id", "exact", 16), ("ingress_port", "exact", 9)), (MEMBER,), NOT_MEMBER,
+)
+
+TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, VAT_JOBS, JOB_MEMBERS, BIER_PORTS)
+#: Tables whose entries belong to jobs; each is keyed by job_id first.
+JOB_TABLES = (VAT_JOBS, JOB_MEMBERS)
 #: Tables that ``inactl init`` owns (the rest belong to jobs).
 BASE_TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, BIER_PORTS)
 

@@ -205,7 +205,8 @@ def allocate(job: Job, topology: Topology,
 
 def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
              epoch: int) -> dict[str, list[TableEntry]]:
-    """The job's vat_jobs entry on every switch in ``alloc``.
+    """The job's vat_jobs entry on every switch in ``alloc``, and a job_members
+    entry for each worker's port on its edge switch.
 
     ``epoch`` tells this deployment's slot state from a torn-down job's leftovers
     (the data plane cannot have its registers cleared over P4Runtime).
@@ -218,7 +219,7 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
             e = entry(n.VAT_JOBS, match, n.TRANSIT, job_index=a.job_index)
         else:
             common = dict(
-                job_index=a.job_index, abm=node.abm, op=int(job.op), slot_base=a.slot_base,
+                job_index=a.job_index, abm=node.abm, slot_base=a.slot_base,
                 slot_mask=job.slots - 1, epoch=epoch,
                 node_ip=ip_int(topology.switches[sw].loopback),
             )
@@ -228,4 +229,8 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
                 e = entry(n.VAT_JOBS, match, n.VAT_NODE, **common,
                           parent_ip=ip_int(topology.switches[node.parent].loopback))
         result[sw] = [e]
+    for worker in job.workers:
+        edge, port = topology.host_attachment(worker)
+        result[edge].append(entry(n.JOB_MEMBERS, {"job_id": job.job_id, "ingress_port": port},
+                                  n.MEMBER))
     return result

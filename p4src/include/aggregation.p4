@@ -2,25 +2,35 @@
 //
 // A-BM & P-BM == 0: the packet is not for this node and goes on toward its
 // address (or, addressed here, is foreign and dropped). Otherwise its array is
-// combined into slot slot_base + (seq & slot_mask); when the slot's bitmap
-// reaches the A-BM, this packet leaves carrying the aggregate with P-BM = A-BM:
-// toward the parent, or, at the root, by BIER to every worker.
+// combined into a cell; when the cell's bitmap reaches the A-BM, this packet
+// leaves carrying the aggregate with P-BM = A-BM: toward the parent, or, at the
+// root, by BIER to every worker.
 //
-// Slot state lives in registers that only the data plane writes. A slot whose
-// epoch differs from the job entry's is a leftover of a torn-down job and
-// counts as empty. Every absorbing packet carries the running aggregate out of
-// the slot, so the completing one is already the result.
+// Loss recovery (SwitchML's scheme, extended to a tree). Sequence number s uses
+// slot slot_base + (s & slot_mask) and, of its two cells, the one chosen by the
+// bit above the mask: consecutive rounds through the pool alternate. Workers
+// send s only after every result up to s - 2*slots has reached every worker
+// (their sliding window), so a newer s may overwrite its cell; an older s is a
+// late duplicate. A complete cell keeps its aggregate: a retransmission for it
+// (its bit already set) sends the aggregate again, toward the parent or, at the
+// root, by BIER to the retransmitter's bits. A bit already set in an incomplete
+// cell is a duplicate. Nothing is ever added twice.
+//
+// Registers hold only what the data plane writes. A cell whose epoch differs
+// from the job entry's is a leftover of a torn-down job and counts as empty.
 control Aggregation(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t std) {
-    register<bitmap_t>(AGG_SLOTS) slot_bitmap;
-    register<bit<32>>(AGG_SLOTS) slot_epoch;
-    register<bit<32>>(AGG_SLOTS) slot_seq;
-    register<bit<16>>(AGG_SLOTS) slot_count;
-    register<bit<1>>(AGG_SLOTS) slot_overflow;
-    register<bit<32>>(AGG_SLOTS * ELEMS_PER_PACKET) agg_values;
+    register<bitmap_t>(2 * AGG_SLOTS) slot_bitmap;
+    register<bit<32>>(2 * AGG_SLOTS) slot_epoch;
+    register<bit<32>>(2 * AGG_SLOTS) slot_seq;
+    register<bit<16>>(2 * AGG_SLOTS) slot_count;
+    register<bit<4>>(2 * AGG_SLOTS) slot_op;
+    register<bit<1>>(2 * AGG_SLOTS) slot_overflow;
+    register<bit<32>>(2 * AGG_SLOTS * ELEMS_PER_PACKET) agg_values;
 
 // Per element i of the array, at agg_values[base + i]:
 #define STORE_ELEM(i) agg_values.write(base + i, hdr.data.v##i);
+#define LOAD_ELEM(i) agg_values.read(hdr.data.v##i, base + i);
 // SUM wraps like int32; a sign change that the operands do not explain is an
 // overflow (bit 31 of ovf_bits), reported to the workers in the flags.
 #define SUM_ELEM(i) { \
@@ -42,10 +52,10 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         agg_values.write(base + i, hdr.data.v##i); }
 
     apply {
-        bitmap_t common = meta.abm & hdr.ina.pbm;
-        if (hdr.ina.op != meta.op) {
-            JOB_DROP(DROP_OP_MISMATCH)
-        } else if (common == 0) {
+        bool emit = false;
+        bit<1> overflow = 0;
+        bitmap_t bier_bits = meta.abm;
+        if ((meta.abm & hdr.ina.pbm) == 0) {
             if (meta.to_me) {
                 JOB_DROP(DROP_FOREIGN_PBM)
             } else {
@@ -54,43 +64,67 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         } else if ((hdr.ina.pbm & ~meta.abm) != 0) {
             JOB_DROP(DROP_FOREIGN_PBM)
         } else {
+            bit<1> version = 0;
+            if ((hdr.ina.seq[15:0] & (meta.slot_mask + 1)) != 0) {
+                version = 1;
+            }
             bit<32> slot = (bit<32>)(meta.slot_base + (hdr.ina.seq[15:0] & meta.slot_mask));
+            bit<32> cell = (slot << 1) | (bit<32>)version;
+            bit<32> base = cell << ELEMS_LOG2;
             bitmap_t bitmap;
             bit<32> epoch;
             bit<32> seq;
             bit<16> count;
-            slot_bitmap.read(bitmap, slot);
-            slot_epoch.read(epoch, slot);
-            slot_seq.read(seq, slot);
-            slot_count.read(count, slot);
-            bool fresh = bitmap == 0 || epoch != meta.epoch;
-            if (!fresh && seq != hdr.ina.seq) {
-                JOB_DROP(DROP_SLOT_BUSY)
-            } else if (!fresh && count != hdr.ina.count) {
+            bit<4> op;
+            slot_bitmap.read(bitmap, cell);
+            slot_epoch.read(epoch, cell);
+            slot_seq.read(seq, cell);
+            slot_count.read(count, cell);
+            slot_op.read(op, cell);
+            bool newer = (int<32>)(hdr.ina.seq - seq) > 0;
+            bool fresh = bitmap == 0 || epoch != meta.epoch || newer;
+            bool absorb = false;
+            if (fresh) {
+                absorb = true;
+            } else if (seq != hdr.ina.seq) {
+                JOB_DROP(DROP_STALE)
+            } else if (count != hdr.ina.count) {
                 JOB_DROP(DROP_COUNT_MISMATCH)
-            } else if (!fresh && (bitmap & hdr.ina.pbm) != 0) {
+            } else if (op != hdr.ina.op) {
+                JOB_DROP(DROP_OP_MISMATCH)
+            } else if ((bitmap & hdr.ina.pbm) != 0 && bitmap != meta.abm) {
                 JOB_DROP(DROP_DUPLICATE)
+            } else if ((bitmap & hdr.ina.pbm) != 0) {
+                // A retransmission for a complete cell: something after it was lost.
+                JOB_EVENT(RESENT)
+                INA_FOR_EACH_ELEM(LOAD_ELEM)
+                slot_overflow.read(overflow, cell);
+                bier_bits = hdr.ina.pbm;
+                emit = true;
             } else {
+                absorb = true;
+            }
+
+            if (absorb) {
                 JOB_EVENT(ABSORBED)
-                bit<32> base = slot << ELEMS_LOG2;
-                bit<1> overflow = 0;
                 if ((hdr.ina.flags & FLAG_OVERFLOW) != 0) {
                     overflow = 1;
                 }
                 if (fresh) {
                     bitmap = 0;
-                    slot_epoch.write(slot, meta.epoch);
-                    slot_seq.write(slot, hdr.ina.seq);
-                    slot_count.write(slot, hdr.ina.count);
+                    slot_epoch.write(cell, meta.epoch);
+                    slot_seq.write(cell, hdr.ina.seq);
+                    slot_count.write(cell, hdr.ina.count);
+                    slot_op.write(cell, hdr.ina.op);
                     INA_FOR_EACH_ELEM(STORE_ELEM)
                 } else {
                     bit<1> stored_overflow;
-                    slot_overflow.read(stored_overflow, slot);
+                    slot_overflow.read(stored_overflow, cell);
                     overflow = overflow | stored_overflow;
                     bit<32> ovf_bits = 0;
-                    if (meta.op == OP_SUM) {
+                    if (hdr.ina.op == OP_SUM) {
                         INA_FOR_EACH_ELEM(SUM_ELEM)
-                    } else if (meta.op == OP_MIN) {
+                    } else if (hdr.ina.op == OP_MIN) {
                         INA_FOR_EACH_ELEM(MIN_ELEM)
                     } else {
                         INA_FOR_EACH_ELEM(MAX_ELEM)
@@ -99,50 +133,52 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                         overflow = 1;
                     }
                 }
-                slot_overflow.write(slot, overflow);
+                slot_overflow.write(cell, overflow);
                 bitmap = bitmap | hdr.ina.pbm;
-                if (bitmap != meta.abm) {
-                    slot_bitmap.write(slot, bitmap);
-                    meta.consumed = true;
+                slot_bitmap.write(cell, bitmap);
+                if (bitmap == meta.abm) {
+                    emit = true;  // complete: the cell keeps the aggregate for resends
                 } else {
-                    // Complete: the slot is free again, this packet is the aggregate.
-                    slot_bitmap.write(slot, 0);
-                    hdr.ina.pbm = meta.abm;
-                    hdr.ina.flags = hdr.ina.flags & ~(bit<8>)FLAG_OVERFLOW;
-                    if (overflow == 1) {
-                        hdr.ina.flags = hdr.ina.flags | FLAG_OVERFLOW;
-                    }
-                    hdr.ipv4.src_addr = meta.node_ip;
-                    hdr.udp.checksum = 0;  // payload changed; 0 = none, valid for IPv4
-                    meta.to_me = false;
-                    if (meta.job_role == ROLE_ROOT) {
-                        hdr.ina.flags = hdr.ina.flags | FLAG_RESULT;
-                        hdr.ipv4.dst_addr = 0;  // each edge switch sets its host's address
-                        hdr.ipv4.ttl = IPV4_INITIAL_TTL;
-                        hdr.bier.setValid();
-                        hdr.bier.bift_id = BIER_BIFT_ID;
-                        hdr.bier.tc = 0;
-                        hdr.bier.s = 1;
-                        hdr.bier.ttl = BIER_INITIAL_TTL;
-                        hdr.bier.nibble = BIER_NIBBLE;
-                        hdr.bier.version = BIER_VERSION;
-                        hdr.bier.bsl = BIER_BSL_CODE;
-                        hdr.bier.entropy = 0;
-                        hdr.bier.oam = 0;
-                        hdr.bier.rsv = 0;
-                        hdr.bier.dscp = 0;
-                        hdr.bier.proto = BIER_PROTO_IPV4;
-                        hdr.bier.bfir_id = 0;
-                        hdr.bier.bitstring = meta.abm;
-                        hdr.ethernet.ether_type = ETHERTYPE_BIER;
-                        std.mcast_grp = BIER_MCAST_GROUP;
-                        meta.multicast = true;
-                        JOB_EVENT(MULTICAST)
-                    } else {
-                        hdr.ipv4.dst_addr = meta.parent_ip;
-                        JOB_EVENT(EMITTED)
-                    }
+                    meta.consumed = true;
                 }
+            }
+        }
+
+        if (emit) {
+            hdr.ina.pbm = meta.abm;
+            hdr.ina.flags = hdr.ina.flags & ~(bit<8>)FLAG_OVERFLOW;
+            if (overflow == 1) {
+                hdr.ina.flags = hdr.ina.flags | FLAG_OVERFLOW;
+            }
+            hdr.ipv4.src_addr = meta.node_ip;
+            hdr.udp.checksum = 0;  // payload changed; 0 = none, valid for IPv4
+            meta.to_me = false;
+            if (meta.job_role == ROLE_ROOT) {
+                hdr.ina.flags = hdr.ina.flags | FLAG_RESULT;
+                hdr.ipv4.dst_addr = 0;  // each edge switch sets its host's address
+                hdr.ipv4.ttl = IPV4_INITIAL_TTL;
+                hdr.bier.setValid();
+                hdr.bier.bift_id = BIER_BIFT_ID;
+                hdr.bier.tc = 0;
+                hdr.bier.s = 1;
+                hdr.bier.ttl = BIER_INITIAL_TTL;
+                hdr.bier.nibble = BIER_NIBBLE;
+                hdr.bier.version = BIER_VERSION;
+                hdr.bier.bsl = BIER_BSL_CODE;
+                hdr.bier.entropy = 0;
+                hdr.bier.oam = 0;
+                hdr.bier.rsv = 0;
+                hdr.bier.dscp = 0;
+                hdr.bier.proto = BIER_PROTO_IPV4;
+                hdr.bier.bfir_id = 0;
+                hdr.bier.bitstring = bier_bits;
+                hdr.ethernet.ether_type = ETHERTYPE_BIER;
+                std.mcast_grp = BIER_MCAST_GROUP;
+                meta.multicast = true;
+                JOB_EVENT(MULTICAST)
+            } else {
+                hdr.ipv4.dst_addr = meta.parent_ip;
+                JOB_EVENT(EMITTED)
             }
         }
     }

@@ -86,7 +86,6 @@ struct metadata_t {
     bit<2>      job_role;
     bit<8>      job_index;
     bitmap_t    abm;
-    bit<4>      op;
     bit<16>     slot_base;
     bit<16>     slot_mask;
     bit<32>     epoch;

@@ -34,7 +34,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         } else if (hdr.ipv4.isValid() && hdr.ipv4.ihl == 5) {
             addresses.apply(hdr.ipv4.dst_addr, meta);
             if (hdr.ina.isValid()) {
-                ina_validate.apply(hdr, meta);
+                ina_validate.apply(hdr, meta, std.ingress_port);
                 if (!meta.drop) {
                     jobs.apply(hdr.ina.job_id, meta);
                     if (meta.job_role == ROLE_TRANSIT) {

@@ -1,13 +1,12 @@
 // The jobs this switch takes part in. All job state the controller sets is
 // action data here: BMv2's P4Runtime server cannot write registers.
 control Jobs(in bit<16> job_id, inout metadata_t meta) {
-    action vat_node(bit<8> job_index, bitmap_t abm, bit<4> op, bit<16> slot_base,
+    action vat_node(bit<8> job_index, bitmap_t abm, bit<16> slot_base,
                     bit<16> slot_mask, bit<32> epoch, ipv4_addr_t node_ip,
                     ipv4_addr_t parent_ip) {
         meta.job_role = ROLE_AGGREGATOR;
         meta.job_index = job_index;
         meta.abm = abm;
-        meta.op = op;
         meta.slot_base = slot_base;
         meta.slot_mask = slot_mask;
         meta.epoch = epoch;
@@ -15,12 +14,11 @@ control Jobs(in bit<16> job_id, inout metadata_t meta) {
         meta.parent_ip = parent_ip;
     }
 
-    action vat_root(bit<8> job_index, bitmap_t abm, bit<4> op, bit<16> slot_base,
+    action vat_root(bit<8> job_index, bitmap_t abm, bit<16> slot_base,
                     bit<16> slot_mask, bit<32> epoch, ipv4_addr_t node_ip) {
         meta.job_role = ROLE_ROOT;
         meta.job_index = job_index;
         meta.abm = abm;
-        meta.op = op;
         meta.slot_base = slot_base;
         meta.slot_mask = slot_mask;
         meta.epoch = epoch;
