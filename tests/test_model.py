@@ -5,16 +5,17 @@ pin the data plane's semantics without BMv2; tests/bmv2 checks BMv2 agrees.
 """
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
 
 from ina.constants import JobStat, Op, SwitchStat
 from ina.job import Job
-from ina.model import Impairment, reduce_arrays
+from ina.model import Impairment, ModelTransport, reduce_arrays
 from ina.switchapi import CounterValue
 from ina.wire import InaHeader, InaPacket, bit_of, ina_frame, ina_payload
-from ina.worker import AllreduceError, AllreduceSession, WorkerConfig
+from ina.worker import AllreduceError, AllreduceResult, AllreduceSession, Worker, WorkerConfig
 
 from inatest import ModelLab, figure1_job
 
@@ -262,3 +263,38 @@ def test_a_late_duplicate_of_an_old_round_is_stale(model_lab: ModelLab) -> None:
     _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 2, bit_of(1), [1]))  # seq 2, cell 0
     _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 0, bit_of(1), [1]))  # seq 0: older
     assert _job_stats(model_lab, 1)["s1"][JobStat.DROP_STALE] == 1
+
+
+def _threaded_workers(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray],
+                      op: Op) -> dict[str, AllreduceResult]:
+    """Each worker runs the real Worker in a thread over the model network."""
+    results: dict[str, AllreduceResult] = {}
+
+    def run(w: str) -> None:
+        config = WorkerConfig(job.job_id, job.op, job.worker_bit[w],
+                              job.target_of(w, lab.topology), job.slots, len(job.workers))
+        transport = ModelTransport(lab.net, w, config.target)
+        results[w] = Worker(config, transport, timeout=5).allreduce(arrays[w], op)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in job.workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
+@pytest.mark.parametrize("op", [Op.SUM, Op.MIN, Op.MAX])
+def test_float32_allreduce_is_within_its_error_bound(model_lab: ModelLab, op: Op) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    rng = np.random.default_rng(5)
+    arrays = {w: (rng.standard_normal(300) * 1e3).astype(np.float32) for w in job.workers}
+    results = _threaded_workers(model_lab, job, arrays, op)
+    stacked = np.stack(list(arrays.values())).astype(np.float64)
+    exact = {Op.SUM: stacked.sum(0), Op.MIN: stacked.min(0), Op.MAX: stacked.max(0)}[op]
+    for w in job.workers:
+        r = results[w]
+        assert r.values.dtype == np.float32 and r.error_bound is not None
+        assert np.all(np.abs(r.values.astype(np.float64) - exact) <= r.error_bound), w
+    assert all(np.array_equal(results[w].values, results["w1"].values) for w in job.workers)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
 
@@ -403,6 +404,7 @@ class ModelNetwork:
         self.bytes_on_link: dict[tuple[str, str], int] = {}
         self.impairment = impairment
         self.held: list[_Hop] = []  # frames delayed by the impairment
+        self.lock = threading.Condition()  # for workers in threads (ModelTransport)
 
     def send(self, host: str, raw: bytes) -> None:
         """A host puts a frame on its link; everything it causes happens now."""
@@ -455,10 +457,10 @@ class ModelNetwork:
         self.send(host, ina_frame(h.mac, self.topology.switches[switch].mac, h.ip, dst_ip,
                                   payload))
 
-    def received_payloads(self, host: str) -> list[bytes]:
+    def received_payloads(self, host: str, limit: int | None = None) -> list[bytes]:
         """INA payloads addressed to the host, drained from its inbox."""
-        out = []
-        while (raw := self.receive(host)) is not None:
+        out: list[bytes] = []
+        while (limit is None or len(out) < limit) and (raw := self.receive(host)) is not None:
             frame = parse_frame(raw)
             if (frame.ipv4 is not None and frame.ipv4.dst == self.topology.hosts[host].ip
                     and frame.ina is not None and frame.values is not None):
@@ -491,6 +493,25 @@ class ModelNetwork:
                 raise AllreduceError(f"AllReduce stalled on the model; results missing: {stalled}")
             now = max(now, min(timers))
         return now
+
+
+class ModelTransport:
+    """A worker's socket on the model network, for ``ina.worker.Worker`` in a thread:
+    several workers share one network under its lock."""
+
+    def __init__(self, net: ModelNetwork, host: str, target: str):
+        self.net, self.host, self.target = net, host, target
+
+    def send(self, payload: bytes) -> None:
+        with self.net.lock:
+            self.net.host_send_payload(self.host, self.target, payload)
+            self.net.lock.notify_all()
+
+    def recv(self, timeout: float) -> bytes | None:
+        with self.net.lock:
+            self.net.lock.wait_for(lambda: bool(self.net.inbox[self.host]), timeout)
+            payloads = self.net.received_payloads(self.host, limit=1)
+            return payloads[0] if payloads else None
 
 
 def reduce_arrays(op: Op, arrays: list[npt.NDArray[np.integer]]) -> npt.NDArray[np.int32]:

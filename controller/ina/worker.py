@@ -287,3 +287,17 @@ class Worker:
                         self.progress(session.results, session.chunks)
                 received = self.transport.recv(0.0)
         return session.outcome()
+
+
+def allreduce(values: npt.ArrayLike, *, topology: str | Path, job: str | Path, worker: str,
+              op: Op | str | None = None, timeout: float = 5.0, rto: float = DEFAULT_RTO,
+              progress: Callable[[int, int], None] | None = None) -> AllreduceResult:
+    """One AllReduce from this host as ``worker`` of ``job``: int or float32 arrays,
+    op SUM, MIN or MAX (default: the job's). Every worker of the job must call it
+    with an array of the same length."""
+    config = WorkerConfig.from_files(topology, job, worker)
+    if isinstance(op, str):
+        op = Op[op.upper()]
+    with UdpTransport(config.target) as transport:
+        return Worker(config, transport, timeout=timeout, rto=rto,
+                      progress=progress).allreduce(values, op)

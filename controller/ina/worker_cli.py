@@ -15,10 +15,12 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ina.constants import Op
 from ina.job import JobError
 from ina.topology import TopologyError
 from ina.worker import AllreduceError, UdpTransport, Worker, WorkerConfig
@@ -33,8 +35,30 @@ def random_array(size: int, seed: int) -> npt.NDArray[np.int32]:
     return rng.integers(-(2**24), 2**24, size=size, dtype=np.int32)
 
 
-def digest(values: npt.NDArray[np.int32]) -> str:
-    return hashlib.sha256(values.astype(">i4").tobytes()).hexdigest()[:16]
+def random_floats(size: int, seed: int) -> npt.NDArray[np.float32]:
+    """The array `--random SIZE --seed SEED --float` stands for: gradient-like values."""
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(size) * 10.0 ** rng.integers(-4, 2, size)).astype(np.float32)
+
+
+class _Progress:
+    """A one-line progress display on stderr."""
+
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+        self.shown = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        percent = 100 * done // total
+        if percent != self.shown:
+            self.shown = percent
+            end = "\n" if done == total else ""
+            print(f"\r{self.worker}: {done}/{total} packets ({percent}%)", end=end,
+                  file=sys.stderr, flush=True)
+
+
+def digest(values: npt.NDArray[Any]) -> str:
+    return hashlib.sha256(values.astype(values.dtype.newbyteorder(">")).tobytes()).hexdigest()[:16]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--input", type=Path, help=".npy file of integers")
     src.add_argument("--random", type=int, metavar="SIZE", help="SIZE random int32 values")
     p.add_argument("--seed", type=int, default=0, help="seed for --random")
+    p.add_argument("--float", action="store_true",
+                   help="float32 values (quantized, see ina.quantize)")
+    p.add_argument("--op", choices=["sum", "min", "max"], help="default: the job's op")
+    p.add_argument("--progress", action="store_true", help="show progress on stderr")
     p.add_argument("--output", type=Path, help="write the result here (.npy)")
     p.add_argument("--timeout", type=float, default=5.0,
                    help="seconds without progress before giving up")
@@ -58,11 +86,15 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         config = WorkerConfig.from_files(args.topology, args.job, args.worker)
-        values: npt.NDArray[np.integer]
+        values: npt.NDArray[Any]
         if args.values is not None:
-            values = np.array([int(v) for v in args.values.split(",")], dtype=np.int64)
+            dtype = np.float32 if args.float else np.int64
+            values = np.array([float(v) if args.float else int(v)
+                               for v in args.values.split(",")], dtype=dtype)
         elif args.input is not None:
             values = np.load(args.input)
+        elif args.float:
+            values = random_floats(args.random, args.seed)
         else:
             values = random_array(args.random, args.seed)
     except (TopologyError, JobError, ValueError, OSError) as exc:
@@ -71,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with UdpTransport(config.target) as transport:
-            result = Worker(config, transport, timeout=args.timeout,
-                            seq_base=args.seq_base).allreduce(values)
+            progress = _Progress(args.worker) if args.progress else None
+            op = Op[args.op.upper()] if args.op else None
+            result = Worker(config, transport, timeout=args.timeout, seq_base=args.seq_base,
+                            progress=progress).allreduce(values, op)
     except (AllreduceError, ValueError, TypeError) as exc:
         print(f"inaworker {args.worker}: {exc}", file=sys.stderr)
         return EXIT_TIMEOUT if isinstance(exc, AllreduceError) else EXIT_INVALID
@@ -83,8 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         np.save(args.output, result.values)
     print(json.dumps({
         "worker": args.worker, "job_id": config.job_id, "values": int(result.values.size),
-        "packets": result.packets, "overflow": result.overflow,
-        "sha256": digest(result.values), "head": result.values[:4].tolist(),
+        "packets": result.packets, "retransmissions": result.retransmissions,
+        "overflow": result.overflow, "sha256": digest(result.values),
+        "head": result.values[:4].tolist(),
+        **({"max_error_bound": float(result.error_bound.max())}
+           if result.error_bound is not None else {}),
     }))
     return 0
 

@@ -1,0 +1,15 @@
+"""In-network aggregation (draft-song-ina-00) on BMv2: controller, worker library, model.
+
+The worker API in one call::
+
+    from ina import allreduce
+    result = allreduce(array, topology="topologies/figure1.yaml",
+                       job="jobs/figure1-sum.yaml", worker="w1")
+    result.values        # the reduced array (int32, or float32 for float input)
+    result.error_bound   # float input only: per-element bound on the error
+"""
+
+from ina.worker import AllreduceError, AllreduceResult, AllreduceTimeout, allreduce
+
+__all__ = ["allreduce", "AllreduceResult", "AllreduceError", "AllreduceTimeout"]
+__version__ = "0.1.0"
