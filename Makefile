@@ -10,7 +10,9 @@ APT_PACKAGES := mininet iputils-ping iproute2 ethtool util-linux
 P4C ?= p4c-bm2-ss
 P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
 
-.PHONY: help setup build run deploy teardown status demo test lint clean
+SIZE ?= 262144
+
+.PHONY: help setup build run deploy teardown status demo bench test lint clean
 
 help:
 	@echo "make setup     Debian packages (as root) and the Python venv ($(VENV))"
@@ -20,6 +22,7 @@ help:
 	@echo "make status    per-switch entries and counters of the running lab"
 	@echo "make teardown  remove JOB_ID=$(JOB_ID) from the running lab"
 	@echo "make demo      the Figure 1 AllReduce end to end (BMv2 if present, else the model)"
+	@echo "make bench     INA vs parameter server vs ring on Mininet + BMv2 (SIZE=$(SIZE))"
 	@echo "make test      every test tier the machine can run"
 	@echo "make lint      ruff and mypy"
 
@@ -61,6 +64,9 @@ status:
 demo:
 	@if command -v $(P4C) >/dev/null; then $(MAKE) --no-print-directory build; fi
 	$(VENV)/bin/inalab -t $(TOPO) --build $(BUILD) demo --job $(JOB)
+
+bench: build
+	$(VENV)/bin/inalab -t $(TOPO) --build $(BUILD) bench --job $(JOB) --size $(SIZE)
 
 test:
 	$(PY) -m ina.sandbox --if-available -- $(PY) -m pytest $(PYTEST_ARGS)

@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with UdpTransport(config.target) as transport:
             progress = _Progress(args.worker) if args.progress else None
+            started = time.monotonic()
             op = Op[args.op.upper()] if args.op else None
             result = Worker(config, transport, timeout=args.timeout, seq_base=args.seq_base,
                             progress=progress).allreduce(values, op)
+            elapsed = time.monotonic() - started
     except (AllreduceError, ValueError, TypeError) as exc:
         print(f"inaworker {args.worker}: {exc}", file=sys.stderr)
         return EXIT_TIMEOUT if isinstance(exc, AllreduceError) else EXIT_INVALID
@@ -117,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         np.save(args.output, result.values)
     print(json.dumps({
         "worker": args.worker, "job_id": config.job_id, "values": int(result.values.size),
+        "elapsed": round(elapsed, 4),
         "packets": result.packets, "retransmissions": result.retransmissions,
         "overflow": result.overflow, "sha256": digest(result.values),
         "head": result.values[:4].tolist(),
