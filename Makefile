@@ -6,7 +6,7 @@ BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SYSTEM_PYTHON := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
-APT_PACKAGES := mininet iputils-ping iproute2 ethtool util-linux
+APT_PACKAGES := mininet iputils-ping iproute2 ethtool util-linux nftables
 P4C ?= p4c-bm2-ss
 P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
 

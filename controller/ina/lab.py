@@ -216,6 +216,44 @@ class Lab:
     def host(self, name: str) -> Any:
         return self.net[name]
 
+    def impair(self, loss: float = 0.0, duplicate: float = 0.0) -> None:
+        """Lose and duplicate frames on every link, both ways, with these probabilities
+        (nftables on each interface's egress: this kernel has no sch_netem, so no
+        delay or reordering). ``impair()`` with no argument clears it."""
+        for _node, _intf, run in self._interfaces():
+            run("nft delete table netdev ina_impair 2>/dev/null; true")
+        if not loss and not duplicate:
+            return
+        rules = []
+        if loss:
+            rules.append(f"numgen random mod 10000 < {round(loss * 10000)} drop")
+        if duplicate:
+            rules.append(f"numgen random mod 10000 < {round(duplicate * 10000)} dup to {{dev}}")
+        for node, intf, run in self._interfaces():
+            script = ["add table netdev ina_impair",
+                      f"add chain netdev ina_impair {intf} "
+                      f"{{ type filter hook egress device {intf} priority 0; }}"]
+            script += [f"add rule netdev ina_impair {intf} {r.format(dev=intf)}" for r in rules]
+            out = run("nft '" + "; ".join(script) + "'; echo rc=$?")
+            if not out.strip().endswith("rc=0"):
+                raise LabError(f"{node}: cannot impair {intf} with nftables: {out.strip()}")
+
+    def _interfaces(self) -> list[tuple[str, str, Callable[[str], str]]]:
+        """(node, interface, run a shell command where it lives) for every link end."""
+        result: list[tuple[str, str, Callable[[str], str]]] = []
+
+        def in_lab(cmd: str) -> str:
+            done = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
+            return done.stdout + done.stderr
+
+        for sw in sorted(self.topology.switches):
+            for port in self.topology.ports(sw):
+                result.append((sw, f"{sw}-eth{port}", in_lab))
+        for name in sorted(self.topology.hosts):
+            host = self.net[name]
+            result.append((name, host.defaultIntf().name, host.cmd))
+        return result
+
     async def init_switches(self) -> None:
         """Install the pipeline and the base state on every switch."""
         from ina.p4rt import connect

@@ -10,6 +10,7 @@ demo and the tests drive sessions over the model network.
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import time
@@ -200,7 +201,14 @@ class UdpTransport:
         self.sock.bind((bind, port))
 
     def send(self, payload: bytes) -> None:
-        self.sock.sendto(payload, self.target)
+        try:
+            self.sock.sendto(payload, self.target)
+        except OSError as exc:
+            if exc.errno != errno.ENOBUFS:
+                raise
+            # The kernel dropped it (a full queue, a lossy link): as good as lost on
+            # the wire, and the retransmission timer recovers it.
+            LOG.debug("send dropped by the kernel: %s", exc)
 
     def recv(self, timeout: float) -> bytes | None:
         if timeout <= 0:

@@ -4,10 +4,12 @@ workers on hosts, listen on hosts, put raw frames on a host's link."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ class Figure1Lab:
     lab: Lab
     topology: Topology
     workdir: Path
+    reports: dict[str, Any] = field(default_factory=dict)
 
     def controller_call(self, fn: Any) -> Any:
         """Run ``fn(controller)`` over fresh P4Runtime connections."""
@@ -58,39 +61,47 @@ class Figure1Lab:
         self.controller_call(lambda ctl: ctl.teardown(job_id))
 
     def start_workers(self, job_path: Path, job: Job, size: int, seed: int,
-                      timeout: float = 10.0) -> dict[str, subprocess.Popen[bytes]]:
+                      timeout: float = 10.0, only: Sequence[str] | None = None,
+                      extra: Sequence[str] = ()) -> dict[str, subprocess.Popen[bytes]]:
+        """Start ``inaworker`` on the hosts of the job's workers (or of ``only``);
+        worker i's array is ``--random size --seed seed+i``."""
         procs = {}
         for i, w in enumerate(job.workers):
+            if only is not None and w not in only:
+                continue
             procs[w] = self.lab.host(w).popen(
                 [sys.executable, "-m", "ina.worker_cli", "-t", str(FIGURE1), "--job",
                  str(job_path), "--worker", w, "--random", str(size), "--seed", str(seed + i),
                  "--timeout", str(timeout),
-                 "--output", str(self.workdir / f"{w}-{job.job_id}.npy")],
+                 "--output", str(self.workdir / f"{w}-{job.job_id}.npy"), *extra],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
         return procs
 
     def finish_workers(self, job: Job, procs: dict[str, subprocess.Popen[bytes]]
                        ) -> dict[str, np.ndarray]:
+        """Wait for the workers; their arrays (their JSON reports go to ``reports``)."""
         results = {}
         for w, proc in procs.items():
-            _, err = proc.communicate(timeout=120)
+            out, err = proc.communicate(timeout=300)
             assert proc.returncode == 0, f"{w}: {err.decode()}"
+            self.reports[w] = json.loads(out.decode().strip().splitlines()[-1])
             results[w] = np.load(self.workdir / f"{w}-{job.job_id}.npy")
         return results
 
-    def allreduce(self, job_path: Path, job: Job, size: int, seed: int
+    def allreduce(self, job_path: Path, job: Job, size: int, seed: int, timeout: float = 10.0
                   ) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """Run every worker of the job on its host; (results, expected)."""
-        results = self.finish_workers(job, self.start_workers(job_path, job, size, seed))
+        results = self.finish_workers(
+            job, self.start_workers(job_path, job, size, seed, timeout=timeout))
         arrays = [random_array(size, seed + i) for i in range(len(job.workers))]
         return results, reduce_arrays(job.op, arrays)
 
-    def listen(self, host: str) -> subprocess.Popen[bytes]:
-        """Count INA datagrams arriving at ``host`` until stopped."""
+    def listen(self, host: str, record: Path | None = None) -> subprocess.Popen[bytes]:
+        """Count (and record) INA datagrams arriving at ``host`` until stopped."""
         proc = self.lab.host(host).popen(
-            [sys.executable, str(HERE / "listen.py")], stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE)
+            [sys.executable, str(HERE / "listen.py"), *([str(record)] if record else [])],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == b"listening"
         return proc

@@ -1,16 +1,22 @@
-"""Count UDP datagrams to the INA port until SIGTERM; print the count."""
+"""Count UDP datagrams to the INA port until SIGTERM; print the count.
+
+With a path argument, also write each datagram there (hex, one per line).
+"""
 
 import signal
 import socket
 import sys
+from pathlib import Path
 
 from ina.constants import INA_UDP_PORT
 
-count = 0
+received: list[bytes] = []
 
 
 def stop(signum: int, frame: object) -> None:
-    print(count, flush=True)
+    if len(sys.argv) > 1:
+        Path(sys.argv[1]).write_text("\n".join(d.hex() for d in received))
+    print(len(received), flush=True)
     sys.exit(0)
 
 
@@ -19,5 +25,4 @@ sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 sock.bind(("0.0.0.0", INA_UDP_PORT))
 print("listening", flush=True)
 while True:
-    sock.recv(65535)
-    count += 1
+    received.append(sock.recv(65535))
