@@ -94,12 +94,14 @@ def test_sequence_numbers_continue_across_calls() -> None:
     assert worker.next_seq == 2
 
 
-def test_a_chunk_without_result_is_sent_again_after_the_rto() -> None:
+def test_a_chunk_without_result_is_sent_again_with_backoff() -> None:
     session = AllreduceSession(CONFIG, np.array([1]), rto=0.5)
     first = session.packets_to_send(now=0.0)
     assert session.packets_to_send(now=0.4) == []
     assert session.packets_to_send(now=0.5) == first
-    assert session.next_timer() == 1.0
+    assert session.next_timer() == 1.5  # the second retry waits twice as long
+    assert session.packets_to_send(now=1.5) == first
+    assert session.retransmissions == 2
 
 
 def test_the_window_slides_only_past_results() -> None:

@@ -85,7 +85,8 @@ def _bmv2_switch_class() -> type:
 
         def __init__(self, name: str, device_id: int, grpc: str, thrift_port: int,
                      options: LabOptions, **params: Any):
-            super().__init__(name, inNamespace=False, **params)
+            params["inNamespace"] = False
+            super().__init__(name, **params)
             self.device_id = device_id
             self.grpc = grpc
             self.thrift_port = thrift_port

@@ -145,6 +145,8 @@ class ModelSwitch:
         edge = self._exact(n.HOST_PORTS, ingress_port=in_port)
         if edge is not None:
             meta.from_host, meta.host_bit = True, edge.param("host_bit")
+        if frame.ina is not None:  # looked up once, for BIER and IPv4 alike
+            meta.job = self._exact(n.VAT_JOBS, job_id=frame.ina.job_id)
         if frame.error is not None:
             meta.drop = SwitchStat.DROP_PARSER_ERROR
         elif frame.ipv4 is not None and not frame.ipv4.checksum_ok:
@@ -155,10 +157,6 @@ class ModelSwitch:
             self._ipv4_ingress(frame, meta, in_port)
         else:
             meta.drop = SwitchStat.DROP_NOT_SUPPORTED
-
-    def _lookup_job(self, frame: Frame, meta: _Meta) -> None:
-        assert frame.ina is not None
-        meta.job = self._exact(n.VAT_JOBS, job_id=frame.ina.job_id)
 
     def _bier_ingress(self, frame: Frame, meta: _Meta) -> None:
         bier = frame.bier
@@ -173,10 +171,8 @@ class ModelSwitch:
             meta.drop = SwitchStat.DROP_BIER_TTL
         else:
             bier.ttl -= 1
-            if frame.ina is not None:
-                self._lookup_job(frame, meta)
-                if meta.job is not None:
-                    meta.job_events.add(JobStat.BIER_RECEIVED)
+            if meta.job is not None:
+                meta.job_events.add(JobStat.BIER_RECEIVED)
             meta.mcast_grp = BIER_MCAST_GROUP
 
     def _ipv4_ingress(self, frame: Frame, meta: _Meta, in_port: int) -> None:
@@ -200,7 +196,6 @@ class ModelSwitch:
                 meta.drop = SwitchStat.DROP_NOT_MEMBER
             if meta.drop is not None:
                 return
-            self._lookup_job(frame, meta)
             if meta.job is not None:
                 if meta.job.action == n.TRANSIT.name:
                     meta.job_events.add(JobStat.TRANSIT)

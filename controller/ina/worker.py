@@ -11,10 +11,10 @@ demo and the tests drive sessions over the model network.
 from __future__ import annotations
 
 import errno
+import heapq
 import logging
 import socket
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +31,9 @@ from ina.wire import InaPacket, WireError, ina_payload
 
 LOG = logging.getLogger(__name__)
 SEQ_MODULO = 1 << 32
-#: Seconds without a result before a chunk is sent again.
+#: Seconds without a result before a chunk is sent again (doubled on each retry).
 DEFAULT_RTO = 0.2
+MAX_BACKOFF_DOUBLINGS = 5
 
 
 class AllreduceError(RuntimeError):
@@ -82,7 +83,9 @@ class AllreduceSession:
     window, as in SwitchML. So when any worker sends chunk ``j``, every worker
     already has the result of chunk ``j - 2 * window``, the last one to use the
     same copy of the same slot, and the switches may overwrite it. A chunk with
-    no result ``rto`` seconds after it was sent is sent again, unchanged.
+    no result ``rto`` seconds after it was sent is sent again, unchanged; each
+    further retry waits twice as long (up to 32 x rto), so a slow peer does not
+    cause a storm of retransmissions.
     """
 
     def __init__(self, config: WorkerConfig, values: npt.ArrayLike, seq_base: int = 0,
@@ -105,8 +108,9 @@ class AllreduceSession:
         self.results = 0
         self.next = 0  # next chunk to send for the first time
         self.base = 0  # lowest chunk without a result
-        self.sent_at: dict[int, float] = {}  # outstanding chunk -> last time sent
-        self.timers: deque[tuple[float, int]] = deque()  # (time sent, chunk), in send order
+        self.deadline: dict[int, float] = {}  # outstanding chunk -> when to resend it
+        self.tries: dict[int, int] = {}  # outstanding chunk -> times sent
+        self.timers: list[tuple[float, int]] = []  # heap of (deadline, chunk); stale ones too
         self.retransmissions = 0
         self.overflow = False
 
@@ -124,16 +128,18 @@ class AllreduceSession:
                            part.tolist(), self.op)
 
     def _sent(self, chunk: int, now: float) -> bytes:
-        self.sent_at[chunk] = now
-        self.timers.append((now, chunk))
+        tries = self.tries.get(chunk, 0)
+        self.tries[chunk] = tries + 1
+        self.deadline[chunk] = now + self.rto * (1 << min(tries, MAX_BACKOFF_DOUBLINGS))
+        heapq.heappush(self.timers, (self.deadline[chunk], chunk))
         return self._payload(chunk)
 
     def packets_to_send(self, now: float = 0.0) -> list[bytes]:
         """Retransmissions that are due, then the new chunks the window allows."""
         out = []
-        while self.timers and self.timers[0][0] + self.rto <= now:
-            sent, chunk = self.timers.popleft()
-            if self.sent_at.get(chunk) == sent:  # still outstanding, not resent since
+        while self.timers and self.timers[0][0] <= now:
+            deadline, chunk = heapq.heappop(self.timers)
+            if self.deadline.get(chunk) == deadline:  # still outstanding, timer current
                 out.append(self._sent(chunk, now))
                 self.retransmissions += 1
         while self.next < self.chunks and self.next < self.base + self.config.window:
@@ -143,9 +149,9 @@ class AllreduceSession:
 
     def next_timer(self) -> float | None:
         """When the next retransmission is due, if any chunk is outstanding."""
-        while self.timers and self.sent_at.get(self.timers[0][1]) != self.timers[0][0]:
-            self.timers.popleft()
-        return self.timers[0][0] + self.rto if self.timers else None
+        while self.timers and self.deadline.get(self.timers[0][1]) != self.timers[0][0]:
+            heapq.heappop(self.timers)
+        return self.timers[0][0] if self.timers else None
 
     def accept(self, payload: bytes) -> bool:
         """Take a received UDP payload; True if it was a new result of this session."""
@@ -168,7 +174,8 @@ class AllreduceSession:
         self.result[lo: lo + n] = pkt.values[:n]
         self.received[chunk] = True
         self.results += 1
-        self.sent_at.pop(chunk, None)
+        self.deadline.pop(chunk, None)
+        self.tries.pop(chunk, None)
         while self.base < self.chunks and self.received[self.base]:
             self.base += 1
         self.overflow |= bool(h.flags & Flag.OVERFLOW)

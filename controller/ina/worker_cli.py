@@ -24,7 +24,7 @@ import numpy.typing as npt
 from ina.constants import Op
 from ina.job import JobError
 from ina.topology import TopologyError
-from ina.worker import AllreduceError, UdpTransport, Worker, WorkerConfig
+from ina.worker import DEFAULT_RTO, AllreduceError, UdpTransport, Worker, WorkerConfig
 
 EXIT_INVALID = 2
 EXIT_TIMEOUT = 3
@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", type=Path, help="write the result here (.npy)")
     p.add_argument("--timeout", type=float, default=5.0,
                    help="seconds without progress before giving up")
+    p.add_argument("--rto", type=float, default=DEFAULT_RTO,
+                   help="seconds before an unanswered packet is resent (default %(default)s)")
     p.add_argument("--seq-base", type=int, default=0, help="first sequence number")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             op = Op[args.op.upper()] if args.op else None
             result = Worker(config, transport, timeout=args.timeout, seq_base=args.seq_base,
-                            progress=progress).allreduce(values, op)
+                            rto=args.rto, progress=progress).allreduce(values, op)
             elapsed = time.monotonic() - started
     except (AllreduceError, ValueError, TypeError) as exc:
         print(f"inaworker {args.worker}: {exc}", file=sys.stderr)

@@ -19,24 +19,25 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
 
     apply {
         edge.apply(std.ingress_port, meta);
+        // The job's entry, looked up once for BIER and IPv4 alike (a table can be
+        // applied in one place only); it only sets metadata.
+        if (hdr.ina.isValid()) {
+            jobs.apply(hdr.ina.job_id, meta);
+        }
         if (std.parser_error != error.NoError) {
             DROP(DROP_PARSER_ERROR)
         } else if (hdr.ipv4.isValid() && std.checksum_error == 1) {
             DROP(DROP_IP_CHECKSUM)
         } else if (hdr.bier.isValid()) {
             bier.apply(hdr, meta, std);
-            if (!meta.drop && hdr.ina.isValid()) {
-                jobs.apply(hdr.ina.job_id, meta);
-                if (meta.job_role != ROLE_NONE) {
-                    JOB_EVENT(BIER_RECEIVED)
-                }
+            if (!meta.drop && meta.job_role != ROLE_NONE) {
+                JOB_EVENT(BIER_RECEIVED)
             }
         } else if (hdr.ipv4.isValid() && hdr.ipv4.ihl == 5) {
             addresses.apply(hdr.ipv4.dst_addr, meta);
             if (hdr.ina.isValid()) {
                 ina_validate.apply(hdr, meta, std.ingress_port);
                 if (!meta.drop) {
-                    jobs.apply(hdr.ina.job_id, meta);
                     if (meta.job_role == ROLE_TRANSIT) {
                         JOB_EVENT(TRANSIT)
                     } else if (meta.job_role != ROLE_NONE) {

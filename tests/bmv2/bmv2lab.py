@@ -89,11 +89,11 @@ class Figure1Lab:
             results[w] = np.load(self.workdir / f"{w}-{job.job_id}.npy")
         return results
 
-    def allreduce(self, job_path: Path, job: Job, size: int, seed: int, timeout: float = 10.0
-                  ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def allreduce(self, job_path: Path, job: Job, size: int, seed: int, timeout: float = 10.0,
+                  extra: Sequence[str] = ()) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """Run every worker of the job on its host; (results, expected)."""
         results = self.finish_workers(
-            job, self.start_workers(job_path, job, size, seed, timeout=timeout))
+            job, self.start_workers(job_path, job, size, seed, timeout=timeout, extra=extra))
         arrays = [random_array(size, seed + i) for i in range(len(job.workers))]
         return results, reduce_arrays(job.op, arrays)
 

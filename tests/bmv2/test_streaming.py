@@ -29,9 +29,10 @@ from bmv2lab import Figure1Lab
 
 FIGURE1_SPEC = {"job_id": 1, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
                 "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}}
-# Shares s5, s6 and s7 with the Figure 1 job, each of them a VAT node of both.
-SHARING_SPEC = {"job_id": 2, "op": "sum", "workers": ["w2", "w3", "w6", "w7"], "root": "s7",
-                "aggregators": {"s5": ["w2", "w3"], "s6": ["w6", "w7"]}, "slots": 32}
+# Other workers, and VAT nodes on s5 (root), s6 and s7: all three switches carry
+# both jobs at once (s6 and s7 are VAT nodes of both).
+SHARING_SPEC = {"job_id": 2, "op": "sum", "workers": ["w5", "w6", "w7", "w8"], "root": "s5",
+                "aggregators": {"s6": ["w5", "w6"], "s7": ["w7", "w8"]}, "slots": 32}
 
 
 @pytest.fixture
@@ -59,11 +60,11 @@ def test_large_allreduce_is_exact_over_lossy_links(
         figure1_lab: Figure1Lab, figure1_job: tuple[Path, Job], loss: float) -> None:
     path, job = figure1_job
     figure1_lab.lab.impair(loss=loss)
-    size = 64 * 1500 if loss < 0.05 else 64 * 500
+    size = 64 * 500 if loss < 0.05 else 64 * 150
     results, expected = figure1_lab.allreduce(path, job, size, seed=100, timeout=30)
     for w in job.workers:
         assert np.array_equal(results[w], expected), w
-    assert sum(r["retransmissions"] for r in figure1_lab.reports.values()) > 0
+    assert sum(figure1_lab.reports[w]["retransmissions"] for w in job.workers) > 0
 
 
 def test_allreduce_is_exact_over_duplicating_links(
@@ -190,7 +191,7 @@ def test_float32_allreduce_is_within_its_stated_bound(
     results = figure1_lab.finish_workers(
         job, figure1_lab.start_workers(path, job, size, seed=700, timeout=20, extra=["--float"]))
     exact = np.sum([random_floats(size, 700 + i).astype(np.float64) for i in range(4)], axis=0)
-    bound = max(r["max_error_bound"] for r in figure1_lab.reports.values())
+    bound = max(figure1_lab.reports[w]["max_error_bound"] for w in job.workers)
     for w in job.workers:
         assert results[w].dtype == np.float32
         assert np.array_equal(results[w], results["w1"]), w
