@@ -46,14 +46,19 @@ class Run:
 
 
 def _intf_bytes(topology: Topology) -> dict[Link, int]:
-    """Bytes sent on each link direction, read from the switch-side interfaces."""
+    """Bytes sent on each link direction, read from the switch-side interfaces
+    (/proc/net/dev: /sys still shows the machine's own namespace in the sandbox)."""
+    counters: dict[str, tuple[int, int]] = {}
+    for line in Path("/proc/net/dev").read_text().splitlines()[2:]:
+        name, _, fields = line.partition(":")
+        values = fields.split()
+        counters[name.strip()] = (int(values[0]), int(values[8]))  # rx, tx bytes
     out: dict[Link, int] = {}
     for sw in topology.switches:
         for port, nb in topology.ports(sw).items():
-            stats = Path(f"/sys/class/net/{sw}-eth{port}/statistics")
-            # The switch's tx is sw -> neighbour; its rx is neighbour -> sw.
-            out[(sw, nb.node)] = int((stats / "tx_bytes").read_text())
-            out[(nb.node, sw)] = int((stats / "rx_bytes").read_text())
+            rx, tx = counters[f"{sw}-eth{port}"]
+            out[(sw, nb.node)] = tx  # the switch sends toward the neighbour
+            out[(nb.node, sw)] = rx
     return out
 
 
