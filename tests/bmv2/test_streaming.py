@@ -196,3 +196,11 @@ def test_float32_allreduce_is_within_its_stated_bound(
         assert results[w].dtype == np.float32
         assert np.array_equal(results[w], results["w1"]), w
         assert np.max(np.abs(results[w] - exact)) <= bound
+
+
+def test_a_million_values_reduce_exactly(
+        figure1_lab: Figure1Lab, figure1_job: tuple[Path, Job]) -> None:
+    path, job = figure1_job
+    results, expected = figure1_lab.allreduce(path, job, 1 << 20, seed=800, timeout=30)
+    for w in job.workers:
+        assert np.array_equal(results[w], expected), w
