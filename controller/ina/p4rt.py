@@ -25,6 +25,14 @@ from ina.topology import SwitchSpec, Topology
 LOG = logging.getLogger(__name__)
 
 
+def _not_gnmi_notice(record: logging.LogRecord) -> bool:
+    # BMv2 has no gNMI server; finsy warns so on every connection. Nothing is wrong.
+    return "gNMI is not implemented" not in record.getMessage()
+
+
+logging.getLogger("finsy").addFilter(_not_gnmi_notice)
+
+
 def _int(value: Any) -> int:
     if isinstance(value, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
         return int(value)
