@@ -31,16 +31,12 @@ LOG = logging.getLogger(__name__)
 RUN_DIR = Path(os.environ.get("INA_RUN_DIR", ".run"))
 
 
-def _outer_pid(pid: int) -> int:
-    """PID of ``pid`` (of this PID namespace) as the machine outside sees it."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("NSpid:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no NSpid for {pid}")
-
-
 def _state_file(topology: Topology) -> Path:
     return RUN_DIR / f"{topology.name}.json"
+
+
+def _pid_file(topology: Topology) -> Path:
+    return RUN_DIR / f"{topology.name}.pid"
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -56,10 +52,8 @@ def _run(args: argparse.Namespace, topology: Topology) -> int:
     with Lab(topology, options) as lab:
         lab.init_switches_sync()
         RUN_DIR.mkdir(exist_ok=True)
-        state.write_text(json.dumps({
-            "sandbox_pid": _outer_pid(os.getpid()),
-            "hosts": {h: _outer_pid(lab.host(h).pid) for h in topology.hosts},
-        }))
+        # PIDs as the sandbox sees them; `inalab exec/host` map them to the machine's.
+        state.write_text(json.dumps({h: lab.host(h).pid for h in topology.hosts}))
         try:
             print(f"{topology.name}: {len(topology.switches)} BMv2 switches and "
                   f"{len(topology.hosts)} hosts up; pipeline and routes installed.")
@@ -77,20 +71,21 @@ def _run(args: argparse.Namespace, topology: Topology) -> int:
 
 
 def _enter(args: argparse.Namespace, topology: Topology, host: str | None) -> int:
-    state = _state_file(topology)
-    if not state.exists():
+    state, pidfile = _state_file(topology), _pid_file(topology)
+    if not state.exists() or not pidfile.exists():
         print(f"inalab: no lab of {topology.name} is running (start one with inalab run)",
               file=sys.stderr)
         return 2
-    info = json.loads(state.read_text())
-    pid = info["sandbox_pid"] if host is None else info["hosts"].get(host)
-    if pid is None:
+    hosts = json.loads(state.read_text())
+    if host is not None and host not in hosts:
         print(f"inalab: {host} is not a host of {topology.name}", file=sys.stderr)
         return 2
     if not args.command:
         print("inalab: give a command after --", file=sys.stderr)
         return 2
-    os.execvp("nsenter", ["nsenter", "--target", str(pid), "--net", "--", *args.command])
+    init = sandbox.init_pid(int(pidfile.read_text()))
+    target = init if host is None else sandbox.outer_pid(init, hosts[host])
+    os.execvp("nsenter", ["nsenter", "--target", str(target), "--net", "--", *args.command])
 
 
 def _demo(args: argparse.Namespace, topology: Topology) -> int:
@@ -176,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                 if reason:
                     print(f"inalab: {reason}", file=sys.stderr)
                     return 2
-                return sandbox.reexec()
+                return sandbox.reexec(pidfile=_pid_file(topology))
             return _run(args, topology)
         if args.cmd == "demo":
             return _demo(args, topology)

@@ -47,7 +47,7 @@ def why_not_available() -> str | None:
 
 def command(argv: Sequence[str]) -> list[str]:
     """The command line that runs ``argv`` inside a fresh sandbox."""
-    script = 'mount -t tmpfs -o mode=1777 ina-tmp /tmp && ip link set lo up && exec "$@"'
+    script = 'mount -t tmpfs -o mode=1777 ina-tmp /tmp && ip link set dev lo up && exec "$@"'
     return ["unshare", "--net", "--pid", "--mount", "--fork", "--mount-proc",
             "--propagation", "private", "--", "/bin/sh", "-c", script, "ina-sandbox", *argv]
 
@@ -58,10 +58,47 @@ def environment() -> dict[str, str]:
     return env
 
 
-def reexec(argv: Sequence[str] | None = None) -> int:
-    """Run this program again inside a sandbox and return its exit code."""
+def reexec(argv: Sequence[str] | None = None, pidfile: Path | None = None) -> int:
+    """Run this program again inside a sandbox and return its exit code.
+
+    With ``pidfile``, the PID (as this machine sees it) of the sandbox's first
+    process is written there while it runs: ``enter_command`` needs it.
+    """
     args = list(argv) if argv is not None else [sys.executable, *sys.argv]
-    return subprocess.call(command(args), env=environment())
+    proc = subprocess.Popen(command(args), env=environment())
+    try:
+        if pidfile is not None:
+            pidfile.parent.mkdir(parents=True, exist_ok=True)
+            pidfile.write_text(str(proc.pid))
+        return proc.wait()
+    except KeyboardInterrupt:
+        return proc.wait()
+    finally:
+        if pidfile is not None:
+            pidfile.unlink(missing_ok=True)
+
+
+def init_pid(unshare_pid: int) -> int:
+    """PID 1 of the sandbox that ``unshare`` process made, as this machine sees it."""
+    children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text().split()
+    if not children:
+        raise ProcessLookupError(f"sandbox {unshare_pid} has no process")
+    return int(children[0])
+
+
+def outer_pid(sandbox_init: int, inner: int) -> int:
+    """The PID this machine sees for PID ``inner`` of the sandbox."""
+    pid_ns = os.readlink(f"/proc/{sandbox_init}/ns/pid")
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = next(line.split()[1:] for line in status.read_text().splitlines()
+                          if line.startswith("NSpid:"))
+            if (len(fields) >= 2 and int(fields[-1]) == inner
+                    and os.readlink(status.parent / "ns" / "pid") == pid_ns):
+                return int(fields[0])
+        except (OSError, StopIteration):
+            continue
+    raise ProcessLookupError(f"no process {inner} in sandbox {sandbox_init}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
