@@ -17,11 +17,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ina import p4names
 from ina.bier import bift
 from ina.controller import Controller, ControllerError, SwitchStatus
-from ina.job import Job, JobError, JobSpec, validate_job
+from ina.job import JobError, JobSpec
 from ina.plan import CapacityError
+from ina.planner import resolve, root_only, stream_cost
 from ina.report import render_status
 from ina.switchapi import SwitchError
 from ina.topology import Topology, TopologyError
@@ -45,15 +48,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("init", help="install the pipeline if needed and the base state (routes, BIER)")
-    d = sub.add_parser("deploy", help="validate a job and install it on every switch it needs")
+    d = sub.add_parser("deploy", help="validate (or plan) a job and install it on every "
+                                     "switch it needs")
     d.add_argument("job", type=Path, help="job YAML file")
+    d.add_argument("--save-plan", type=Path,
+                   help="write the deployed job, with its VAT, as an explicit job file "
+                        "(workers need it when the job was planned)")
     t = sub.add_parser("teardown", help="remove every entry of a job")
     t.add_argument("job_id", type=int)
     s = sub.add_parser("status", help="per switch: job entries, counters, drops by reason")
     s.add_argument("--job", type=int, help="only this job")
     s.add_argument("--json", action="store_true", help="machine-readable output")
-    c = sub.add_parser("check", help="validate a job and print its VAT (contacts no switch)")
+    c = sub.add_parser("check", help="validate (or plan) a job and print its VAT "
+                                    "(contacts no switch)")
     c.add_argument("job", type=Path)
+    pl = sub.add_parser("plan", help="plan a job and write it as an explicit job file")
+    pl.add_argument("job", type=Path)
+    pl.add_argument("-o", "--output", type=Path, required=True)
     sub.add_parser("bift", help="print every switch's BIER forwarding table (contacts no switch)")
     return p
 
@@ -64,12 +75,16 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         topology = Topology.load(args.topology)
-        if args.command == "check":
-            return _check(topology, args.job)
+        if args.command in ("check", "plan"):
+            return _check(topology, args.job, getattr(args, "output", None))
         if args.command == "bift":
             return _bift(topology)
         # A job is checked before anything else, so an invalid one never reaches a switch.
-        job = validate_job(JobSpec.load(args.job), topology) if args.command == "deploy" else None
+        # (A job without aggregators is planned here as a dry run, and again at deploy
+        # time with the switches' free capacity.)
+        spec = JobSpec.load(args.job) if args.command == "deploy" else None
+        if spec is not None:
+            resolve(spec, topology)
         problems = p4names.check_p4info(args.p4info) if args.p4info.exists() else [
             f"{args.p4info} not found: compile the P4 program first (make build)"]
         if problems:
@@ -80,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"inactl: {args.p4blob} not found: compile the P4 program first (make build)",
                   file=sys.stderr)
             return EXIT_P4INFO
-        return asyncio.run(_run(args, topology, job))
+        return asyncio.run(_run(args, topology, spec))
     except (TopologyError, JobError, CapacityError) as exc:
         print(f"inactl: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -89,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SWITCH
 
 
-async def _run(args: argparse.Namespace, topology: Topology, job: Job | None) -> int:
+async def _run(args: argparse.Namespace, topology: Topology, spec: JobSpec | None) -> int:
     from ina.p4rt import connect  # grpc is slow to import; check/bift do not need it
 
     async with connect(topology, args.p4info, args.p4blob, push=args.command == "init",
@@ -97,7 +112,7 @@ async def _run(args: argparse.Namespace, topology: Topology, job: Job | None) ->
         ctl = Controller(topology, clients)
         handlers: dict[str, Callable[[], Awaitable[int]]] = {
             "init": lambda: _init(ctl),
-            "deploy": lambda: _deploy(ctl, job),
+            "deploy": lambda: _deploy(ctl, spec, args.save_plan),
             "teardown": lambda: _teardown(ctl, args.job_id),
             "status": lambda: _status(ctl, args.job, args.json),
         }
@@ -110,9 +125,11 @@ async def _init(ctl: Controller) -> int:
     return 0
 
 
-async def _deploy(ctl: Controller, job: Job | None) -> int:
-    assert job is not None
-    d = await ctl.deploy(job)
+async def _deploy(ctl: Controller, spec: JobSpec | None, save_plan: Path | None) -> int:
+    assert spec is not None
+    d = await ctl.deploy(spec)
+    if save_plan is not None:
+        save_plan.write_text(yaml.safe_dump(d.job.to_spec(), sort_keys=False))
     print(f"job {d.job.job_id} ({d.job.op.name.lower()}) deployed:")
     for sw, a in sorted(d.allocations.items()):
         node = d.job.nodes.get(sw)
@@ -125,6 +142,8 @@ async def _deploy(ctl: Controller, job: Job | None) -> int:
     for w in d.job.workers:
         print(f"  worker {w} sends to {d.job.target_of(w, ctl.topology)} "
               f"({d.job.worker_parent[w]})")
+    if save_plan is not None:
+        print(f"  the job with its VAT is in {save_plan}: give it to the workers")
     return 0
 
 
@@ -167,11 +186,15 @@ async def _status(ctl: Controller, job_id: int | None, as_json: bool) -> int:
     return 0
 
 
-def _check(topology: Topology, path: Path) -> int:
-    job = validate_job(JobSpec.load(path), topology)
+def _check(topology: Topology, path: Path, output: Path | None = None) -> int:
+    spec = JobSpec.load(path)
+    job = resolve(spec, topology)
     width = max(h.bfr_id for h in topology.hosts.values())
     print(f"job {job.job_id}: {job.op.name.lower()} over {', '.join(job.workers)}, "
-          f"{job.slots} slots per VAT node")
+          f"{job.slots} slots per VAT node"
+          + (" (planned)" if spec.aggregators is None else ""))
+    print(f"  aggregation phase: {stream_cost(job, topology)} link crossings per packet round"
+          f" (all workers straight to the root: {stream_cost(root_only(job, topology), topology)})")
 
     def show(sw: str, depth: int) -> None:
         node = job.nodes[sw]
@@ -184,6 +207,9 @@ def _check(topology: Topology, path: Path) -> int:
                 print(f"{'  ' * (depth + 1)}{child} -> sends to {job.target_of(child, topology)}")
 
     show(job.root, 1)
+    if output is not None:
+        output.write_text(yaml.safe_dump(job.to_spec(), sort_keys=False))
+        print(f"explicit job written to {output}")
     return 0
 
 

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from ina import p4names as n
 from ina.constants import JOB_STAT_STRIDE, JobStat, SwitchStat
-from ina.job import Job, JobError, JobSpec, validate_job
+from ina.job import DEFAULT_SLOTS, Job, JobError, JobSpec
 from ina.plan import (
     Allocation,
     Entity,
@@ -26,8 +26,10 @@ from ina.plan import (
     TableEntry,
     allocate,
     base_plan,
+    capacity,
     job_plan,
 )
+from ina.planner import resolve
 from ina.switchapi import CounterValue, SwitchClient
 from ina.topology import Topology
 from ina.wire import bfr_ids_of, ip_str
@@ -182,9 +184,15 @@ class Controller:
         return dict(sorted(result.items()))
 
     async def deploy(self, spec: JobSpec | Job, epoch: int | None = None) -> Deployment:
-        """Validate, allocate, write the job to all its switches; all or nothing."""
-        job = spec if isinstance(spec, Job) else validate_job(spec, self.topology)
+        """Validate (or plan, for a spec without aggregators, with the switches' free
+        capacity), allocate, write the job to all its switches; all or nothing."""
         existing = await self._read_jobs()
+        if isinstance(spec, Job):
+            job = spec
+        else:
+            slots = spec.slots if isinstance(spec.slots, int) else DEFAULT_SLOTS
+            room = {sw: capacity(existing.get(sw, []), slots) for sw in self.topology.switches}
+            job = resolve(spec, self.topology, room)
         holders = sorted(sw for sw, entries in existing.items()
                          if any(_job_id(e) == job.job_id for e in entries))
         if holders:

@@ -11,6 +11,9 @@ Format (YAML)::
       s7: [w3, w4]
     slots: 16               # optional: aggregation slots per VAT node (power of two)
 
+Without ``aggregators`` the job is planned (ina.planner), and ``root`` is
+optional: give it to fix the root, leave it out to let the planner choose.
+
 A VAT node's parent is the smallest other node that covers all its workers; a
 worker's parent is the smallest node that covers it. Each child sends to its
 parent's address; a partial result carries ``P-BM = A-BM`` of its sender.
@@ -48,8 +51,8 @@ class JobSpec:
     job_id: Any
     op: Any
     workers: Any
-    root: Any
-    aggregators: Any
+    root: Any = None
+    aggregators: Any = None  # None: plan the VAT (ina.planner)
     slots: Any = DEFAULT_SLOTS
 
     @classmethod
@@ -66,13 +69,14 @@ class JobSpec:
             raise JobError([f"{source}: expected a mapping"])
         known = {"job_id", "op", "workers", "root", "aggregators", "slots"}
         problems = [f"{source}: unknown key {k!r}" for k in sorted(set(data) - known, key=str)]
-        problems += [f"{source}: missing {k!r}" for k in ("job_id", "op", "workers", "root")
-                     if k not in data]
+        required = ("job_id", "op", "workers") + (("root",) if "aggregators" in data else ())
+        problems += [f"{source}: missing {k!r}" for k in required if k not in data]
         if problems:
             raise JobError(problems)
         return cls(
-            job_id=data["job_id"], op=data["op"], workers=data["workers"], root=data["root"],
-            aggregators=data.get("aggregators") or {}, slots=data.get("slots", DEFAULT_SLOTS),
+            job_id=data["job_id"], op=data["op"], workers=data["workers"], root=data.get("root"),
+            aggregators=(data["aggregators"] or {}) if "aggregators" in data else None,
+            slots=data.get("slots", DEFAULT_SLOTS),
         )
 
 
@@ -110,6 +114,16 @@ class Job:
         """The address a worker sends its packets to: its parent's loopback."""
         return topology.switches[self.worker_parent[worker]].loopback
 
+    def to_spec(self) -> dict[str, Any]:
+        """This job as an explicit job file (YAML-ready), e.g. after planning."""
+        return {
+            "job_id": self.job_id, "op": self.op.name.lower(), "workers": list(self.workers),
+            "root": self.root,
+            "aggregators": {sw: list(n.covers) for sw, n in sorted(self.nodes.items())
+                            if not n.is_root},
+            "slots": self.slots,
+        }
+
     def edges(self) -> list[tuple[str, str]]:
         """(child, parent) for every VAT edge; children are workers or switches."""
         result = [(w, self.worker_parent[w]) for w in self.workers]
@@ -137,6 +151,8 @@ def _names(value: Any, what: str, problems: list[str]) -> list[str]:
 
 def validate_job(spec: JobSpec, topology: Topology) -> Job:
     """Check a job against the topology and the draft; all problems at once."""
+    if spec.aggregators is None:
+        raise JobError(["the job has no aggregators: plan it (ina.planner.resolve)"])
     problems: list[str] = []
     job_id = spec.job_id
     if not isinstance(job_id, int) or isinstance(job_id, bool) or not 1 <= job_id <= MAX_JOB_ID:

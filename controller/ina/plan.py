@@ -170,6 +170,24 @@ def used_resources(entries: Sequence[TableEntry]) -> tuple[set[int], list[range]
     return indices, ranges
 
 
+@dataclass(frozen=True)
+class Capacity:
+    """What a switch can still take: job counter blocks, and free aggregation slots
+    (at least this many in one aligned run)."""
+
+    job_indices: int = MAX_JOBS
+    free_slot_run: int = AGG_SLOTS
+
+
+def capacity(existing: Sequence[TableEntry], slots: int) -> Capacity:
+    """What a switch holding ``existing`` job entries can still take, for a job
+    of ``slots`` slots."""
+    indices, ranges = used_resources(existing)
+    fits = any(all(start + slots <= r.start or start >= r.stop for r in ranges)
+               for start in range(0, AGG_SLOTS, slots))
+    return Capacity(MAX_JOBS - len(indices), slots if fits else 0)
+
+
 def allocate(job: Job, topology: Topology,
              existing: Mapping[str, Sequence[TableEntry]]) -> dict[str, Allocation]:
     """Choose a free job index on every switch of the job, and a free aligned run

@@ -58,7 +58,11 @@ class WorkerConfig:
     @classmethod
     def from_files(cls, topology: str | Path, job: str | Path, worker: str) -> WorkerConfig:
         topo = Topology.load(topology)
-        j = validate_job(JobSpec.load(job), topo)
+        spec = JobSpec.load(job)
+        if spec.aggregators is None:
+            raise ValueError(f"{job} has no VAT mapping: a worker needs the deployed plan "
+                             "(inactl plan -o FILE, or inactl deploy --save-plan FILE)")
+        j = validate_job(spec, topo)
         if worker not in j.workers:
             raise ValueError(f"{worker} is not a worker of job {j.job_id} ({', '.join(j.workers)})")
         return cls(j.job_id, j.op, j.worker_bit[worker], j.target_of(worker, topo), j.slots,

@@ -1,0 +1,153 @@
+"""Automatic VAT planning: choose a job's aggregation switches and their A-BMs.
+
+Objective: the fewest bytes on links in the aggregation phase, that is the
+fewest link crossings per chunk, summed over the job's streams (each VAT edge
+child -> parent carries one stream along the route between them). Ties go to
+fewer VAT nodes (less switch state), then to names.
+
+Algorithm. For a root r, take the routes of every worker toward r: they form a
+tree (one routing tree per destination, see ina.topology). A stream can only
+be merged where routes meet, so the best plan on that tree puts a VAT node at
+every switch where the routes of two or more children meet (a branching
+switch), and nothing elsewhere: every link then carries one stream, which no
+plan along these routes can beat. Switches without capacity (no free job
+index or slot run) are skipped: their children go to the next node up. The
+plan is then checked with the job validator against the real routes between
+each child and its parent; a node whose edges would cross another node is
+dropped and the plan rebuilt. Without a given root, every switch is tried and
+the cheapest plan kept. Cost: O(S * W * D) for S switches, W workers, path
+length D.
+
+The naive plan for comparison sends every worker straight to the root.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ina.job import DEFAULT_SLOTS, Job, JobError, JobSpec, validate_job
+from ina.plan import Capacity
+from ina.topology import Topology
+
+LOG = logging.getLogger(__name__)
+
+
+class PlanError(ValueError):
+    """No valid plan exists; the message says why."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    job: Job
+    cost: int  # link crossings per chunk in the aggregation phase
+    naive_cost: int  # the same with every worker sending to the root directly
+
+
+def root_only(job: Job, topology: Topology) -> Job:
+    """The naive plan: the same workers and root, every worker sending to the root."""
+    return validate_job(JobSpec(job.job_id, job.op.name, list(job.workers), job.root, {},
+                                job.slots), topology)
+
+
+def stream_cost(job: Job, topology: Topology) -> int:
+    """Link crossings per chunk of the aggregation phase: each VAT edge, along its route."""
+    return sum(len(topology.path(child, parent)) - 1 for child, parent in job.edges())
+
+
+def _tree_plan(topology: Topology, workers: list[str], root: str,
+               usable: set[str], banned: set[str]) -> dict[str, list[str]]:
+    """Aggregators (switch -> covered workers) at the branching switches of the
+    workers' routes toward ``root``."""
+    below: dict[str, set[str]] = {}  # switch -> the route nodes just below it
+    covers: dict[str, set[str]] = {}
+    for w in workers:
+        path = topology.path(w, root)
+        for lower, upper in zip(path, path[1:], strict=False):
+            below.setdefault(upper, set()).add(lower)
+            covers.setdefault(upper, set()).add(w)
+    return {sw: sorted(covers[sw]) for sw, children in below.items()
+            if sw != root and len(children) >= 2 and sw in usable and sw not in banned}
+
+
+def plan_job(topology: Topology, job_id: int, workers: list[str], op: str = "sum",
+             root: str | None = None, slots: int = DEFAULT_SLOTS,
+             capacity: Mapping[str, Capacity] | None = None) -> Plan:
+    """The cheapest valid plan, or PlanError saying why there is none."""
+    capacity = capacity or {}
+
+    def fits(sw: str) -> bool:
+        c = capacity.get(sw, Capacity())
+        return c.job_indices > 0 and c.free_slot_run >= slots
+
+    usable = {sw for sw in topology.switches if fits(sw)}
+    if root is not None:
+        if root not in topology.switches:
+            raise PlanError(f"root {root!r} is not a switch of topology {topology.name!r}")
+        if root not in usable:
+            raise PlanError(f"root {root} has no room for job {job_id} "
+                            f"(needs a job index and {slots} free slots)")
+        candidates = [root]
+    else:
+        candidates = sorted(usable)
+        if not candidates:
+            raise PlanError(f"no switch has room for job {job_id} (needs a job index and "
+                            f"{slots} free slots)")
+    best: Plan | None = None
+    reasons = []
+    for r in candidates:
+        try:
+            plan = _plan_for_root(topology, job_id, workers, op, r, slots, usable)
+        except JobError as exc:
+            reasons.append(f"root {r}: {exc.problems[0]}")
+            continue
+        key = (plan.cost, len(plan.job.nodes), r)
+        if best is None or key < (best.cost, len(best.job.nodes), best.job.root):
+            best = plan
+    if best is None:
+        raise PlanError(f"no valid plan for job {job_id}: " + "; ".join(reasons[:3]))
+    return best
+
+
+def _plan_for_root(topology: Topology, job_id: int, workers: list[str], op: str, root: str,
+                   slots: int, usable: set[str]) -> Plan:
+    banned: set[str] = set()
+    while True:
+        aggregators = _tree_plan(topology, workers, root, usable, banned)
+        try:
+            job = validate_job(JobSpec(job_id, op, workers, root, aggregators, slots), topology)
+        except JobError as exc:
+            # Drop a node named in a routing conflict and try again; others stay.
+            offenders = [sw for sw in sorted(aggregators)
+                         if any(re.search(rf"\b{re.escape(sw)}\b", p) for p in exc.problems)]
+            if not offenders:
+                raise
+            banned.add(offenders[0])
+            continue
+        return Plan(job, stream_cost(job, topology),
+                    stream_cost(root_only(job, topology), topology))
+
+
+def resolve(spec: JobSpec, topology: Topology,
+            capacity: Mapping[str, Capacity] | None = None) -> Job:
+    """The job a spec describes: validated as given, or planned when it has no
+    ``aggregators`` (then ``root`` is optional)."""
+    if spec.aggregators is not None:
+        return validate_job(spec, topology)
+    problems = []
+    if not isinstance(spec.workers, list) or not spec.workers:
+        problems.append("workers must be a non-empty list of names")
+    else:
+        unknown = [str(w) for w in spec.workers if str(w) not in topology.hosts]
+        if unknown:
+            problems.append(f"workers {unknown} are not hosts of topology {topology.name!r}")
+    if problems:
+        raise JobError(problems)
+    try:
+        plan = plan_job(topology, spec.job_id, [str(w) for w in spec.workers], spec.op,
+                        None if spec.root is None else str(spec.root), spec.slots, capacity)
+    except PlanError as exc:
+        raise JobError([str(exc)]) from exc
+    return plan.job

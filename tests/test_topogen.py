@@ -1,0 +1,40 @@
+"""Generated topologies: the files in topologies/ are what the generator writes, and
+their BIER tables satisfy RFC 8279 (disjoint F-BMs covering every BFER)."""
+
+import pytest
+import yaml
+
+from ina import topogen
+from ina.bier import port_fbms
+from ina.topology import Topology
+
+from inatest import ROOT
+
+
+@pytest.mark.parametrize("name,data", [
+    ("leaf-spine-2x4", topogen.leaf_spine(2, 4, 2)),
+    ("fat-tree-4", topogen.fat_tree(4)),
+])
+def test_committed_topology_files_are_current(name: str, data: dict) -> None:  # type: ignore[type-arg]
+    on_disk = yaml.safe_load((ROOT / "topologies" / f"{name}.yaml").read_text())
+    assert on_disk == data, f"regenerate topologies/{name}.yaml with python -m ina.topogen"
+
+
+def test_fat_tree_has_the_textbook_sizes() -> None:
+    topo = Topology.from_dict(topogen.fat_tree(8))
+    assert (len(topo.switches), len(topo.hosts)) == (80, 128)
+
+
+@pytest.mark.parametrize("data", [
+    topogen.leaf_spine(2, 4, 2), topogen.leaf_spine(4, 6, 3), topogen.fat_tree(4),
+    topogen.fat_tree(6), topogen.fat_tree(8),
+], ids=["ls-2x4", "ls-4x6", "ft-4", "ft-6", "ft-8"])
+def test_fbms_are_disjoint_and_cover_every_bfer(data: dict) -> None:  # type: ignore[type-arg]
+    topo = Topology.from_dict(data)
+    everyone = sum(1 << (h.bfr_id - 1) for h in topo.hosts.values())
+    for sw in topo.switches:
+        union = 0
+        for fbm in port_fbms(topo, sw).values():
+            assert union & fbm == 0, sw
+            union |= fbm
+        assert union == everyone, sw
