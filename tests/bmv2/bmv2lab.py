@@ -1,10 +1,11 @@
-"""Figure 1 on Mininet + BMv2, with what the tests do to it: deploy jobs, run
+"""A topology on Mininet + BMv2, with what the tests do to it: deploy jobs, run
 workers on hosts, listen on hosts, put raw frames on a host's link."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,27 +15,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 
 from ina.controller import Controller
 from ina.job import Job, JobSpec, validate_job
-from ina.lab import Lab
+from ina.lab import Lab, LabOptions
 from ina.model import reduce_arrays
 from ina.p4rt import connect
 from ina.topology import Topology
 from ina.worker_cli import random_array
 
-from inatest import FIGURE1
-
 HERE = Path(__file__).resolve().parent
 
 
 @dataclass
-class Figure1Lab:
-    """Figure 1 on Mininet + BMv2, with helpers to deploy and run workers."""
+class NetLab:
+    """A topology on Mininet + BMv2, with helpers to deploy and run workers."""
 
     lab: Lab
     topology: Topology
+    topology_path: Path
     workdir: Path
     reports: dict[str, Any] = field(default_factory=dict)
 
@@ -70,7 +71,7 @@ class Figure1Lab:
             if only is not None and w not in only:
                 continue
             procs[w] = self.lab.host(w).popen(
-                [sys.executable, "-m", "ina.worker_cli", "-t", str(FIGURE1), "--job",
+                [sys.executable, "-m", "ina.worker_cli", "-t", str(self.topology_path), "--job",
                  str(job_path), "--worker", w, "--random", str(size), "--seed", str(seed + i),
                  "--timeout", str(timeout),
                  "--output", str(self.workdir / f"{w}-{job.job_id}.npy"), *extra],
@@ -120,3 +121,34 @@ class Figure1Lab:
         out = self.lab.host(host).cmd(
             f"{sys.executable} {HERE / 'sendframes.py'} {intf} {hexfile}; echo rc=$?")
         assert out.strip().endswith("rc=0"), out
+
+
+class Labs:
+    """At most one lab runs at a time (every topology uses the same gRPC ports):
+    asking for another topology stops the running one."""
+
+    def __init__(self, compiled: Path, tmp: pytest.TempPathFactory):
+        self.compiled, self.tmp = compiled, tmp
+        self.current: NetLab | None = None
+
+    def get(self, topology_path: Path) -> NetLab:
+        if self.current is not None and self.current.topology_path == topology_path:
+            return self.current
+        self.stop()
+        topology = Topology.load(topology_path)
+        log_dir = Path(os.environ["INA_TEST_BMV2_LOGS"]) \
+            if "INA_TEST_BMV2_LOGS" in os.environ else None
+        lab = Lab(topology, LabOptions(build_dir=self.compiled, log_dir=log_dir))
+        lab.start()
+        try:
+            lab.init_switches_sync()
+        except BaseException:
+            lab.stop()
+            raise
+        self.current = NetLab(lab, topology, topology_path, self.tmp.mktemp(topology.name))
+        return self.current
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.current.lab.stop()
+            self.current = None

@@ -7,7 +7,6 @@ cannot run it.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -16,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from ina import sandbox
-from ina.lab import Lab, LabOptions, missing_tools
-from ina.topology import Topology
+from ina.lab import missing_tools
 
-from bmv2lab import Figure1Lab
+from bmv2lab import Labs, NetLab
 from inatest import FIGURE1, ROOT
 
 P4C = "p4c-bm2-ss"
@@ -42,21 +40,18 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def figure1_lab(compiled: Path, tmp_path_factory: pytest.TempPathFactory
-                ) -> Iterator[Figure1Lab]:
+def labs(compiled: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Labs]:
     problems = missing_tools()
     if problems:
         pytest.skip("; ".join(problems))
     if not sandbox.inside():
         pytest.skip("not inside private namespaces: run the tests with `make test`, which "
                     "enters them (Mininet must not touch this machine's own network)")
-    topology = Topology.load(FIGURE1)
-    log_dir = Path(os.environ["INA_TEST_BMV2_LOGS"]) if "INA_TEST_BMV2_LOGS" in os.environ \
-        else None
-    lab = Lab(topology, LabOptions(build_dir=compiled, log_dir=log_dir))
-    lab.start()
-    try:
-        lab.init_switches_sync()
-        yield Figure1Lab(lab, topology, tmp_path_factory.mktemp("lab"))
-    finally:
-        lab.stop()
+    manager = Labs(compiled, tmp_path_factory)
+    yield manager
+    manager.stop()
+
+
+@pytest.fixture
+def figure1_lab(labs: Labs) -> NetLab:
+    return labs.get(FIGURE1)

@@ -19,7 +19,7 @@ from ina.scapy_layers import INA
 from ina.switchapi import SwitchError
 from ina.wire import bit_of
 
-from bmv2lab import Figure1Lab
+from bmv2lab import NetLab
 from inatest import FIGURE1
 
 FIGURE1_SPEC = {"job_id": 1, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
@@ -29,20 +29,20 @@ SECOND_SPEC = {"job_id": 2, "op": "sum", "workers": ["w2", "w5", "w7"], "root": 
 SIZE = 64 * 5 + 7  # six packets per worker, the last one partial
 
 
-def _job_stats(lab: Figure1Lab, job_id: int) -> dict[str, dict[JobStat, int]]:
+def _job_stats(lab: NetLab, job_id: int) -> dict[str, dict[JobStat, int]]:
     status = lab.controller_call(lambda ctl: ctl.status())
     return {sw: {k: v.packets for k, v in s.job_stats[job_id].items() if v.packets}
             for sw, s in status.items() if job_id in s.job_stats}
 
 
-def _switch_stats(lab: Figure1Lab) -> dict[str, dict[SwitchStat, int]]:
+def _switch_stats(lab: NetLab) -> dict[str, dict[SwitchStat, int]]:
     status = lab.controller_call(lambda ctl: ctl.status())
     return {sw: {k: v.packets for k, v in s.switch_stats.items() if v.packets}
             for sw, s in status.items()}
 
 
 @pytest.fixture
-def deployed(figure1_lab: Figure1Lab, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+def deployed(figure1_lab: NetLab, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     """Deploy the given specs (job 1 by default) for one test, then tear them down."""
     specs = getattr(request, "param", [FIGURE1_SPEC])
     jobs = []
@@ -54,14 +54,14 @@ def deployed(figure1_lab: Figure1Lab, request: pytest.FixtureRequest):  # type: 
         figure1_lab.teardown(job.job_id)
 
 
-def test_hosts_ping_each_other(figure1_lab: Figure1Lab) -> None:
+def test_hosts_ping_each_other(figure1_lab: NetLab) -> None:
     out = figure1_lab.lab.host("w1").cmd("ping -c 1 -W 2 10.0.0.8")
     assert " 0% packet loss" in out, out
 
 
 @pytest.mark.parametrize("op", ["sum", "min", "max"])
 def test_every_worker_gets_the_exact_result_and_others_nothing(
-        figure1_lab: Figure1Lab, op: str) -> None:
+        figure1_lab: NetLab, op: str) -> None:
     path = figure1_lab.write_job(**{**FIGURE1_SPEC, "op": op})
     job = figure1_lab.deploy(path)
     try:
@@ -85,7 +85,7 @@ def test_every_worker_gets_the_exact_result_and_others_nothing(
 
 
 def test_counters_show_absorption_transit_and_the_pass_at_s7(
-        figure1_lab: Figure1Lab, deployed: list) -> None:  # type: ignore[type-arg]
+        figure1_lab: NetLab, deployed: list) -> None:  # type: ignore[type-arg]
     (path, job), = deployed
     # A long RTO: no retransmission while the workers start up, so the counts are exact.
     figure1_lab.finish_workers(job, figure1_lab.start_workers(path, job, SIZE, seed=20,
@@ -104,7 +104,7 @@ def test_counters_show_absorption_transit_and_the_pass_at_s7(
 
 @pytest.mark.parametrize("deployed", [[FIGURE1_SPEC, SECOND_SPEC]], indirect=True)
 def test_a_second_job_is_exact_while_the_first_is_deployed(
-        figure1_lab: Figure1Lab, deployed: list) -> None:  # type: ignore[type-arg]
+        figure1_lab: NetLab, deployed: list) -> None:  # type: ignore[type-arg]
     # The jobs share w2, and a host runs one worker at a time: one after the other.
     for path, job in reversed(deployed):
         results, expected = figure1_lab.allreduce(path, job, SIZE, seed=30 + job.job_id)
@@ -112,7 +112,7 @@ def test_a_second_job_is_exact_while_the_first_is_deployed(
             assert np.array_equal(results[w], expected), (job.job_id, w)
 
 
-def test_a_second_job_is_exact_after_the_first_is_torn_down(figure1_lab: Figure1Lab) -> None:
+def test_a_second_job_is_exact_after_the_first_is_torn_down(figure1_lab: NetLab) -> None:
     first = figure1_lab.write_job(**FIGURE1_SPEC)
     figure1_lab.deploy(first)
     figure1_lab.teardown(1)
@@ -135,7 +135,7 @@ def _ina_frame(src_host: str, dst_ip: str, **ina: object) -> bytes:
 
 
 def test_bad_packets_are_counted_and_change_no_result(
-        figure1_lab: Figure1Lab, deployed: list) -> None:  # type: ignore[type-arg]
+        figure1_lab: NetLab, deployed: list) -> None:  # type: ignore[type-arg]
     (path, job), = deployed
     before = _switch_stats(figure1_lab)
     unknown_job = _ina_frame("w1", "10.0.100.6", job_id=99, seq=0, count=1, pbm=bit_of(1))
@@ -160,7 +160,7 @@ def test_bad_packets_are_counted_and_change_no_result(
     assert grew("s3", SwitchStat.DROP_FORGED_PBM) == 1  # w5 posing as w1
 
 
-def test_a_failed_write_leaves_no_half_deployed_job(figure1_lab: Figure1Lab) -> None:
+def test_a_failed_write_leaves_no_half_deployed_job(figure1_lab: NetLab) -> None:
     from ina.job import JobSpec, validate_job
 
     job = validate_job(JobSpec.from_dict(FIGURE1_SPEC), figure1_lab.topology)
@@ -186,7 +186,7 @@ def test_a_failed_write_leaves_no_half_deployed_job(figure1_lab: Figure1Lab) -> 
     assert figure1_lab.controller_call(attempt) == {}
 
 
-def test_inactl_deploys_reports_and_tears_down(figure1_lab: Figure1Lab) -> None:
+def test_inactl_deploys_reports_and_tears_down(figure1_lab: NetLab) -> None:
     path = figure1_lab.write_job(**FIGURE1_SPEC)
     base = [sys.executable, "-m", "ina.cli", "-t", str(FIGURE1), "--p4info",
             str(figure1_lab.lab.p4info)]

@@ -25,7 +25,7 @@ from ina.scapy_layers import INA
 from ina.wire import InaPacket
 from ina.worker_cli import random_array, random_floats
 
-from bmv2lab import Figure1Lab
+from bmv2lab import NetLab
 
 FIGURE1_SPEC = {"job_id": 1, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
                 "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}}
@@ -36,7 +36,7 @@ SHARING_SPEC = {"job_id": 2, "op": "sum", "workers": ["w5", "w6", "w7", "w8"], "
 
 
 @pytest.fixture
-def figure1_job(figure1_lab: Figure1Lab) -> Iterator[tuple[Path, Job]]:
+def figure1_job(figure1_lab: NetLab) -> Iterator[tuple[Path, Job]]:
     path = figure1_lab.write_job(**FIGURE1_SPEC)
     job = figure1_lab.deploy(path)
     yield path, job
@@ -44,20 +44,20 @@ def figure1_job(figure1_lab: Figure1Lab) -> Iterator[tuple[Path, Job]]:
     figure1_lab.teardown(job.job_id)
 
 
-def _stats(lab: Figure1Lab, job_id: int) -> dict[str, dict[JobStat, int]]:
+def _stats(lab: NetLab, job_id: int) -> dict[str, dict[JobStat, int]]:
     status = lab.controller_call(lambda ctl: ctl.status())
     return {sw: {k: v.packets for k, v in s.job_stats[job_id].items() if v.packets}
             for sw, s in status.items() if job_id in s.job_stats}
 
 
-def _switch_stat(lab: Figure1Lab, switch: str, stat: SwitchStat) -> int:
+def _switch_stat(lab: NetLab, switch: str, stat: SwitchStat) -> int:
     status = lab.controller_call(lambda ctl: ctl.status())
     return status[switch].switch_stats[stat].packets
 
 
 @pytest.mark.parametrize("loss", [0.01, 0.05])
 def test_large_allreduce_is_exact_over_lossy_links(
-        figure1_lab: Figure1Lab, figure1_job: tuple[Path, Job], loss: float) -> None:
+        figure1_lab: NetLab, figure1_job: tuple[Path, Job], loss: float) -> None:
     path, job = figure1_job
     figure1_lab.lab.impair(loss=loss)
     size = 64 * 500 if loss < 0.05 else 64 * 150
@@ -68,7 +68,7 @@ def test_large_allreduce_is_exact_over_lossy_links(
 
 
 def test_allreduce_is_exact_over_duplicating_links(
-        figure1_lab: Figure1Lab, figure1_job: tuple[Path, Job]) -> None:
+        figure1_lab: NetLab, figure1_job: tuple[Path, Job]) -> None:
     path, job = figure1_job
     figure1_lab.lab.impair(duplicate=0.05)
     results, expected = figure1_lab.allreduce(path, job, 64 * 500, seed=110, timeout=30)
@@ -81,7 +81,7 @@ def test_allreduce_is_exact_over_duplicating_links(
     assert refused > 0
 
 
-def _frame(lab: Figure1Lab, worker: str, job: Job, seq: int, values: list[int]) -> bytes:
+def _frame(lab: NetLab, worker: str, job: Job, seq: int, values: list[int]) -> bytes:
     host = lab.topology.hosts[worker]
     edge, _ = lab.topology.host_attachment(worker)
     return raw(Ether(src=host.mac, dst=lab.topology.switches[edge].mac)
@@ -92,7 +92,7 @@ def _frame(lab: Figure1Lab, worker: str, job: Job, seq: int, values: list[int]) 
 
 
 def test_reordered_and_duplicated_packets_give_exact_results_once(
-        figure1_lab: Figure1Lab, figure1_job: tuple[Path, Job], tmp_path: Path) -> None:
+        figure1_lab: NetLab, figure1_job: tuple[Path, Job], tmp_path: Path) -> None:
     _, job = figure1_job
     seqs = 16  # the job's slots: all in flight at once
     rng = random.Random(3)
@@ -119,7 +119,7 @@ def test_reordered_and_duplicated_packets_give_exact_results_once(
 
 
 def test_two_jobs_sharing_s5_s6_s7_run_at_once(
-        figure1_lab: Figure1Lab, figure1_job: tuple[Path, Job]) -> None:
+        figure1_lab: NetLab, figure1_job: tuple[Path, Job]) -> None:
     path1, job1 = figure1_job
     path2 = figure1_lab.write_job(**SHARING_SPEC)
     job2 = figure1_lab.deploy(path2)
@@ -140,7 +140,7 @@ def test_two_jobs_sharing_s5_s6_s7_run_at_once(
 
 
 def test_ordinary_traffic_flows_during_a_job(
-        figure1_lab: Figure1Lab, figure1_job: tuple[Path, Job]) -> None:
+        figure1_lab: NetLab, figure1_job: tuple[Path, Job]) -> None:
     path, job = figure1_job
     procs = figure1_lab.start_workers(path, job, 64 * 800, seed=400, timeout=30)
     out = figure1_lab.lab.host("w5").cmd("ping -c 3 -i 0.2 -W 2 10.0.0.1")
@@ -149,7 +149,7 @@ def test_ordinary_traffic_flows_during_a_job(
 
 
 def test_a_worker_that_stops_mid_job_makes_the_others_fail_with_a_timeout(
-        figure1_lab: Figure1Lab, figure1_job: tuple[Path, Job]) -> None:
+        figure1_lab: NetLab, figure1_job: tuple[Path, Job]) -> None:
     path, job = figure1_job
     procs = figure1_lab.start_workers(path, job, 64 * 3000, seed=500, timeout=2)
     wait_until(lambda: _stats(figure1_lab, 1).get("s6", {}).get(JobStat.MULTICAST, 0) > 20,
@@ -162,7 +162,7 @@ def test_a_worker_that_stops_mid_job_makes_the_others_fail_with_a_timeout(
 
 
 def test_outsiders_and_forgers_change_no_result(
-        figure1_lab: Figure1Lab, figure1_job: tuple[Path, Job]) -> None:
+        figure1_lab: NetLab, figure1_job: tuple[Path, Job]) -> None:
     path, job = figure1_job
     before_member = _switch_stat(figure1_lab, "s3", SwitchStat.DROP_NOT_MEMBER)
     before_forged = _switch_stat(figure1_lab, "s4", SwitchStat.DROP_FORGED_PBM)
@@ -187,7 +187,7 @@ def test_outsiders_and_forgers_change_no_result(
 
 
 def test_float32_allreduce_is_within_its_stated_bound(
-        figure1_lab: Figure1Lab, figure1_job: tuple[Path, Job]) -> None:
+        figure1_lab: NetLab, figure1_job: tuple[Path, Job]) -> None:
     path, job = figure1_job
     size = 64 * 100
     results = figure1_lab.finish_workers(
@@ -201,7 +201,7 @@ def test_float32_allreduce_is_within_its_stated_bound(
 
 
 def test_a_million_values_reduce_exactly(
-        figure1_lab: Figure1Lab, figure1_job: tuple[Path, Job]) -> None:
+        figure1_lab: NetLab, figure1_job: tuple[Path, Job]) -> None:
     path, job = figure1_job
     results, expected = figure1_lab.allreduce(path, job, 1 << 20, seed=800, timeout=30)
     for w in job.workers:
