@@ -134,7 +134,7 @@ class ModelSwitch:
             out = []
             for port in group.ports if group else ():
                 copy = frame.copy()
-                if self._egress(copy, meta, port):
+                if self._egress(copy, meta, port, len(raw)):
                     out.append((port, copy.pack()))
             return out
         if meta.egress_port is None:
@@ -326,12 +326,12 @@ class ModelSwitch:
         meta.job_events.add(stat)
         meta.consumed = True
 
-    def _egress(self, frame: Frame, meta: _Meta, port: int) -> bool:
-        """bier_egress.p4: mask the BitString with the port's F-BM; decapsulate to hosts."""
+    def _egress(self, frame: Frame, meta: _Meta, port: int, nbytes: int) -> bool:
+        """bier_egress.p4: mask the BitString with the port's F-BM; decapsulate to hosts.
+        Counters count ``nbytes``, the length the packet entered with (as BMv2 does)."""
         bier = frame.bier
         if bier is None:
             return True
-        nbytes = len(frame.pack())
         row = self._exact(n.BIER_PORTS, egress_port=port)
         masked = bier.bitstring & row.param("fbm") if row is not None else 0
         if row is None or masked == 0:
