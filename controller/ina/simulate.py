@@ -92,13 +92,13 @@ def report(results: list[Result]) -> str:
     header = (f"{'k':>3} {'hosts':>6} {'switches':>8} {'plan s':>7} {'VAT nodes':>9} "
               f"{'state KiB':>9}   {'INA':>15}   {'PS':>15}   {'ring':>15}")
     lines.append(header)
-    for r in results:
-        def cell(load: dict[Link, float] | dict[Link, int]) -> str:
-            return f"{max(load.values()) / r.size:7.1f} |{sum(load.values()) / r.size:7.0f}"
+    def cell(load: dict[Link, float] | dict[Link, int], size: int) -> str:
+        return f"{max(load.values()) / size:7.1f} |{sum(load.values()) / size:7.0f}"
 
+    for r in results:
         lines.append(f"{r.k:>3} {r.hosts:>6} {r.switches:>8} {r.plan_seconds:>7.2f} "
-                     f"{r.vat_nodes:>9} {r.state_bytes / 1024:>9.0f}   {cell(r.ina)}   "
-                     f"{cell(r.ps)}   {cell(r.ring)}")
+                     f"{r.vat_nodes:>9} {r.state_bytes / 1024:>9.0f}   {cell(r.ina, r.size)}   "
+                     f"{cell(r.ps, r.size)}   {cell(r.ring, r.size)}")
     return "\n".join(lines)
 
 
