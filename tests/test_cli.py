@@ -31,7 +31,7 @@ def test_deploy_refuses_an_invalid_job_before_anything_else(
     # Neither a P4Info nor a switch exists: the job is refused before either is needed.
     assert cli.main(["-t", str(FIGURE1), "--p4info", str(tmp_path / "none"), "deploy",
                      str(job)]) == cli.EXIT_INVALID
-    assert "root 's9' is not a switch" in capsys.readouterr().err
+    assert "root 's9' is neither a switch nor a host" in capsys.readouterr().err
 
 
 def test_bift_lists_a_row_per_bfer(capsys: pytest.CaptureFixture[str]) -> None:

@@ -37,8 +37,19 @@ def test_worker_listed_twice_is_refused(figure1: Topology) -> None:
                for p in _problems(figure1, workers=["w1", "w1", "w2", "w3", "w4"]))
 
 
-def test_root_that_is_not_a_switch_is_refused(figure1: Topology) -> None:
-    assert any("root 'w5' is not a switch" in p for p in _problems(figure1, root="w5"))
+def test_unknown_root_is_refused(figure1: Topology) -> None:
+    assert any("root 'x9' is neither a switch nor a host" in p
+               for p in _problems(figure1, root="x9"))
+
+
+def test_a_server_root_must_not_be_a_worker(figure1: Topology) -> None:
+    assert any("root w1 is a worker too" in p for p in _problems(figure1, root="w1"))
+
+
+def test_a_server_root_is_a_vat_node_above_the_switches(figure1: Topology) -> None:
+    job = figure1_job(figure1, root="w5")
+    assert job.nodes["w5"].is_root and job.nodes["s1"].parent == "w5"
+    assert job.root_is_server(figure1)
 
 
 def test_aggregator_covering_a_non_worker_is_refused(figure1: Topology) -> None:

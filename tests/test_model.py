@@ -10,11 +10,21 @@ import threading
 import numpy as np
 import pytest
 
-from ina.constants import JobStat, Op, SwitchStat
+from ina.constants import ETHERTYPE_BIER, INA_UDP_PORT, Flag, JobStat, Op, SwitchStat
 from ina.job import Job
 from ina.model import Impairment, ModelTransport, reduce_arrays
 from ina.switchapi import CounterValue
-from ina.wire import InaHeader, InaPacket, bit_of, ina_frame, ina_payload
+from ina.wire import (
+    Bier,
+    Ethernet,
+    InaHeader,
+    InaPacket,
+    Ipv4,
+    Udp,
+    bit_of,
+    ina_frame,
+    ina_payload,
+)
 from ina.worker import AllreduceError, AllreduceResult, AllreduceSession, Worker, WorkerConfig
 
 from inatest import ModelLab, figure1_job
@@ -298,3 +308,37 @@ def test_float32_allreduce_is_within_its_error_bound(model_lab: ModelLab, op: Op
         assert r.values.dtype == np.float32 and r.error_bound is not None
         assert np.all(np.abs(r.values.astype(np.float64) - exact) <= r.error_bound), w
     assert all(np.array_equal(results[w].values, results["w1"].values) for w in job.workers)
+
+
+def test_a_server_root_finishes_the_aggregation_and_starts_bier(model_lab: ModelLab) -> None:
+    from ina.serverroot import ServerRoot
+
+    job = figure1_job(model_lab.topology, root="w5", slots=8)
+    _deploy(model_lab, job)
+    model_lab.net.impairment = Impairment(seed=3, loss=0.03)
+    arrays = _arrays(job, 64 * 30)
+    sessions = {w: AllreduceSession(WorkerConfig(1, Op.SUM, job.worker_bit[w],
+                                                 job.target_of(w, model_lab.topology), 8),
+                                    arrays[w]) for w in job.workers}
+    root = ServerRoot(job, model_lab.topology)
+    model_lab.net.run_sessions(sessions, servers={"w5": root})
+    expected = reduce_arrays(Op.SUM, list(arrays.values()))
+    for w, s in sessions.items():
+        assert np.array_equal(s.outcome().values, expected), w
+    assert root.stats["multicast"] >= 30
+    assert all(not model_lab.net.inbox[h] for h in ("w6", "w7", "w8"))
+
+
+def test_bier_from_a_host_that_is_no_server_root_is_dropped(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology, root="w5")
+    _deploy(model_lab, job)
+    w6 = model_lab.topology.hosts["w6"]
+    payload = ina_payload(1, 0, job.abm, [666], flags=Flag.RESULT)
+    udp = Udp(INA_UDP_PORT, INA_UDP_PORT, 8 + len(payload))
+    frame = (Ethernet("02:00:00:00:00:03", w6.mac, ETHERTYPE_BIER).pack()
+             + Bier(bitstring=job.abm).pack()
+             + Ipv4(src=w6.ip, dst="0.0.0.0", total_len=20 + udp.length).pack()
+             + udp.pack() + payload)
+    model_lab.net.send("w6", frame)
+    assert _switch_stat(model_lab, "s3", SwitchStat.DROP_BIER_FROM_HOST) == 1
+    assert all(not model_lab.net.inbox[w] for w in job.workers)

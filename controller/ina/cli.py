@@ -139,6 +139,9 @@ async def _deploy(ctl: Controller, spec: JobSpec | None, save_plan: Path | None)
             role = "root" if node.is_root else f"aggregator -> {node.parent}"
             print(f"  {sw}: {role}, covers {', '.join(node.covers)}, "
                   f"slots {a.slot_base}..{a.slot_base + d.job.slots - 1}")
+    if d.job.root_is_server(ctl.topology):
+        print(f"  {d.job.root}: server root, covers {', '.join(d.job.workers)}: "
+              f"run inaroot on it")
     for w in d.job.workers:
         print(f"  worker {w} sends to {d.job.target_of(w, ctl.topology)} "
               f"({d.job.worker_parent[w]})")

@@ -5,7 +5,7 @@ Format (YAML)::
     job_id: 1
     op: sum                 # sum, min or max over signed 32-bit integers
     workers: [w1, w2, w3, w4]
-    root: s6                # the VAT root; it covers every worker
+    root: s6                # the VAT root, a switch or a server; it covers every worker
     aggregators:            # every other VAT node: switch -> the workers it covers (its A-BM)
       s1: [w1, w2]
       s7: [w3, w4]
@@ -111,8 +111,12 @@ class Job:
         return self.nodes[self.root].abm
 
     def target_of(self, worker: str, topology: Topology) -> str:
-        """The address a worker sends its packets to: its parent's loopback."""
-        return topology.switches[self.worker_parent[worker]].loopback
+        """The address a worker sends its packets to: its parent's (a switch's
+        loopback, or the server root's address)."""
+        return topology.address(self.worker_parent[worker])
+
+    def root_is_server(self, topology: Topology) -> bool:
+        return self.root in topology.hosts
 
     def to_spec(self) -> dict[str, Any]:
         """This job as an explicit job file (YAML-ready), e.g. after planning."""
@@ -171,8 +175,12 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
                 + (" (it is a switch)" if w in topology.switches else "")
             )
     root = str(spec.root)
-    if root not in topology.switches:
-        problems.append(f"root {root!r} is not a switch of topology {topology.name!r}")
+    if root in topology.hosts:
+        if root in workers:
+            problems.append(f"root {root} is a worker too: a server root only aggregates")
+    elif root not in topology.switches:
+        problems.append(f"root {root!r} is neither a switch nor a host of topology "
+                        f"{topology.name!r}")
 
     if not isinstance(spec.aggregators, dict):
         problems.append("aggregators must map switch names to lists of workers")

@@ -16,6 +16,7 @@ import random
 import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -46,6 +47,9 @@ from ina.switchapi import MemorySwitch
 from ina.topology import Topology
 from ina.wire import Bier, Frame, ina_frame, ip_int, ip_str, mac_str, parse_frame
 from ina.worker import AllreduceError, AllreduceSession
+
+if TYPE_CHECKING:
+    from ina.serverroot import ServerRoot
 
 LOG = logging.getLogger(__name__)
 BM_MASK = (1 << BITSTRING_BITS) - 1
@@ -83,6 +87,7 @@ def combine(op: Op, a: int, b: int) -> tuple[int, bool]:
 class _Meta:
     from_host: bool = False
     host_bit: int = 0
+    membership: str | None = None  # the job_members action for this host port
     to_me: bool = False
     job: TableEntry | None = None
     job_events: set[JobStat] = field(default_factory=set)
@@ -145,6 +150,9 @@ class ModelSwitch:
         edge = self._exact(n.HOST_PORTS, ingress_port=in_port)
         if edge is not None:
             meta.from_host, meta.host_bit = True, edge.param("host_bit")
+            if frame.ina is not None:
+                member = self._exact(n.JOB_MEMBERS, job_id=frame.ina.job_id, ingress_port=in_port)
+                meta.membership = member.action if member is not None else None
         if frame.ina is not None:  # looked up once, for BIER and IPv4 alike
             meta.job = self._exact(n.VAT_JOBS, job_id=frame.ina.job_id)
         if frame.error is not None:
@@ -154,14 +162,14 @@ class ModelSwitch:
         elif frame.bier is not None:
             self._bier_ingress(frame, meta)
         elif frame.ipv4 is not None and frame.ipv4.ver_ihl & 0xF == 5:
-            self._ipv4_ingress(frame, meta, in_port)
+            self._ipv4_ingress(frame, meta)
         else:
             meta.drop = SwitchStat.DROP_NOT_SUPPORTED
 
     def _bier_ingress(self, frame: Frame, meta: _Meta) -> None:
         bier = frame.bier
         assert bier is not None
-        if meta.from_host:
+        if meta.from_host and meta.membership != n.BIER_SOURCE.name:
             meta.drop = SwitchStat.DROP_BIER_FROM_HOST
         elif (bier.nibble != BIER_NIBBLE or bier.version != BIER_VERSION
               or bier.bsl != BIER_BSL_CODE or bier.bift_id != BIER_BIFT_ID
@@ -175,7 +183,7 @@ class ModelSwitch:
                 meta.job_events.add(JobStat.BIER_RECEIVED)
             meta.mcast_grp = BIER_MCAST_GROUP
 
-    def _ipv4_ingress(self, frame: Frame, meta: _Meta, in_port: int) -> None:
+    def _ipv4_ingress(self, frame: Frame, meta: _Meta) -> None:
         ipv4 = frame.ipv4
         assert ipv4 is not None
         meta.to_me = self._exact(n.LOCAL_ADDRESSES, dst_addr=ip_int(ipv4.dst)) is not None
@@ -191,8 +199,7 @@ class ModelSwitch:
                 meta.drop = SwitchStat.DROP_BAD_PBM
             elif meta.from_host and ina.pbm != meta.host_bit:
                 meta.drop = SwitchStat.DROP_FORGED_PBM
-            elif meta.from_host and self._exact(n.JOB_MEMBERS, job_id=ina.job_id,
-                                                ingress_port=in_port) is None:
+            elif meta.from_host and meta.membership != n.MEMBER.name:
                 meta.drop = SwitchStat.DROP_NOT_MEMBER
             if meta.drop is not None:
                 return
@@ -462,7 +469,8 @@ class ModelNetwork:
                 out.append(frame.pack()[14 + 20 + 8:])
         return out
 
-    def run_sessions(self, sessions: dict[str, AllreduceSession]) -> float:
+    def run_sessions(self, sessions: dict[str, AllreduceSession],
+                     servers: dict[str, ServerRoot] | None = None) -> float:
         """Drive every worker's session until all are done, on a virtual clock that
         jumps to the next retransmission when nothing else can happen. Returns the
         virtual seconds taken; raises AllreduceError after STALL_SECONDS of virtual
@@ -474,6 +482,10 @@ class ModelNetwork:
                 for payload in session.packets_to_send(now):
                     self.host_send_payload(host, session.config.target, payload)
                     sent = True
+            for host, server in (servers or {}).items():
+                for payload in self.received_payloads(host):
+                    for frame in server.accept(payload):
+                        self.send(host, frame)
             progress = False
             for host, session in sessions.items():
                 for payload in self.received_payloads(host):

@@ -83,12 +83,13 @@ BIER_PORTS = TableSpec(
     "InaEgress.bier.bier_ports", (("egress_port", "exact", 9),), (TO_BFR, TO_HOST), PRUNE
 )
 
-# Ingress: which host ports may contribute to which job.
-MEMBER = ActionSpec("InaIngress.ina_validate.member")
-NOT_MEMBER = ActionSpec("InaIngress.ina_validate.not_member")
+# Ingress: which host ports may contribute to which job, or inject its results.
+MEMBER = ActionSpec("InaIngress.edge.member")
+BIER_SOURCE = ActionSpec("InaIngress.edge.bier_source")
+NOT_MEMBER = ActionSpec("InaIngress.edge.not_member")
 JOB_MEMBERS = TableSpec(
-    "InaIngress.ina_validate.job_members",
-    (("job_id", "exact", 16), ("ingress_port", "exact", 9)), (MEMBER,), NOT_MEMBER,
+    "InaIngress.edge.job_members",
+    (("job_id", "exact", 16), ("ingress_port", "exact", 9)), (MEMBER, BIER_SOURCE), NOT_MEMBER,
 )
 
 TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, VAT_JOBS, JOB_MEMBERS, BIER_PORTS)

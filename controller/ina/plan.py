@@ -146,7 +146,7 @@ class Allocation:
 def job_switches(job: Job, topology: Topology) -> list[str]:
     """Every switch that holds an entry of the job: its VAT nodes, and the
     switches its aggregation packets and its BIER delivery cross."""
-    crossed: set[str] = set(job.nodes)
+    crossed: set[str] = {node for node in job.nodes if node in topology.switches}
     for child, parent in job.edges():
         crossed.update(node for node in topology.path(child, parent) if node in topology.switches)
     for worker in job.workers:
@@ -245,10 +245,15 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
                 e = entry(n.VAT_JOBS, match, n.VAT_ROOT, **common)
             else:
                 e = entry(n.VAT_JOBS, match, n.VAT_NODE, **common,
-                          parent_ip=ip_int(topology.switches[node.parent].loopback))
+                          parent_ip=ip_int(topology.address(node.parent)))
         result[sw] = [e]
     for worker in job.workers:
         edge, port = topology.host_attachment(worker)
         result[edge].append(entry(n.JOB_MEMBERS, {"job_id": job.job_id, "ingress_port": port},
                                   n.MEMBER))
+    if job.root in topology.hosts:
+        # A server root finishes the aggregation and starts the BIER delivery itself.
+        edge, port = topology.host_attachment(job.root)
+        result[edge].append(entry(n.JOB_MEMBERS, {"job_id": job.job_id, "ingress_port": port},
+                                  n.BIER_SOURCE))
     return result

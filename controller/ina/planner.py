@@ -84,9 +84,10 @@ def plan_job(topology: Topology, job_id: int, workers: list[str], op: str = "sum
 
     usable = {sw for sw in topology.switches if fits(sw)}
     if root is not None:
-        if root not in topology.switches:
-            raise PlanError(f"root {root!r} is not a switch of topology {topology.name!r}")
-        if root not in usable:
+        if root not in topology.switches and root not in topology.hosts:
+            raise PlanError(f"root {root!r} is neither a switch nor a host of topology "
+                            f"{topology.name!r}")
+        if root in topology.switches and root not in usable:
             raise PlanError(f"root {root} has no room for job {job_id} "
                             f"(needs a job index and {slots} free slots)")
         candidates = [root]

@@ -3,7 +3,8 @@
 control BierIngress(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t std) {
     apply {
-        if (meta.from_host) {
+        if (meta.from_host && meta.membership != MEMBER_ROOT) {
+            // Hosts are BFERs behind this switch; only a job's server root injects.
             DROP(DROP_BIER_FROM_HOST)
         } else if (hdr.bier.nibble != BIER_NIBBLE || hdr.bier.version != BIER_VERSION
                    || hdr.bier.bsl != BIER_BSL_CODE || hdr.bier.bift_id != BIER_BIFT_ID

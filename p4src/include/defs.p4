@@ -13,6 +13,11 @@ typedef bit<BITSTRING_BITS> bitmap_t;
 #define ROLE_AGGREGATOR 2
 #define ROLE_ROOT       3
 
+// What a host port is to the packet's job (job_members in edge.p4).
+#define MEMBER_NONE   0
+#define MEMBER_WORKER 1
+#define MEMBER_ROOT   2
+
 // What egress did with a BIER copy.
 #define BIER_OUT_NONE      0
 #define BIER_OUT_PRUNED    1

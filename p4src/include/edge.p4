@@ -1,6 +1,7 @@
-// Ports that lead to hosts, and the bit (BFR-id) of the host on each:
-// a host may only contribute as itself, and never injects BIER.
-control Edge(in port_t port, inout metadata_t meta) {
+// Ports that lead to hosts, the bit (BFR-id) of the host on each, and which jobs
+// each such host takes part in: a host contributes only as itself to a job it is
+// a worker of, and injects BIER only as the server root of a job.
+control Edge(in headers_t hdr, in port_t port, inout metadata_t meta) {
     action from_host(bitmap_t host_bit) {
         meta.from_host = true;
         meta.host_bit = host_bit;
@@ -17,5 +18,32 @@ control Edge(in port_t port, inout metadata_t meta) {
         size = MAX_PORTS;
     }
 
-    apply { host_ports.apply(); }
+    action member() {
+        meta.membership = MEMBER_WORKER;
+    }
+
+    action bier_source() {
+        meta.membership = MEMBER_ROOT;
+    }
+
+    action not_member() {
+        meta.membership = MEMBER_NONE;
+    }
+
+    table job_members {
+        key = {
+            hdr.ina.job_id: exact @name("job_id");
+            port: exact @name("ingress_port");
+        }
+        actions = { member; bier_source; @defaultonly not_member; }
+        const default_action = not_member();
+        size = MAX_JOBS * MAX_PORTS;
+    }
+
+    apply {
+        host_ports.apply();
+        if (meta.from_host && hdr.ina.isValid()) {
+            job_members.apply();
+        }
+    }
 }

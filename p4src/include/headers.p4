@@ -80,6 +80,7 @@ struct metadata_t {
     // edge.p4
     bool        from_host;
     bitmap_t    host_bit;
+    bit<2>      membership;   // MEMBER_*
     // addresses.p4
     bool        to_me;
     // jobs.p4: the job's entry on this switch

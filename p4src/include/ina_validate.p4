@@ -1,26 +1,6 @@
 // Malformed INA packets are dropped before any job sees them, and a host may
-// only contribute as itself to a job it is a worker of.
-control InaValidate(in headers_t hdr, inout metadata_t meta, in port_t port) {
-    bool is_member = false;
-
-    action member() {
-        is_member = true;
-    }
-
-    action not_member() {
-        is_member = false;
-    }
-
-    table job_members {
-        key = {
-            hdr.ina.job_id: exact @name("job_id");
-            port: exact @name("ingress_port");
-        }
-        actions = { member; @defaultonly not_member; }
-        const default_action = not_member();
-        size = MAX_JOBS * MAX_PORTS;
-    }
-
+// only contribute as itself to a job it is a worker of (edge.p4 looked it up).
+control InaValidate(in headers_t hdr, inout metadata_t meta) {
     apply {
         if (hdr.ina.version != INA_VERSION) {
             DROP(DROP_BAD_VERSION)
@@ -34,11 +14,8 @@ control InaValidate(in headers_t hdr, inout metadata_t meta, in port_t port) {
         } else if (meta.from_host) {
             if (hdr.ina.pbm != meta.host_bit) {
                 DROP(DROP_FORGED_PBM)
-            } else {
-                job_members.apply();
-                if (!is_member) {
-                    DROP(DROP_NOT_MEMBER)
-                }
+            } else if (meta.membership != MEMBER_WORKER) {
+                DROP(DROP_NOT_MEMBER)
             }
         }
     }

@@ -18,7 +18,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     if (meta.job_events[i:i] == 1) { job_stats.count(job_base + i); }
 
     apply {
-        edge.apply(std.ingress_port, meta);
+        edge.apply(hdr, std.ingress_port, meta);
         // The job's entry, looked up once for BIER and IPv4 alike (a table can be
         // applied in one place only); it only sets metadata.
         if (hdr.ina.isValid()) {
@@ -36,7 +36,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         } else if (hdr.ipv4.isValid() && hdr.ipv4.ihl == 5) {
             addresses.apply(hdr.ipv4.dst_addr, meta);
             if (hdr.ina.isValid()) {
-                ina_validate.apply(hdr, meta, std.ingress_port);
+                ina_validate.apply(hdr, meta);
                 if (!meta.drop) {
                     if (meta.job_role == ROLE_TRANSIT) {
                         JOB_EVENT(TRANSIT)

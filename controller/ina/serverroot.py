@@ -1,0 +1,203 @@
+"""A server as the VAT root (draft-song-ina-00: "the VAT root can be a switch or a
+server"): it finishes the aggregation and starts the BIER delivery itself.
+
+Its children (switches or workers) send to its address as they would to a root
+switch. When a sequence number's bitmap reaches the A-BM, the server puts the
+result in an RFC 8296 BIER packet with BitString = A-BM and sends it to its edge
+switch, which the controller told to accept BIER from this port for this job
+(job_members, action bier_source); the switches replicate it as usual. A
+retransmission for a complete sequence number gets the result again, by BIER to
+the retransmitter's bits, as on a switch.
+
+    inaroot -t topologies/figure1.yaml --job job.yaml --host w5
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import logging
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from ina.constants import (
+    ELEMS_PER_PACKET,
+    ETHERTYPE_BIER,
+    INA_UDP_PORT,
+    INA_VERSION,
+    IPV4_INITIAL_TTL,
+    Flag,
+    Op,
+)
+from ina.job import Job, JobError, JobSpec, validate_job
+from ina.topology import Topology, TopologyError
+from ina.wire import Bier, Ethernet, InaHeader, InaPacket, Ipv4, Udp, WireError
+
+LOG = logging.getLogger(__name__)
+#: Sequence numbers kept after completion, in multiples of the job's window.
+KEEP_WINDOWS = 4
+
+
+@dataclass
+class _Cell:
+    seq: int
+    count: int
+    op: int
+    bitmap: int = 0
+    values: npt.NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(ELEMS_PER_PACKET, dtype=np.int64))
+    overflow: bool = False
+
+
+class ServerRoot:
+    """The root's aggregation, without I/O: ``accept`` takes a UDP payload and
+    returns the Ethernet frames (BIER) to send."""
+
+    def __init__(self, job: Job, topology: Topology):
+        if not job.root_is_server(topology):
+            raise ValueError(f"job {job.job_id}'s root {job.root} is not a host")
+        self.job = job
+        me = topology.hosts[job.root]
+        edge, _ = topology.host_attachment(job.root)
+        self.mac, self.ip = me.mac, me.ip
+        self.edge_mac = topology.switches[edge].mac
+        self.abm = job.abm
+        self.keep = KEEP_WINDOWS * job.slots
+        self.cells: dict[int, _Cell] = {}
+        self.newest: int | None = None
+        self.stats: dict[str, int] = {k: 0 for k in (
+            "absorbed", "multicast", "resent", "duplicate", "stale", "refused")}
+
+    def accept(self, payload: bytes) -> list[bytes]:
+        try:
+            pkt = InaPacket.unpack(payload)
+        except WireError:
+            self.stats["refused"] += 1
+            return []
+        h = pkt.header
+        if (h.job_id != self.job.job_id or h.version != INA_VERSION or h.flags & Flag.RESULT
+                or not 1 <= h.count <= ELEMS_PER_PACKET or h.op not in (1, 2, 3)
+                or h.pbm == 0 or h.pbm & ~self.abm):
+            self.stats["refused"] += 1
+            return []
+        if self.newest is not None and _older(h.seq, self.newest - self.keep):
+            self.stats["stale"] += 1
+            return []
+        cell = self.cells.get(h.seq)
+        if cell is None:
+            cell = self.cells[h.seq] = _Cell(h.seq, h.count, int(h.op))
+            self._forget_old(h.seq)
+        elif cell.count != h.count or cell.op != h.op:
+            self.stats["refused"] += 1
+            return []
+        if cell.bitmap & h.pbm:
+            if cell.bitmap != self.abm:
+                self.stats["duplicate"] += 1
+                return []
+            self.stats["resent"] += 1
+            self.stats["multicast"] += 1
+            return [self._frame(cell, h.pbm)]
+        self._combine(cell, np.asarray(pkt.values, dtype=np.int64), h)
+        self.stats["absorbed"] += 1
+        if cell.bitmap != self.abm:
+            return []
+        self.stats["multicast"] += 1
+        return [self._frame(cell, self.abm)]
+
+    def _combine(self, cell: _Cell, values: npt.NDArray[np.int64], h: InaHeader) -> None:
+        cell.overflow |= bool(h.flags & Flag.OVERFLOW)
+        if cell.bitmap == 0:
+            cell.values = values
+        elif h.op == Op.SUM:
+            total = cell.values + values
+            wrapped = (total + 2**31) % 2**32 - 2**31
+            cell.overflow |= bool(np.any(wrapped != total))
+            cell.values = wrapped
+        elif h.op == Op.MIN:
+            cell.values = np.minimum(cell.values, values)
+        else:
+            cell.values = np.maximum(cell.values, values)
+        cell.bitmap |= h.pbm
+
+    def _forget_old(self, seq: int) -> None:
+        if self.newest is None or _older(self.newest, seq):
+            self.newest = seq
+        if len(self.cells) > 2 * self.keep:
+            self.cells = {s: c for s, c in self.cells.items()
+                          if not _older(s, self.newest - self.keep)}
+
+    def _frame(self, cell: _Cell, bitstring: int) -> bytes:
+        flags = Flag.RESULT | (Flag.OVERFLOW if cell.overflow else Flag.NONE)
+        header = InaHeader(job_id=self.job.job_id, seq=cell.seq, pbm=self.abm, count=cell.count,
+                           op=Op(cell.op), flags=flags)
+        payload = InaPacket(header, tuple(int(v) for v in cell.values)).pack()
+        udp = Udp(INA_UDP_PORT, INA_UDP_PORT, 8 + len(payload))
+        ip = Ipv4(src=self.ip, dst="0.0.0.0", ttl=IPV4_INITIAL_TTL, total_len=20 + udp.length)
+        return (Ethernet(self.edge_mac, self.mac, ETHERTYPE_BIER).pack()
+                + Bier(bitstring=bitstring).pack() + ip.pack() + udp.pack() + payload)
+
+
+def _older(a: int, b: int) -> bool:
+    """``a`` comes before ``b`` in 32-bit sequence arithmetic."""
+    diff = (a - b) % (1 << 32)
+    return diff >= 1 << 31
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="inaroot", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-t", "--topology", required=True, type=Path)
+    p.add_argument("--job", required=True, type=Path, help="the job, with its VAT")
+    p.add_argument("--host", required=True, help="this server's name in the topology")
+    p.add_argument("--interface", help="where to send BIER (default: the host's only one)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        topology = Topology.load(args.topology)
+        job = validate_job(JobSpec.load(args.job), topology)
+        if job.root != args.host:
+            raise ValueError(f"the root of job {job.job_id} is {job.root}, not {args.host}")
+        root = ServerRoot(job, topology)
+    except (TopologyError, JobError, ValueError) as exc:
+        print(f"inaroot: {exc}", file=sys.stderr)
+        return 2
+    intf = args.interface or next(name for _, name in socket.if_nameindex() if name != "lo")
+    stop = False
+
+    def finish(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, finish)
+    signal.signal(signal.SIGINT, finish)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, \
+            socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as tx:
+        rx.bind(("0.0.0.0", INA_UDP_PORT))
+        rx.settimeout(0.2)
+        tx.bind((intf, 0))
+        print(f"inaroot: job {job.job_id} root on {args.host} ({intf})", file=sys.stderr,
+              flush=True)
+        while not stop:
+            try:
+                payload = rx.recv(65535)
+            except (TimeoutError, InterruptedError):
+                continue
+            for frame in root.accept(payload):
+                try:
+                    tx.send(frame)
+                except OSError as exc:  # a full or lossy queue: the frame is lost
+                    if exc.errno != errno.ENOBUFS:
+                        raise
+    print(json.dumps({"host": args.host, "job_id": job.job_id, **root.stats}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""A server as the VAT root on Figure 1 (Mininet + BMv2): w5 finishes the
+aggregation of s1's and s7's partial results and starts the BIER delivery."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import numpy as np
+
+from ina.constants import JobStat
+
+from bmv2lab import NetLab
+from inatest import FIGURE1
+
+SPEC = {"job_id": 21, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "w5",
+        "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}}
+
+
+def test_a_server_rooted_job_is_exact_at_every_worker(figure1_lab: NetLab) -> None:
+    lab = figure1_lab
+    path = lab.write_job(**SPEC)
+    job = lab.deploy(path)
+    root = lab.lab.host("w5").popen(
+        [sys.executable, "-m", "ina.serverroot", "-t", str(FIGURE1), "--job", str(path),
+         "--host", "w5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert root.stderr is not None
+        assert b"root on w5" in root.stderr.readline()  # listening
+        listeners = {h: lab.listen(h) for h in ("w6", "w7", "w8")}
+        size = 64 * 10 + 1
+        results, expected = lab.allreduce(path, job, size, seed=1100, extra=["--rto", "10"])
+        for w in job.workers:
+            assert np.array_equal(results[w], expected), w
+        assert {h: lab.stop_listening(p) for h, p in listeners.items()} == {
+            "w6": 0, "w7": 0, "w8": 0}
+        status = lab.controller_call(lambda ctl: ctl.status())
+        # s3 takes the server's BIER packets in and passes one copy on per packet.
+        assert status["s3"].job_stats[21][JobStat.BIER_RECEIVED].packets == 11
+        assert status["s1"].job_stats[21][JobStat.DELIVERED].packets == 22
+    finally:
+        root.send_signal(signal.SIGTERM)
+        out, _ = root.communicate(timeout=10)
+        lab.teardown(21)
+    stats = json.loads(out.decode().strip().splitlines()[-1])
+    assert stats["multicast"] == 11 and stats["absorbed"] == 22
