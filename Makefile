@@ -12,7 +12,7 @@ P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
 
 SIZE ?= 262144
 
-.PHONY: help setup build run deploy teardown status demo bench test lint clean
+.PHONY: help setup build run deploy teardown status demo bench bench-deploy simulate test lint clean
 
 help:
 	@echo "make setup     Debian packages (as root) and the Python venv ($(VENV))"
@@ -23,6 +23,8 @@ help:
 	@echo "make teardown  remove JOB_ID=$(JOB_ID) from the running lab"
 	@echo "make demo      the Figure 1 AllReduce end to end (BMv2 if present, else the model)"
 	@echo "make bench     INA vs parameter server vs ring on Mininet + BMv2 (SIZE=$(SIZE))"
+	@echo "make bench-deploy  deploy time on the k=4 fat-tree, concurrent vs one by one"
+	@echo "make simulate  planned jobs on k=4..8 fat-trees on the reference model"
 	@echo "make test      every test tier the machine can run"
 	@echo "make lint      ruff and mypy"
 
@@ -67,6 +69,12 @@ demo:
 
 bench: build
 	$(VENV)/bin/inalab -t $(TOPO) --build $(BUILD) bench --job $(JOB) --size $(SIZE)
+
+bench-deploy: build
+	$(VENV)/bin/inalab -t topologies/fat-tree-4.yaml --build $(BUILD) bench-deploy --job jobs/fat-tree-4-all.yaml
+
+simulate:
+	$(PY) -m ina.simulate --k 4 6 8 16
 
 test:
 	$(PY) -m ina.sandbox --if-available -- $(PY) -m pytest $(PYTEST_ARGS)

@@ -84,3 +84,13 @@ def test_status_lists_each_switchs_role(model_lab: ModelLab) -> None:
     roles = {sw: [j.role for j in s.jobs] for sw, s in status.items()}
     assert roles == {"s1": ["aggregator"], "s2": ["transit"], "s3": [], "s4": [],
                      "s5": ["transit"], "s6": ["root"], "s7": ["aggregator"]}
+
+
+def test_writing_one_switch_after_another_deploys_the_same_entries(figure1: Topology) -> None:
+    plans = []
+    for concurrent in (True, False):
+        stores = {s: MemorySwitch(s) for s in figure1.switches}
+        ctl = Controller(figure1, stores, concurrent=concurrent)
+        asyncio.run(ctl.init())
+        plans.append(asyncio.run(ctl.deploy(figure1_job(figure1), epoch=9)).entries)
+    assert plans[0] == plans[1]

@@ -17,6 +17,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,3 +200,37 @@ def _report(topology: Topology, job: Job, size: int, ps_host: str, runs: list[Ru
                  f"342 bytes (5.34 B/value; 6.03 inside BIER), TCP {tcp:.2f} B/value "
                  "(data segments only; ACKs come on top).")
     return "\n".join(lines)
+
+
+def run_deploy_bench(topology_path: Path, job_path: Path, build_dir: Path,
+                     repeat: int = 5) -> str:
+    """Inside the sandbox: deploy and tear down a job ``repeat`` times with all switches
+    written at once, and as many times one switch after another; report both."""
+    import statistics
+
+    from ina.lab import Lab, LabOptions
+    from ina.p4rt import connect
+
+    topology = Topology.load(topology_path)
+    spec = JobSpec.load(job_path)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    with Lab(topology, LabOptions(build_dir=build_dir)) as lab:
+        lab.init_switches_sync()
+
+        async def measure() -> None:
+            async with connect(topology, lab.p4info) as clients:
+                for _ in range(repeat):
+                    for concurrent in (True, False):
+                        ctl = Controller(topology, clients, concurrent=concurrent)
+                        started = time.perf_counter()
+                        deployment = await ctl.deploy(spec)
+                        times[concurrent].append(time.perf_counter() - started)
+                        await ctl.teardown(deployment.job.job_id)
+
+        asyncio.run(measure())
+    at_once, serial = statistics.median(times[True]), statistics.median(times[False])
+    switches = len(topology.switches)
+    return (f"Deploying {job_path} on {topology.name} ({switches} switches), median of "
+            f"{repeat}:\n  all switches at once:   {at_once * 1000:7.1f} ms\n"
+            f"  one after another:      {serial * 1000:7.1f} ms\n"
+            f"  speed-up: {serial / at_once:.2f}x")

@@ -110,21 +110,32 @@ class SwitchStatus:
 
 
 class Controller:
-    def __init__(self, topology: Topology, clients: Mapping[str, SwitchClient]):
+    def __init__(self, topology: Topology, clients: Mapping[str, SwitchClient],
+                 concurrent: bool = True):
+        """``concurrent=False`` talks to one switch after another (for comparison)."""
         missing = sorted(set(topology.switches) - set(clients))
         if missing:
             raise ValueError(f"no connection for switches {missing}")
         self.topology = topology
         self.clients = dict(clients)
+        self.concurrent = concurrent
 
     async def _each(self, fn: Callable[[str, SwitchClient], Awaitable[T]],
                     switches: Sequence[str] | None = None) -> dict[str, T | BaseException]:
         """Run ``fn`` on the switches concurrently; errors are returned, not raised."""
         names = list(switches if switches is not None else sorted(self.topology.switches))
-        results = await asyncio.gather(
-            *(fn(sw, self.clients[sw]) for sw in names), return_exceptions=True
-        )
-        return dict(zip(names, results, strict=True))
+        if self.concurrent:
+            results = await asyncio.gather(
+                *(fn(sw, self.clients[sw]) for sw in names), return_exceptions=True
+            )
+            return dict(zip(names, results, strict=True))
+        one_by_one: dict[str, T | BaseException] = {}
+        for sw in names:
+            try:
+                one_by_one[sw] = await fn(sw, self.clients[sw])
+            except Exception as exc:  # noqa: BLE001 (returned, as gather does)
+                one_by_one[sw] = exc
+        return one_by_one
 
     @staticmethod
     def _raise_failures(what: str, results: Mapping[str, object]) -> None:

@@ -117,7 +117,7 @@ def _demo(args: argparse.Namespace, topology: Topology) -> int:
 
 
 def _bench(args: argparse.Namespace, topology: Topology) -> int:
-    from ina.bench import run_bench
+    from ina.bench import run_bench, run_deploy_bench
     from ina.lab import missing_tools
 
     problems = missing_tools()
@@ -127,7 +127,10 @@ def _bench(args: argparse.Namespace, topology: Topology) -> int:
         return 2
     if not sandbox.inside():
         return sandbox.reexec()
-    print(run_bench(args.topology, args.job, args.size, args.build, args.ps_host))
+    if args.cmd == "bench":
+        print(run_bench(args.topology, args.job, args.size, args.build, args.ps_host))
+    else:
+        print(run_deploy_bench(args.topology, args.job, args.build, args.repeat))
     return 0
 
 
@@ -157,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--job", required=True, type=Path)
     b.add_argument("--size", type=int, default=262144, help="values per worker")
     b.add_argument("--ps-host", help="host of the parameter server (default: a non-worker)")
+    bd = sub.add_parser("bench-deploy", help="deploy time, all switches at once vs one by one")
+    bd.add_argument("--job", required=True, type=Path)
+    bd.add_argument("--repeat", type=int, default=5)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -175,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args, topology)
         if args.cmd == "demo":
             return _demo(args, topology)
-        if args.cmd == "bench":
+        if args.cmd in ("bench", "bench-deploy"):
             return _bench(args, topology)
         return _enter(args, topology, args.host if args.cmd == "host" else None)
     except (TopologyError, JobError) as exc:
