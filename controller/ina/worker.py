@@ -33,7 +33,7 @@ LOG = logging.getLogger(__name__)
 SEQ_MODULO = 1 << 32
 #: Seconds without a result before a chunk is sent again (doubled on each retry).
 DEFAULT_RTO = 0.2
-MAX_BACKOFF_DOUBLINGS = 5
+MAX_BACKOFF_DOUBLINGS = 3
 
 
 class AllreduceError(RuntimeError):
@@ -88,7 +88,7 @@ class AllreduceSession:
     already has the result of chunk ``j - 2 * window``, the last one to use the
     same copy of the same slot, and the switches may overwrite it. A chunk with
     no result ``rto`` seconds after it was sent is sent again, unchanged; each
-    further retry waits twice as long (up to 32 x rto), so a slow peer does not
+    further retry waits twice as long (up to 8 x rto), so a slow peer does not
     cause a storm of retransmissions.
     """
 
