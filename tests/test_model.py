@@ -12,7 +12,7 @@ import pytest
 
 from ina.constants import ETHERTYPE_BIER, INA_UDP_PORT, Flag, JobStat, Op, SwitchStat
 from ina.job import Job
-from ina.model import Impairment, ModelTransport, reduce_arrays
+from ina.model import Impairment, ModelTransport, allreduce_on_model, reduce_arrays
 from ina.switchapi import CounterValue
 from ina.wire import (
     Bier,
@@ -35,15 +35,8 @@ def _arrays(job: Job, size: int, seed: int = 0) -> dict[str, np.ndarray]:
     return {w: rng.integers(-(2**20), 2**20, size, dtype=np.int32) for w in job.workers}
 
 
-def _allreduce(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray],
-               seq_base: int = 0) -> dict[str, np.ndarray]:
-    sessions = {
-        w: AllreduceSession(
-            WorkerConfig(job.job_id, job.op, job.worker_bit[w], job.target_of(w, lab.topology),
-                         job.slots), arrays[w], seq_base)
-        for w in job.workers
-    }
-    lab.net.run_sessions(sessions)
+def _allreduce(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    sessions = allreduce_on_model(lab.net, job, dict(arrays))
     return {w: s.outcome().values for w, s in sessions.items()}
 
 
@@ -200,10 +193,7 @@ def test_sum_overflow_is_reported_with_the_result(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
     _deploy(model_lab, job)
     big = {w: np.full(3, 2**30, dtype=np.int32) for w in job.workers}
-    sessions = {w: AllreduceSession(WorkerConfig(1, Op.SUM, job.worker_bit[w],
-                                                 job.target_of(w, model_lab.topology), 16), big[w])
-                for w in job.workers}
-    model_lab.net.run_sessions(sessions)
+    sessions = allreduce_on_model(model_lab.net, job, big)
     assert all(s.outcome().overflow for s in sessions.values())
 
 
@@ -222,9 +212,8 @@ def test_a_missing_worker_stalls_with_an_error(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
     _deploy(model_lab, job)
     arrays = _arrays(job, 10)
-    sessions = {w: AllreduceSession(WorkerConfig(1, Op.SUM, job.worker_bit[w],
-                                                 job.target_of(w, model_lab.topology), 16),
-                                    arrays[w]) for w in ("w1", "w2", "w3")}
+    sessions = {w: AllreduceSession(WorkerConfig.for_job(job, model_lab.topology, w), arrays[w])
+                for w in ("w1", "w2", "w3")}
     with pytest.raises(AllreduceError, match="stalled"):
         model_lab.net.run_sessions(sessions)
 
@@ -281,8 +270,7 @@ def _threaded_workers(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray],
     results: dict[str, AllreduceResult] = {}
 
     def run(w: str) -> None:
-        config = WorkerConfig(job.job_id, job.op, job.worker_bit[w],
-                              job.target_of(w, lab.topology), job.slots, len(job.workers))
+        config = WorkerConfig.for_job(job, lab.topology, w)
         transport = ModelTransport(lab.net, w, config.target)
         results[w] = Worker(config, transport, timeout=5).allreduce(arrays[w], op)
 
@@ -317,11 +305,8 @@ def test_a_server_root_finishes_the_aggregation_and_starts_bier(model_lab: Model
     _deploy(model_lab, job)
     model_lab.net.impairment = Impairment(seed=3, loss=0.03)
     arrays = _arrays(job, 64 * 30)
-    sessions = {w: AllreduceSession(WorkerConfig(1, Op.SUM, job.worker_bit[w],
-                                                 job.target_of(w, model_lab.topology), 8),
-                                    arrays[w]) for w in job.workers}
     root = ServerRoot(job, model_lab.topology)
-    model_lab.net.run_sessions(sessions, servers={"w5": root})
+    sessions = allreduce_on_model(model_lab.net, job, arrays, servers={"w5": root})
     expected = reduce_arrays(Op.SUM, list(arrays.values()))
     for w, s in sessions.items():
         assert np.array_equal(s.outcome().values, expected), w

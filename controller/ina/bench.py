@@ -25,10 +25,8 @@ from typing import Any
 
 from ina.controller import Controller
 from ina.job import Job, JobSpec, validate_job
-from ina.model import ModelNetwork
-from ina.switchapi import MemorySwitch
+from ina.model import allreduce_on_model, deployed_network
 from ina.topology import Topology
-from ina.worker import AllreduceSession, WorkerConfig
 from ina.worker_cli import random_array
 
 Link = tuple[str, str]  # (from node, to node)
@@ -81,16 +79,8 @@ def _wait_all(workers: Procs, others: Procs, timeout: float) -> dict[str, Any]:
 
 def predicted_ina_bytes(topology: Topology, job: Job, size: int) -> dict[Link, int]:
     """The bytes per link the reference model carries for this AllReduce."""
-    stores = {s: MemorySwitch(s) for s in topology.switches}
-    ctl = Controller(topology, stores)
-    asyncio.run(ctl.init())
-    asyncio.run(ctl.deploy(job))
-    net = ModelNetwork(topology, stores)
-    sessions = {w: AllreduceSession(
-        WorkerConfig(job.job_id, job.op, job.worker_bit[w], job.target_of(w, topology),
-                     job.slots, len(job.workers)), random_array(size, i))
-        for i, w in enumerate(job.workers)}
-    net.run_sessions(sessions)
+    net, _ = deployed_network(topology, job)
+    allreduce_on_model(net, job, {w: random_array(size, i) for i, w in enumerate(job.workers)})
     return dict(net.bytes_on_link)
 
 

@@ -18,11 +18,9 @@ import numpy.typing as npt
 
 from ina.controller import Controller
 from ina.job import Job, JobSpec, validate_job
-from ina.model import ModelNetwork, reduce_arrays
+from ina.model import allreduce_on_model, deployed_network, reduce_arrays
 from ina.report import render_status
-from ina.switchapi import MemorySwitch
 from ina.topology import Topology
-from ina.worker import AllreduceSession, WorkerConfig
 from ina.worker_cli import random_array
 
 LOG = logging.getLogger(__name__)
@@ -50,21 +48,9 @@ def _report(job: Job, arrays: Arrays, results: dict[str, npt.NDArray[np.int32]],
 
 
 def run_on_model(topology: Topology, job: Job, size: int, seed: int) -> bool:
-    stores = {name: MemorySwitch(name) for name in topology.switches}
-    ctl = Controller(topology, stores)
-    asyncio.run(ctl.init())
-    asyncio.run(ctl.deploy(job))
-    net = ModelNetwork(topology, stores)
+    net, ctl = deployed_network(topology, job)
     arrays = worker_arrays(job, size, seed)
-    sessions = {
-        w: AllreduceSession(
-            WorkerConfig(job.job_id, job.op, job.worker_bit[w], job.target_of(w, topology),
-                         job.slots),
-            arrays[w],
-        )
-        for w in job.workers
-    }
-    net.run_sessions(sessions)
+    sessions = allreduce_on_model(net, job, dict(arrays))
     others = [h for h in topology.hosts if h not in job.workers and net.inbox[h]]
     ok = _report(job, arrays, {w: s.outcome().values for w, s in sessions.items()}, size)
     if others:

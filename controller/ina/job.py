@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from ina.constants import AGG_SLOTS, Op
+from ina.errors import InputError
 from ina.topology import Topology
 from ina.wire import bit_of
 from ina.yamlfile import load_yaml
@@ -36,12 +37,10 @@ DEFAULT_SLOTS = 16
 MAX_JOB_ID = 0xFFFF
 
 
-class JobError(ValueError):
+class JobError(InputError):
     """An invalid job; ``problems`` lists every problem found."""
 
-    def __init__(self, problems: list[str]):
-        super().__init__("invalid job:\n  - " + "\n  - ".join(problems))
-        self.problems = problems
+    what = "job"
 
 
 @dataclass(frozen=True)

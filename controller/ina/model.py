@@ -11,6 +11,7 @@ The structure follows p4src/ control by control; keep them in step.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import threading
@@ -42,11 +43,13 @@ from ina.constants import (
     Op,
     SwitchStat,
 )
+from ina.controller import Controller
+from ina.job import Job
 from ina.plan import Lpm, TableEntry
 from ina.switchapi import MemorySwitch
 from ina.topology import Topology
 from ina.wire import Bier, Frame, ina_frame, ip_int, ip_str, mac_str, parse_frame
-from ina.worker import AllreduceError, AllreduceSession
+from ina.worker import AllreduceError, AllreduceSession, WorkerConfig
 
 if TYPE_CHECKING:
     from ina.serverroot import ServerRoot
@@ -532,3 +535,23 @@ def reduce_arrays(op: Op, arrays: list[npt.NDArray[np.integer]]) -> npt.NDArray[
     else:
         reduced = stacked.max(axis=0)
     return np.asarray(reduced, dtype=np.int32)
+
+
+def deployed_network(topology: Topology, job: Job,
+                     impairment: Impairment | None = None) -> tuple[ModelNetwork, Controller]:
+    """A fresh model network with the controller's base state and ``job`` deployed."""
+    stores = {name: MemorySwitch(name) for name in topology.switches}
+    ctl = Controller(topology, stores)
+    asyncio.run(ctl.init())
+    asyncio.run(ctl.deploy(job))
+    return ModelNetwork(topology, stores, impairment), ctl
+
+
+def allreduce_on_model(net: ModelNetwork, job: Job, arrays: dict[str, npt.ArrayLike],
+                       servers: dict[str, ServerRoot] | None = None,
+                       ) -> dict[str, AllreduceSession]:
+    """Every worker's session of ``job`` run to completion on ``net``."""
+    sessions = {w: AllreduceSession(WorkerConfig.for_job(job, net.topology, w), arrays[w])
+                for w in job.workers}
+    net.run_sessions(sessions, servers)
+    return sessions

@@ -15,20 +15,16 @@ job takes (VAT nodes x slots x two cells x 64 x 4 bytes).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from dataclasses import dataclass
 
 from ina.bench import TCP_WIRE_PER_BYTE
 from ina.constants import ELEMS_PER_PACKET
-from ina.controller import Controller
-from ina.model import ModelNetwork
+from ina.model import allreduce_on_model, deployed_network
 from ina.planner import plan_job
-from ina.switchapi import MemorySwitch
 from ina.topogen import fat_tree
 from ina.topology import Topology, TopologyError
-from ina.worker import AllreduceSession, WorkerConfig
 from ina.worker_cli import random_array
 
 Link = tuple[str, str]
@@ -63,16 +59,8 @@ def simulate(k: int, size: int) -> Result:
     plan = plan_job(topology, 1, workers)
     plan_seconds = time.perf_counter() - started
     job = plan.job
-    stores = {s: MemorySwitch(s) for s in topology.switches}
-    ctl = Controller(topology, stores)
-    asyncio.run(ctl.init())
-    asyncio.run(ctl.deploy(job))
-    net = ModelNetwork(topology, stores)
-    sessions = {w: AllreduceSession(
-        WorkerConfig(job.job_id, job.op, job.worker_bit[w], job.target_of(w, topology),
-                     job.slots, len(workers)), random_array(size, i))
-        for i, w in enumerate(workers)}
-    net.run_sessions(sessions)
+    net, _ = deployed_network(topology, job)
+    allreduce_on_model(net, job, {w: random_array(size, i) for i, w in enumerate(workers)})
     tcp = 4 * size * TCP_WIRE_PER_BYTE
     ps: dict[Link, float] = {}
     ring: dict[Link, float] = {}

@@ -31,15 +31,14 @@ from typing import Any
 import yaml
 
 from ina.constants import BITSTRING_BITS, MAX_PORTS
+from ina.errors import InputError
 from ina.yamlfile import load_yaml
 
 
-class TopologyError(ValueError):
+class TopologyError(InputError):
     """An invalid topology; ``problems`` lists every problem found."""
 
-    def __init__(self, problems: list[str]):
-        super().__init__("invalid topology:\n  - " + "\n  - ".join(problems))
-        self.problems = problems
+    what = "topology"
 
 
 @dataclass(frozen=True)

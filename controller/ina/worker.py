@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from ina import quantize
 from ina.constants import ELEMS_PER_PACKET, INA_UDP_PORT, Flag, Op
-from ina.job import JobSpec, validate_job
+from ina.job import Job, JobSpec, validate_job
 from ina.topology import Topology
 from ina.wire import InaPacket, WireError, ina_payload
 
@@ -62,11 +62,15 @@ class WorkerConfig:
         if spec.aggregators is None:
             raise ValueError(f"{job} has no VAT mapping: a worker needs the deployed plan "
                              "(inactl plan -o FILE, or inactl deploy --save-plan FILE)")
-        j = validate_job(spec, topo)
-        if worker not in j.workers:
-            raise ValueError(f"{worker} is not a worker of job {j.job_id} ({', '.join(j.workers)})")
-        return cls(j.job_id, j.op, j.worker_bit[worker], j.target_of(worker, topo), j.slots,
-                   len(j.workers))
+        return cls.for_job(validate_job(spec, topo), topo, worker)
+
+    @classmethod
+    def for_job(cls, job: Job, topology: Topology, worker: str) -> WorkerConfig:
+        if worker not in job.workers:
+            raise ValueError(f"{worker} is not a worker of job {job.job_id} "
+                             f"({', '.join(job.workers)})")
+        return cls(job.job_id, job.op, job.worker_bit[worker], job.target_of(worker, topology),
+                   job.slots, len(job.workers))
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,10 @@ import pytest
 import yaml
 
 from ina.constants import JobStat, SwitchStat
-from ina.controller import Controller, SwitchStatus
+from ina.controller import SwitchStatus
 from ina.job import JobSpec
-from ina.model import ModelNetwork
-from ina.switchapi import CounterValue, MemorySwitch
-from ina.worker import AllreduceSession, WorkerConfig
+from ina.model import allreduce_on_model, deployed_network
+from ina.switchapi import CounterValue
 from ina.worker_cli import random_array
 
 from bmv2lab import Labs
@@ -66,16 +65,9 @@ def test_bmv2_and_the_model_agree(labs: Labs, name: str) -> None:
     finally:
         lab.teardown(job_id)
 
-    stores = {s: MemorySwitch(s) for s in lab.topology.switches}
-    ctl = Controller(lab.topology, stores)
-    asyncio.run(ctl.init())
-    asyncio.run(ctl.deploy(job))
-    net = ModelNetwork(lab.topology, stores)
-    sessions = {w: AllreduceSession(
-        WorkerConfig(job.job_id, job.op, job.worker_bit[w], job.target_of(w, lab.topology),
-                     job.slots, len(job.workers)), random_array(SIZE, 1000 + i))
-        for i, w in enumerate(job.workers)}
-    net.run_sessions(sessions)
+    net, ctl = deployed_network(lab.topology, job)
+    sessions = allreduce_on_model(
+        net, job, {w: random_array(SIZE, 1000 + i) for i, w in enumerate(job.workers)})
     model = _delta(_counters(asyncio.run(ctl.status()), job_id),
                    {sw: {} for sw in lab.topology.switches})
 
