@@ -41,9 +41,6 @@ class ModelLab:
     ctl: Controller
     net: ModelNetwork
 
-    def run(self, coro: Any) -> Any:
-        return asyncio.run(coro)
-
 
 def make_model_lab(topology: Topology) -> ModelLab:
     stores = {name: MemorySwitch(name) for name in topology.switches}

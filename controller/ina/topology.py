@@ -284,12 +284,6 @@ class Topology:
             return self.hosts[node].mac
         return self.switches[node].mac
 
-    def host_by_bfr_id(self, bfr_id: int) -> HostSpec:
-        for host in self.hosts.values():
-            if host.bfr_id == bfr_id:
-                return host
-        raise KeyError(bfr_id)
-
 
 def _fmt(link: Link) -> str:
     def end(e: Endpoint) -> str:

@@ -63,13 +63,6 @@ def bit_of(bfr_id: int) -> int:
     return 1 << (bfr_id - 1)
 
 
-def bitmap_of(bfr_ids: Sequence[int]) -> int:
-    result = 0
-    for bfr_id in bfr_ids:
-        result |= bit_of(bfr_id)
-    return result
-
-
 def bfr_ids_of(bitmap: int) -> list[int]:
     """BFR-ids set in ``bitmap``, ascending."""
     return [i + 1 for i in range(bitmap.bit_length()) if bitmap >> i & 1]
