@@ -405,7 +405,6 @@ class ModelNetwork:
         self.topology = topology
         self.switches = {name: ModelSwitch(name, stores[name]) for name in topology.switches}
         self.inbox: dict[str, deque[bytes]] = {h: deque() for h in topology.hosts}
-        self.frames_on_link: dict[tuple[str, str], int] = {}
         self.bytes_on_link: dict[tuple[str, str], int] = {}
         self.impairment = impairment
         self.held: list[_Hop] = []  # frames delayed by the impairment
@@ -448,7 +447,6 @@ class ModelNetwork:
                 queue.append(_Hop(nb.node, nb.remote_port, out, hop.node))
 
     def _carried(self, a: str, b: str, nbytes: int) -> None:
-        self.frames_on_link[(a, b)] = self.frames_on_link.get((a, b), 0) + 1
         self.bytes_on_link[(a, b)] = self.bytes_on_link.get((a, b), 0) + nbytes
 
     def receive(self, host: str) -> bytes | None:
