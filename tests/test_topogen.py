@@ -14,6 +14,7 @@ from inatest import ROOT
 @pytest.mark.parametrize("name,data", [
     ("leaf-spine-2x4", topogen.leaf_spine(2, 4, 2)),
     ("fat-tree-4", topogen.fat_tree(4)),
+    ("leaf-spine-2x4-sets", topogen.leaf_spine(2, 4, 2, hosts_per_set=2)),
 ])
 def test_committed_topology_files_are_current(name: str, data: dict) -> None:  # type: ignore[type-arg]
     on_disk = yaml.safe_load((ROOT / "topologies" / f"{name}.yaml").read_text())

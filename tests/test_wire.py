@@ -1,8 +1,9 @@
 """The INA header and RFC 8296 BIER header: encodings and round trips."""
 
+import pytest
 from scapy.all import IP, UDP, Ether, raw
 
-from ina.constants import INA_PAYLOAD_BYTES, INA_UDP_PORT, Flag, Op
+from ina.constants import BIER_BIFT_ID, INA_PAYLOAD_BYTES, INA_UDP_PORT, MAX_BFR_ID, Flag, Op
 from ina.scapy_layers import BIER, INA
 from ina.wire import (
     Bier,
@@ -13,7 +14,10 @@ from ina.wire import (
     format_bitmap,
     ina_frame,
     ina_payload,
+    join_set,
     parse_frame,
+    set_of,
+    split_sets,
 )
 
 
@@ -72,3 +76,33 @@ def test_truncated_array_is_a_parser_error() -> None:
     frame = parse_frame(full[:-8])
     assert frame.error == "PacketTooShort"
     assert frame.ina is not None and frame.values is None
+
+
+def test_bitmaps_over_all_sets_split_into_one_bitstring_per_set() -> None:
+    bitmap = bit_of(1) | bit_of(256) | bit_of(257) | bit_of(1024)
+    assert split_sets(bitmap) == {0: bit_of(1) | bit_of(256), 1: 1, 3: 1 << 255}
+    assert sum(join_set(si, bits) for si, bits in split_sets(bitmap).items()) == bitmap
+    assert set_of(256) == 0 and set_of(257) == 1
+
+
+def test_a_bitmap_beyond_the_last_set_is_refused() -> None:
+    with pytest.raises(ValueError, match="BFR-id"):
+        bit_of(MAX_BFR_ID + 1)
+    with pytest.raises(ValueError, match="beyond BFR-id"):
+        split_sets(1 << MAX_BFR_ID)
+
+
+def test_a_worker_in_set_1_sends_its_set_and_its_bit_in_it() -> None:
+    header = InaPacket.unpack(ina_payload(3, 0, bit_of(258), [1])).header
+    assert (header.si, header.pbm) == (1, 0b10)
+    assert INA(ina_payload(3, 0, bit_of(258), [1])).si == 1
+
+
+def test_a_contribution_spanning_two_sets_cannot_be_encoded() -> None:
+    with pytest.raises(ValueError, match="spans 2 BIER sets"):
+        ina_payload(3, 0, bit_of(1) | bit_of(257), [1])
+
+
+def test_bier_bift_id_names_the_set() -> None:
+    header = Bier.for_set(2, 0b1)
+    assert header.bift_id == BIER_BIFT_ID + 2 and Bier.unpack(header.pack()).si == 2

@@ -28,7 +28,7 @@ from ina.planner import resolve, root_only, stream_cost
 from ina.report import render_status
 from ina.switchapi import SwitchError
 from ina.topology import Topology, TopologyError
-from ina.wire import format_bitmap
+from ina.wire import format_bitmap, split_sets
 
 EXIT_INVALID = 2
 EXIT_SWITCH = 3
@@ -192,7 +192,6 @@ async def _status(ctl: Controller, job_id: int | None, as_json: bool) -> int:
 def _check(topology: Topology, path: Path, output: Path | None = None) -> int:
     spec = JobSpec.load(path)
     job = resolve(spec, topology)
-    width = max(h.bfr_id for h in topology.hosts.values())
     print(f"job {job.job_id}: {job.op.name.lower()} over {', '.join(job.workers)}, "
           f"{job.slots} slots per VAT node"
           + (" (planned)" if spec.aggregators is None else ""))
@@ -201,7 +200,7 @@ def _check(topology: Topology, path: Path, output: Path | None = None) -> int:
 
     def show(sw: str, depth: int) -> None:
         node = job.nodes[sw]
-        print(f"{'  ' * depth}{sw} A-BM {format_bitmap(node.abm, width)} "
+        print(f"{'  ' * depth}{sw} A-BM {_bitmap_text(topology, node.abm)} "
               f"({', '.join(node.covers)})" + (" root" if node.is_root else ""))
         for child in node.children:
             if child in job.nodes:
@@ -216,13 +215,23 @@ def _check(topology: Topology, path: Path, output: Path | None = None) -> int:
     return 0
 
 
+def _bitmap_text(topology: Topology, bitmap: int) -> str:
+    """The draft's notation (BFR-id 1 leftmost), as wide as the topology's hosts need;
+    with hosts in several BIER sets, one such string per set: ``SI0:1100 SI1:0010``."""
+    sets = split_sets(sum(h.bit for h in topology.hosts.values()))
+    width = {si: bits.bit_length() for si, bits in sets.items()}
+    mine = split_sets(bitmap)
+    if list(sets) == [0]:
+        return format_bitmap(bitmap, width[0])
+    return " ".join(f"SI{si}:{format_bitmap(mine.get(si, 0), width[si])}" for si in sets)
+
+
 def _bift(topology: Topology) -> int:
-    width = max(h.bfr_id for h in topology.hosts.values())
     for sw in sorted(topology.switches):
         print(f"{sw}:")
         for row in bift(topology, sw):
             print(f"  bfr-id {row.bfr_id:3d} -> port {row.port} ({row.neighbor}) "
-                  f"F-BM {format_bitmap(row.fbm, width)}")
+                  f"F-BM {_bitmap_text(topology, row.fbm)}")
     return 0
 
 

@@ -28,7 +28,11 @@ INA_VERSION = 1
 BIER_NIBBLE = 0b0101  # RFC 8296: first nibble after the BIFT-id/TC/S/TTL word
 BIER_VERSION = 0
 BIER_PROTO_IPV4 = 4  # RFC 8296 "Proto" for an IPv4 payload
-#: BIFT-id of the one BIFT this program implements (SD 0, SI 0, BSL 256).
+#: BIER sets (RFC 8279 set identifiers SI 0..BIER_SETS-1): BFR-ids run from 1 to
+#: BITSTRING_BITS * BIER_SETS. A BIER packet, and an INA packet's P-BM, hold the
+#: bits of one set; BFR-id k is bit (k-1) % BITSTRING_BITS of set (k-1) // BITSTRING_BITS.
+BIER_SETS = 16
+#: BIFT-id of set SI 0 (SD 0, BSL 256); set SI has BIFT-id BIER_BIFT_ID + SI.
 BIER_BIFT_ID = 1
 BIER_INITIAL_TTL = 64
 IPV4_INITIAL_TTL = 64
@@ -64,8 +68,12 @@ MAX_JOBS = 64
 IPV4_ROUTES = 4096
 #: Ports a switch can have (bounds the BIER port table).
 MAX_PORTS = 64
-#: Multicast group that reaches every BIER-capable port of a switch.
+#: Multicast group that reaches every BIER-capable port of a switch (one copy per
+#: port; the packet's set is in its BIFT-id).
 BIER_MCAST_GROUP = 1
+#: Multicast group with one copy per (port, set) that has BFERs, the set as the
+#: replication id: a root's result leaves for every set of its job in one pass.
+BIER_RESULT_GROUP = 2
 #: Counter slots reserved per job in the job_stats counter (a power of two).
 JOB_STAT_STRIDE = 16
 
@@ -95,13 +103,13 @@ class SwitchStat(enum.IntEnum):
     DROP_BAD_VERSION = 1  # INA version unknown
     DROP_BAD_COUNT = 2  # element count 0 or above ELEMS_PER_PACKET
     DROP_BAD_OP = 3  # op not SUM, MIN or MAX
-    DROP_BAD_PBM = 4  # P-BM empty, or RESULT flag on an aggregation packet
+    DROP_BAD_PBM = 4  # P-BM empty, set >= BIER_SETS, or RESULT flag on aggregation
     DROP_UNKNOWN_JOB = 5  # INA packet addressed to this switch, no VAT node of its job here
     DROP_FORGED_PBM = 6  # from a host port, P-BM is not exactly that host's bit
     DROP_NOT_MEMBER = 7  # from a host port, for a job that host is no worker of
     DROP_NO_ROUTE = 8
     DROP_TTL = 9
-    DROP_BIER_MALFORMED = 10  # BIER nibble, version, BSL or proto not ours
+    DROP_BIER_MALFORMED = 10  # BIER nibble, version, BSL or BIFT-id (set) not ours
     DROP_BIER_TTL = 11
     DROP_BIER_FROM_HOST = 12  # hosts are BFERs behind this switch; they do not inject BIER
     DROP_NOT_SUPPORTED = 13  # neither IPv4 nor BIER (ARP, IPv6...), or IPv4 to this switch
@@ -115,8 +123,11 @@ SWITCH_STATS = len(SwitchStat)
 assert len(JobStat) <= JOB_STAT_STRIDE
 assert JOB_STAT_STRIDE & (JOB_STAT_STRIDE - 1) == 0
 assert AGG_SLOTS & (AGG_SLOTS - 1) == 0
+assert BIER_SETS & (BIER_SETS - 1) == 0 and BIER_SETS <= 256
 assert ELEMS_PER_PACKET & (ELEMS_PER_PACKET - 1) == 0
 
+#: Highest BFR-id a host can have.
+MAX_BFR_ID = BITSTRING_BITS * BIER_SETS
 #: Bytes of the INA header (see ina.wire.InaHeader).
 INA_HEADER_BYTES = 12 + BITSTRING_BITS // 8
 #: Bytes of an INA UDP payload: header plus the array.

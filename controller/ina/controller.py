@@ -32,7 +32,7 @@ from ina.plan import (
 from ina.planner import resolve
 from ina.switchapi import CounterValue, SwitchClient
 from ina.topology import Topology
-from ina.wire import bfr_ids_of, ip_str
+from ina.wire import bfr_ids_of, ip_str, join_set
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,6 +74,7 @@ class JobOnSwitch:
 
     switch: str
     entry: TableEntry
+    abm: int = 0  # over all BIER sets, from the node's vat_sets entries
 
     @property
     def job_id(self) -> int:
@@ -92,7 +93,7 @@ class JobOnSwitch:
         e = self.entry
         if self.role == "transit":
             return "transit (forwards and counts the job's packets)"
-        text = (f"{self.role}: A-BM bfr-ids {bfr_ids_of(e.param('abm'))}, "
+        text = (f"{self.role}: A-BM bfr-ids {bfr_ids_of(self.abm)}, "
                 f"slots {e.param('slot_base')}..{e.param('slot_base') + e.param('slot_mask')}")
         if self.role == "aggregator":
             text += f", parent {ip_str(e.param('parent_ip'))}"
@@ -187,10 +188,7 @@ class Controller:
         """Every deployed job and its entries, by job id."""
         result: dict[int, list[JobOnSwitch]] = {}
         for sw, entries in sorted((await self._read_jobs()).items()):
-            for e in entries:
-                if e.table != n.VAT_JOBS.name:
-                    continue
-                j = JobOnSwitch(sw, e)
+            for j in _jobs_on_switch(sw, entries):
                 result.setdefault(j.job_id, []).append(j)
         return dict(sorted(result.items()))
 
@@ -269,7 +267,8 @@ class Controller:
         """Per switch: base state size, job entries and their counters, drops by reason."""
 
         async def read(sw: str, client: SwitchClient) -> SwitchStatus:
-            jobs = [JobOnSwitch(sw, e) for e in await client.read_table(n.VAT_JOBS.name)]
+            jobs = _jobs_on_switch(sw, [e for spec in (n.VAT_JOBS, n.VAT_SETS)
+                                        for e in await client.read_table(spec.name)])
             base = 0
             for spec in n.BASE_TABLES:
                 base += len(await client.read_table(spec.name))
@@ -298,6 +297,18 @@ class Controller:
         results = await self._each(read)
         self._raise_failures("reading status", results)
         return {sw: r for sw, r in results.items() if isinstance(r, SwitchStatus)}
+
+
+def _jobs_on_switch(switch: str, entries: Sequence[TableEntry]) -> list[JobOnSwitch]:
+    """The vat_jobs entries among ``entries``, each with its A-BM from vat_sets."""
+    abm: dict[int, int] = {}
+    for e in entries:
+        if e.table == n.VAT_SETS.name:
+            si = e.match_value("si")
+            assert isinstance(si, int)
+            abm[_job_id(e)] = abm.get(_job_id(e), 0) | join_set(si, e.param("abm"))
+    return [JobOnSwitch(switch, e, abm.get(_job_id(e), 0))
+            for e in entries if e.table == n.VAT_JOBS.name]
 
 
 def _job_id(e: TableEntry) -> int:

@@ -30,7 +30,7 @@ import yaml
 from ina.constants import AGG_SLOTS, Op
 from ina.errors import InputError
 from ina.topology import Topology
-from ina.wire import bit_of
+from ina.wire import bit_of, split_sets
 from ina.yamlfile import load_yaml
 
 DEFAULT_SLOTS = 16
@@ -248,6 +248,12 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
         job_id=job_id, op=op, workers=tuple(workers), root=root, nodes=nodes,
         worker_parent=worker_parent, worker_bit=worker_bit, slots=slots,
     )
+    for sw, node in sorted(nodes.items()):
+        sets = sorted(split_sets(node.abm))
+        if node.parent is not None and len(sets) > 1:
+            problems.append(
+                f"aggregator {sw} covers workers in BIER sets {sets}: a node below the root "
+                "must lie within one set (its result travels in one packet with one P-BM)")
     _check_routes(job, topology, problems)
     if problems:
         raise JobError(problems)

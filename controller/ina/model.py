@@ -26,10 +26,10 @@ from ina import p4names as n
 from ina.constants import (
     BIER_BIFT_ID,
     BIER_BSL_CODE,
-    BIER_INITIAL_TTL,
     BIER_MCAST_GROUP,
     BIER_NIBBLE,
-    BIER_PROTO_IPV4,
+    BIER_RESULT_GROUP,
+    BIER_SETS,
     BIER_VERSION,
     BITSTRING_BITS,
     ELEMS_PER_PACKET,
@@ -59,9 +59,12 @@ BM_MASK = (1 << BITSTRING_BITS) - 1
 U32 = 0xFFFFFFFF
 
 # Register names of the aggregation state (model-side mirror of aggregation.p4).
-REG_BITMAP = "slot_bitmap"
 REG_EPOCH = "slot_epoch"
 REG_SEQ = "slot_seq"
+REG_GEN = "slot_gen"
+REG_SETS_DONE = "slot_sets_done"
+REG_SET_BITMAP = "set_bitmap"
+REG_SET_GEN = "set_gen"
 REG_COUNT = "slot_count"
 REG_OP = "slot_op"
 REG_OVERFLOW = "slot_overflow"
@@ -90,14 +93,18 @@ def combine(op: Op, a: int, b: int) -> tuple[int, bool]:
 class _Meta:
     from_host: bool = False
     host_bit: int = 0
+    host_si: int = 0
     membership: str | None = None  # the job_members action for this host port
     to_me: bool = False
     job: TableEntry | None = None
+    sets: int = 0  # BIER sets the node's A-BM spans
+    abm: int = 0  # the A-BM's bits in the packet's set
     job_events: set[JobStat] = field(default_factory=set)
     drop: SwitchStat | None = None
     consumed: bool = False  # absorbed into a slot or dropped by a job check
     egress_port: int | None = None
     mcast_grp: int = 0
+    bier_result: bool = False  # a root's result: egress fills in each copy's set
 
 
 class ModelSwitch:
@@ -140,9 +147,9 @@ class ModelSwitch:
         if meta.mcast_grp:
             group = self.store.groups.get(meta.mcast_grp)
             out = []
-            for port in group.ports if group else ():
+            for port, rid in group.replicas if group else ():
                 copy = frame.copy()
-                if self._egress(copy, meta, port, len(raw)):
+                if self._egress(copy, meta, port, rid, len(raw)):
                     out.append((port, copy.pack()))
             return out
         if meta.egress_port is None:
@@ -153,11 +160,16 @@ class ModelSwitch:
         edge = self._exact(n.HOST_PORTS, ingress_port=in_port)
         if edge is not None:
             meta.from_host, meta.host_bit = True, edge.param("host_bit")
+            meta.host_si = edge.param("host_si")
             if frame.ina is not None:
                 member = self._exact(n.JOB_MEMBERS, job_id=frame.ina.job_id, ingress_port=in_port)
                 meta.membership = member.action if member is not None else None
         if frame.ina is not None:  # looked up once, for BIER and IPv4 alike
             meta.job = self._exact(n.VAT_JOBS, job_id=frame.ina.job_id)
+            if meta.job is not None and meta.job.action != n.TRANSIT.name:
+                meta.sets = meta.job.param("sets") if meta.job.action == n.VAT_ROOT.name else 1
+                abm = self._exact(n.VAT_SETS, job_id=frame.ina.job_id, si=frame.ina.si)
+                meta.abm = abm.param("abm") if abm is not None else 0
         if frame.error is not None:
             meta.drop = SwitchStat.DROP_PARSER_ERROR
         elif frame.ipv4 is not None and not frame.ipv4.checksum_ok:
@@ -175,7 +187,7 @@ class ModelSwitch:
         if meta.from_host and meta.membership != n.BIER_SOURCE.name:
             meta.drop = SwitchStat.DROP_BIER_FROM_HOST
         elif (bier.nibble != BIER_NIBBLE or bier.version != BIER_VERSION
-              or bier.bsl != BIER_BSL_CODE or bier.bift_id != BIER_BIFT_ID
+              or bier.bsl != BIER_BSL_CODE or not 0 <= bier.si < BIER_SETS
               or bier.bitstring == 0):
             meta.drop = SwitchStat.DROP_BIER_MALFORMED
         elif bier.ttl <= 1:
@@ -198,9 +210,9 @@ class ModelSwitch:
                 meta.drop = SwitchStat.DROP_BAD_COUNT
             elif ina.op not in (Op.SUM, Op.MIN, Op.MAX):
                 meta.drop = SwitchStat.DROP_BAD_OP
-            elif ina.pbm == 0 or ina.flags & Flag.RESULT:
+            elif ina.pbm == 0 or ina.si >= BIER_SETS or ina.flags & Flag.RESULT:
                 meta.drop = SwitchStat.DROP_BAD_PBM
-            elif meta.from_host and ina.pbm != meta.host_bit:
+            elif meta.from_host and (ina.pbm != meta.host_bit or ina.si != meta.host_si):
                 meta.drop = SwitchStat.DROP_FORGED_PBM
             elif meta.from_host and meta.membership != n.MEMBER.name:
                 meta.drop = SwitchStat.DROP_NOT_MEMBER
@@ -239,7 +251,7 @@ class ModelSwitch:
         """aggregation.p4: the draft's A-BM/P-BM test and the slot state machine."""
         job, ina = meta.job, frame.ina
         assert job is not None and ina is not None and frame.values is not None
-        abm = job.param("abm")
+        abm = meta.abm
         if abm & ina.pbm == 0:
             if meta.to_me:
                 self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)
@@ -253,46 +265,54 @@ class ModelSwitch:
         slot_mask = job.param("slot_mask")
         version = 1 if ina.seq & (slot_mask + 1) else 0
         cell = (job.param("slot_base") + (ina.seq & slot_mask)) * 2 + version
-        epoch = job.param("epoch")
-        bitmap = s.reg_read(REG_BITMAP, cell)
+        set_index = cell * BIER_SETS + ina.si
         cell_seq = s.reg_read(REG_SEQ, cell)
+        gen = s.reg_read(REG_GEN, cell)
         newer = _s32(ina.seq - cell_seq) > 0
-        fresh = bitmap == 0 or s.reg_read(REG_EPOCH, cell) != epoch or newer
+        fresh = s.reg_read(REG_EPOCH, cell) != job.param("epoch") or newer
+        bitmap = 0
+        if not fresh and s.reg_read(REG_SET_GEN, set_index) == gen:
+            bitmap = s.reg_read(REG_SET_BITMAP, set_index)
+        complete = not fresh and s.reg_read(REG_SETS_DONE, cell) == meta.sets
         base = cell * ELEMS_PER_PACKET
         if fresh:
-            self._absorb(frame, meta, cell, fresh)
+            self._absorb(frame, meta, cell, set_index, 0, fresh)
         elif cell_seq != ina.seq:
             self._job_drop(meta, JobStat.DROP_STALE)
         elif s.reg_read(REG_COUNT, cell) != ina.count:
             self._job_drop(meta, JobStat.DROP_COUNT_MISMATCH)
         elif s.reg_read(REG_OP, cell) != ina.op:
             self._job_drop(meta, JobStat.DROP_OP_MISMATCH)
-        elif bitmap & ina.pbm and bitmap != abm:
+        elif bitmap & ina.pbm and not complete:
             self._job_drop(meta, JobStat.DROP_DUPLICATE)
         elif bitmap & ina.pbm:
             # A retransmission for a complete cell: something after it was lost.
             meta.job_events.add(JobStat.RESENT)
             frame.values = tuple(_s32(s.reg_read(REG_VALUES, base + i))
                                  for i in range(ELEMS_PER_PACKET))
-            self._emit(frame, meta, bool(s.reg_read(REG_OVERFLOW, cell)), ina.pbm)
+            self._emit(frame, meta, bool(s.reg_read(REG_OVERFLOW, cell)), ina.pbm,
+                       all_sets=False)
         else:
-            self._absorb(frame, meta, cell, fresh)
+            self._absorb(frame, meta, cell, set_index, bitmap, fresh)
 
-    def _absorb(self, frame: Frame, meta: _Meta, cell: int, fresh: bool) -> None:
+    def _absorb(self, frame: Frame, meta: _Meta, cell: int, set_index: int, bitmap: int,
+                fresh: bool) -> None:
         job, ina, s = meta.job, frame.ina, self.store
         assert job is not None and ina is not None and frame.values is not None
         meta.job_events.add(JobStat.ABSORBED)
         overflow = bool(ina.flags & Flag.OVERFLOW)
         base = cell * ELEMS_PER_PACKET
         values = list(frame.values)
-        bitmap = 0
+        gen = s.reg_read(REG_GEN, cell)
+        done = s.reg_read(REG_SETS_DONE, cell)
         if fresh:
+            gen, done = (gen + 1) & U32, 0
+            s.reg_write(REG_GEN, cell, gen)
             s.reg_write(REG_EPOCH, cell, job.param("epoch"))
             s.reg_write(REG_SEQ, cell, ina.seq)
             s.reg_write(REG_COUNT, cell, ina.count)
             s.reg_write(REG_OP, cell, ina.op)
         else:
-            bitmap = s.reg_read(REG_BITMAP, cell)
             overflow = overflow or bool(s.reg_read(REG_OVERFLOW, cell))
             for i in range(ELEMS_PER_PACKET):
                 stored = _s32(s.reg_read(REG_VALUES, base + i))
@@ -302,17 +322,23 @@ class ModelSwitch:
             s.reg_write(REG_VALUES, base + i, values[i] & U32)
         s.reg_write(REG_OVERFLOW, cell, int(overflow))
         bitmap |= ina.pbm
-        s.reg_write(REG_BITMAP, cell, bitmap)
-        if bitmap != job.param("abm"):
+        s.reg_write(REG_SET_BITMAP, set_index, bitmap)
+        s.reg_write(REG_SET_GEN, set_index, gen)
+        if bitmap == meta.abm:
+            done = (done + 1) & 0xFF  # this set is full
+        s.reg_write(REG_SETS_DONE, cell, done)
+        if done != meta.sets:
             meta.consumed = True
             return
         # Complete: this packet leaves with the aggregate; the cell keeps it for resends.
         frame.values = tuple(values)
-        self._emit(frame, meta, overflow, job.param("abm"))
+        self._emit(frame, meta, overflow, meta.abm, all_sets=True)
 
-    def _emit(self, frame: Frame, meta: _Meta, overflow: bool, bier_bits: int) -> None:
+    def _emit(self, frame: Frame, meta: _Meta, overflow: bool, bier_bits: int,
+              all_sets: bool) -> None:
         """The packet carries the cell's aggregate toward the parent, or, at the root,
-        by BIER to ``bier_bits`` (the A-BM; a retransmitter's bits on a resend)."""
+        by BIER: to every set of the job (``all_sets``; egress writes each set's
+        A-BM) or to ``bier_bits`` of the packet's set (a resend)."""
         job, ina, ipv4, udp = meta.job, frame.ina, frame.ipv4, frame.udp
         assert job is not None and ina is not None and ipv4 is not None and udp is not None
         flags = (ina.flags & ~Flag.OVERFLOW) | (Flag.OVERFLOW if overflow else Flag.NONE)
@@ -320,15 +346,16 @@ class ModelSwitch:
         udp.checksum = 0
         meta.to_me = False
         if job.action == n.VAT_ROOT.name:
-            frame.ina = replace(ina, pbm=job.param("abm"), flags=flags | Flag.RESULT)
+            frame.ina = replace(ina, pbm=meta.abm, flags=flags | Flag.RESULT)
             ipv4.dst = "0.0.0.0"
             ipv4.ttl = IPV4_INITIAL_TTL
-            frame.bier = Bier(bitstring=bier_bits, ttl=BIER_INITIAL_TTL, proto=BIER_PROTO_IPV4)
+            frame.bier = Bier.for_set(ina.si, bier_bits)
             frame.eth.ethertype = ETHERTYPE_BIER
-            meta.mcast_grp = BIER_MCAST_GROUP
+            meta.mcast_grp = BIER_RESULT_GROUP if all_sets else BIER_MCAST_GROUP
+            meta.bier_result = all_sets
             meta.job_events.add(JobStat.MULTICAST)
         else:
-            frame.ina = replace(ina, pbm=job.param("abm"), flags=flags)
+            frame.ina = replace(ina, pbm=meta.abm, flags=flags)
             ipv4.dst = ip_str(job.param("parent_ip"))
             meta.job_events.add(JobStat.EMITTED)
 
@@ -336,13 +363,23 @@ class ModelSwitch:
         meta.job_events.add(stat)
         meta.consumed = True
 
-    def _egress(self, frame: Frame, meta: _Meta, port: int, nbytes: int) -> bool:
-        """bier_egress.p4: mask the BitString with the port's F-BM; decapsulate to hosts.
-        Counters count ``nbytes``, the length the packet entered with (as BMv2 does)."""
+    def _egress(self, frame: Frame, meta: _Meta, port: int, rid: int, nbytes: int) -> bool:
+        """bier_egress.p4: a root's result gets its set's A-BM; mask the BitString
+        with the port's F-BM in the set; decapsulate to hosts. Counters count
+        ``nbytes``, the length the packet entered with (as BMv2 does)."""
         bier = frame.bier
         if bier is None:
             return True
-        row = self._exact(n.BIER_PORTS, egress_port=port)
+        if meta.bier_result:
+            assert frame.ina is not None
+            result = self._exact(n.RESULT_SETS, job_id=frame.ina.job_id, si=rid)
+            if result is None:
+                bier.bitstring = 0
+            else:
+                bier.bitstring = result.param("abm")
+                bier.bift_id = BIER_BIFT_ID + rid
+                frame.ina = replace(frame.ina, si=rid, pbm=result.param("abm"))
+        row = self._exact(n.BIER_PORTS, egress_port=port, si=bier.si)
         masked = bier.bitstring & row.param("fbm") if row is not None else 0
         if row is None or masked == 0:
             self.store.count(n.EGRESS_SWITCH_STATS, SwitchStat.BIER_COPY_PRUNED, nbytes)

@@ -50,7 +50,7 @@ IPV4_ROUTES = TableSpec(
 )
 
 # Ingress: which ports lead to hosts, and each host's bit.
-FROM_HOST = ActionSpec("InaIngress.edge.from_host", (("host_bit", BM),))
+FROM_HOST = ActionSpec("InaIngress.edge.from_host", (("host_bit", BM), ("host_si", 8)))
 FROM_SWITCH = ActionSpec("InaIngress.edge.from_switch")
 HOST_PORTS = TableSpec(
     "InaIngress.edge.host_ports", (("ingress_port", "exact", 9),), (FROM_HOST,), FROM_SWITCH
@@ -59,12 +59,12 @@ HOST_PORTS = TableSpec(
 # Ingress: the jobs this switch holds a VAT node of, or counts transit for.
 VAT_NODE = ActionSpec(
     "InaIngress.jobs.vat_node",
-    (("job_index", 8), ("abm", BM), ("slot_base", 16), ("slot_mask", 16),
+    (("job_index", 8), ("slot_base", 16), ("slot_mask", 16),
      ("epoch", 32), ("node_ip", 32), ("parent_ip", 32)),
 )
 VAT_ROOT = ActionSpec(
     "InaIngress.jobs.vat_root",
-    (("job_index", 8), ("abm", BM), ("slot_base", 16), ("slot_mask", 16),
+    (("job_index", 8), ("sets", 8), ("slot_base", 16), ("slot_mask", 16),
      ("epoch", 32), ("node_ip", 32)),
 )
 TRANSIT = ActionSpec("InaIngress.jobs.transit", (("job_index", 8),))
@@ -72,15 +72,30 @@ NO_JOB = ActionSpec("InaIngress.jobs.no_job")
 VAT_JOBS = TableSpec(
     "InaIngress.jobs.vat_jobs", (("job_id", "exact", 16),), (VAT_NODE, VAT_ROOT, TRANSIT), NO_JOB
 )
+# A VAT node's A-BM, per BIER set.
+SET_ABM = ActionSpec("InaIngress.jobs.set_abm", (("abm", BM),))
+NO_SET = ActionSpec("InaIngress.jobs.no_set")
+VAT_SETS = TableSpec(
+    "InaIngress.jobs.vat_sets", (("job_id", "exact", 16), ("si", "exact", 8)), (SET_ABM,), NO_SET
+)
 
-# Egress: BIER F-BM per port; host ports decapsulate.
+# Egress: a root's result gets its job's A-BM in each set.
+RESULT_SET = ActionSpec("InaEgress.bier.result_set", (("abm", BM),))
+NO_RESULT_SET = ActionSpec("InaEgress.bier.no_result_set")
+RESULT_SETS = TableSpec(
+    "InaEgress.bier.result_sets", (("job_id", "exact", 16), ("si", "exact", 8)), (RESULT_SET,),
+    NO_RESULT_SET,
+)
+
+# Egress: BIER F-BM per (port, set); host ports decapsulate.
 TO_BFR = ActionSpec("InaEgress.bier.to_bfr", (("fbm", BM), ("smac", 48), ("dmac", 48)))
 TO_HOST = ActionSpec(
     "InaEgress.bier.to_host", (("fbm", BM), ("smac", 48), ("dmac", 48), ("host_ip", 32))
 )
 PRUNE = ActionSpec("InaEgress.bier.prune")
 BIER_PORTS = TableSpec(
-    "InaEgress.bier.bier_ports", (("egress_port", "exact", 9),), (TO_BFR, TO_HOST), PRUNE
+    "InaEgress.bier.bier_ports", (("egress_port", "exact", 9), ("si", "exact", 8)),
+    (TO_BFR, TO_HOST), PRUNE,
 )
 
 # Ingress: which host ports may contribute to which job, or inject its results.
@@ -92,9 +107,10 @@ JOB_MEMBERS = TableSpec(
     (("job_id", "exact", 16), ("ingress_port", "exact", 9)), (MEMBER, BIER_SOURCE), NOT_MEMBER,
 )
 
-TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, VAT_JOBS, JOB_MEMBERS, BIER_PORTS)
+TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, VAT_JOBS, VAT_SETS, JOB_MEMBERS,
+          RESULT_SETS, BIER_PORTS)
 #: Tables whose entries belong to jobs; each is keyed by job_id first.
-JOB_TABLES = (VAT_JOBS, JOB_MEMBERS)
+JOB_TABLES = (VAT_JOBS, VAT_SETS, JOB_MEMBERS, RESULT_SETS)
 #: Tables that ``inactl init`` owns (the rest belong to jobs).
 BASE_TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, BIER_PORTS)
 

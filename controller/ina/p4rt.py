@@ -74,7 +74,7 @@ class P4RuntimeSwitch:
 
     def _to_fy(self, e: Entity) -> fy.P4TableEntry | fy.P4MulticastGroupEntry:
         if isinstance(e, McastGroup):
-            return fy.P4MulticastGroupEntry(e.group_id, replicas=e.ports)
+            return fy.P4MulticastGroupEntry(e.group_id, replicas=e.replicas)
         match: dict[str, Any] = {}
         for key, value in e.match:
             match[key] = (value.value, value.prefix_len) if isinstance(value, Lpm) else value
@@ -134,8 +134,9 @@ class P4RuntimeSwitch:
         try:
             groups = self._switch.read(fy.P4MulticastGroupEntry())
             async for g in groups:  # type: ignore[attr-defined]
-                ports = tuple(sorted(r if isinstance(r, int) else r.port for r in g.replicas))
-                result.append(McastGroup(g.multicast_group_id, ports))
+                replicas = tuple(sorted((r, 0) if isinstance(r, int) else (r.port, r.instance)
+                                        for r in g.replicas))
+                result.append(McastGroup(g.multicast_group_id, replicas))
         except fy.P4ClientError as exc:
             raise SwitchError(self.name, f"reading multicast groups failed: {exc}") from exc
         return result

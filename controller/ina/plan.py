@@ -2,9 +2,10 @@
 reference model executes.
 
 ``base_plan`` is the per-switch state that does not depend on jobs (addresses,
-routes, host ports, BIER F-BMs, the BIER multicast group). ``job_plan`` is a
+routes, host ports, BIER F-BMs per port and set, the BIER multicast groups). ``job_plan`` is a
 job's entries: a VAT node on each aggregation switch and the root, and a
-``transit`` entry (counters only) on every other switch its packets cross.
+``transit`` entry (counters only) on every other switch its packets cross, with
+each VAT node's A-BM per BIER set.
 Entries are plain values (ints, names from ``ina.p4names``), so the same plan
 feeds P4Runtime and the model.
 """
@@ -16,10 +17,10 @@ from dataclasses import dataclass
 
 from ina import p4names as n
 from ina.bier import port_fbms
-from ina.constants import AGG_SLOTS, BIER_MCAST_GROUP, MAX_JOBS
+from ina.constants import AGG_SLOTS, BIER_MCAST_GROUP, BIER_RESULT_GROUP, MAX_JOBS
 from ina.job import Job
 from ina.topology import Topology
-from ina.wire import bit_of, ip_int, mac_bytes
+from ina.wire import ip_int, mac_bytes, one_set, split_sets
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class TableEntry:
 @dataclass(frozen=True)
 class McastGroup:
     group_id: int
-    ports: tuple[int, ...]
+    replicas: tuple[tuple[int, int], ...]  # (port, replication id), sorted
 
 
 Entity = TableEntry | McastGroup
@@ -106,25 +107,31 @@ def base_plan(topology: Topology, switch: str) -> list[Entity]:
         ))
     for port, nb in ports.items():
         if nb.is_host:
-            result.append(entry(
-                n.HOST_PORTS, {"ingress_port": port}, n.FROM_HOST,
-                host_bit=bit_of(topology.hosts[nb.node].bfr_id),
-            ))
+            si, bit = one_set(topology.hosts[nb.node].bit)
+            result.append(entry(n.HOST_PORTS, {"ingress_port": port}, n.FROM_HOST,
+                                host_bit=bit, host_si=si))
     fbms = port_fbms(topology, switch)
+    port_sets: list[tuple[int, int]] = []
     for port, fbm in fbms.items():
         nb = ports[port]
-        if nb.is_host:
-            result.append(entry(
-                n.BIER_PORTS, {"egress_port": port}, n.TO_HOST, fbm=fbm, smac=smac,
-                dmac=_mac(topology.hosts[nb.node].mac),
-                host_ip=ip_int(topology.hosts[nb.node].ip),
-            ))
-        else:
-            result.append(entry(
-                n.BIER_PORTS, {"egress_port": port}, n.TO_BFR, fbm=fbm, smac=smac,
-                dmac=_mac(topology.switches[nb.node].mac),
-            ))
-    result.append(McastGroup(BIER_MCAST_GROUP, tuple(fbms)))
+        for si, part in split_sets(fbm).items():
+            port_sets.append((port, si))
+            match = {"egress_port": port, "si": si}
+            if nb.is_host:
+                result.append(entry(
+                    n.BIER_PORTS, match, n.TO_HOST, fbm=part, smac=smac,
+                    dmac=_mac(topology.hosts[nb.node].mac),
+                    host_ip=ip_int(topology.hosts[nb.node].ip),
+                ))
+            else:
+                result.append(entry(
+                    n.BIER_PORTS, match, n.TO_BFR, fbm=part, smac=smac,
+                    dmac=_mac(topology.switches[nb.node].mac),
+                ))
+    # Transit BIER: one copy per port, its set in the header. A root's result: one
+    # copy per (port, set) with BFERs, the set as replication id.
+    result.append(McastGroup(BIER_MCAST_GROUP, tuple((port, 0) for port in fbms)))
+    result.append(McastGroup(BIER_RESULT_GROUP, tuple(sorted(port_sets))))
     return result
 
 
@@ -223,8 +230,9 @@ def allocate(job: Job, topology: Topology,
 
 def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
              epoch: int) -> dict[str, list[TableEntry]]:
-    """The job's vat_jobs entry on every switch in ``alloc``, and a job_members
-    entry for each worker's port on its edge switch.
+    """The job's vat_jobs entry on every switch in ``alloc`` (with vat_sets entries,
+    its A-BM per set, on VAT nodes, and result_sets on a root switch), and a
+    job_members entry for each worker's port on its edge switch.
 
     ``epoch`` tells this deployment's slot state from a torn-down job's leftovers
     (the data plane cannot have its registers cleared over P4Runtime).
@@ -234,19 +242,21 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
         node = job.nodes.get(sw)
         match = {"job_id": job.job_id}
         if node is None:
-            e = entry(n.VAT_JOBS, match, n.TRANSIT, job_index=a.job_index)
+            result[sw] = [entry(n.VAT_JOBS, match, n.TRANSIT, job_index=a.job_index)]
+            continue
+        common = dict(job_index=a.job_index, slot_base=a.slot_base, slot_mask=job.slots - 1,
+                      epoch=epoch, node_ip=ip_int(topology.switches[sw].loopback))
+        sets = split_sets(node.abm)
+        if node.parent is None:
+            e = entry(n.VAT_JOBS, match, n.VAT_ROOT, **common, sets=len(sets))
         else:
-            common = dict(
-                job_index=a.job_index, abm=node.abm, slot_base=a.slot_base,
-                slot_mask=job.slots - 1, epoch=epoch,
-                node_ip=ip_int(topology.switches[sw].loopback),
-            )
-            if node.parent is None:
-                e = entry(n.VAT_JOBS, match, n.VAT_ROOT, **common)
-            else:
-                e = entry(n.VAT_JOBS, match, n.VAT_NODE, **common,
-                          parent_ip=ip_int(topology.address(node.parent)))
-        result[sw] = [e]
+            e = entry(n.VAT_JOBS, match, n.VAT_NODE, **common,
+                      parent_ip=ip_int(topology.address(node.parent)))
+        result[sw] = [e] + [entry(n.VAT_SETS, {"job_id": job.job_id, "si": si}, n.SET_ABM,
+                                  abm=bits) for si, bits in sets.items()]
+        if node.parent is None:
+            result[sw] += [entry(n.RESULT_SETS, {"job_id": job.job_id, "si": si}, n.RESULT_SET,
+                                 abm=bits) for si, bits in sets.items()]
     for worker in job.workers:
         edge, port = topology.host_attachment(worker)
         result[edge].append(entry(n.JOB_MEMBERS, {"job_id": job.job_id, "ingress_port": port},

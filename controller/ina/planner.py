@@ -11,7 +11,9 @@ be merged where routes meet, so the best plan on that tree puts a VAT node at
 every switch where the routes of two or more children meet (a branching
 switch), and nothing elsewhere: every link then carries one stream, which no
 plan along these routes can beat. Switches without capacity (no free job
-index or slot run) are skipped: their children go to the next node up. The
+index or slot run) are skipped: their children go to the next node up, and so
+are switches whose workers lie in more than one BIER set (only the root may
+span sets: a node's result travels in one packet with one set's P-BM). The
 plan is then checked with the job validator against the real routes between
 each child and its parent; a node whose edges would cross another node is
 dropped and the plan rebuilt. Without a given root, every switch is tried and
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from ina.job import DEFAULT_SLOTS, Job, JobError, JobSpec, validate_job
 from ina.plan import Capacity
 from ina.topology import Topology
+from ina.wire import set_of
 
 LOG = logging.getLogger(__name__)
 
@@ -69,7 +72,8 @@ def _tree_plan(topology: Topology, workers: list[str], root: str,
             below.setdefault(upper, set()).add(lower)
             covers.setdefault(upper, set()).add(w)
     return {sw: sorted(covers[sw]) for sw, children in below.items()
-            if sw != root and len(children) >= 2 and sw in usable and sw not in banned}
+            if sw != root and len(children) >= 2 and sw in usable and sw not in banned
+            and len({set_of(topology.hosts[w].bfr_id) for w in covers[sw]}) == 1}
 
 
 def plan_job(topology: Topology, job_id: int, workers: list[str], op: str = "sum",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from scapy.fields import (
     BitEnumField,
     BitField,
+    ByteField,
     FieldListField,
     FlagsField,
     IntField,
@@ -48,7 +49,8 @@ class INA(Packet):
         ShortField("job_id", 0),
         IntField("seq", 0),
         ShortField("count", 0),
-        ShortField("reserved", 0),
+        ByteField("si", 0),
+        ByteField("reserved", 0),
         BitField("pbm", 0, BITSTRING_BITS),
         FieldListField("values", [0] * ELEMS_PER_PACKET, SignedIntField("v", 0),  # type: ignore[list-item]
                        count_from=lambda pkt: ELEMS_PER_PACKET),

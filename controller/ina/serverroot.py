@@ -3,11 +3,11 @@ server"): it finishes the aggregation and starts the BIER delivery itself.
 
 Its children (switches or workers) send to its address as they would to a root
 switch. When a sequence number's bitmap reaches the A-BM, the server puts the
-result in an RFC 8296 BIER packet with BitString = A-BM and sends it to its edge
-switch, which the controller told to accept BIER from this port for this job
-(job_members, action bier_source); the switches replicate it as usual. A
-retransmission for a complete sequence number gets the result again, by BIER to
-the retransmitter's bits, as on a switch.
+result in RFC 8296 BIER packets, one per BIER set of the A-BM with that set's
+bits as BitString, and sends them to its edge switch, which the controller told
+to accept BIER from this port for this job (job_members, action bier_source);
+the switches replicate them as usual. A retransmission for a complete sequence
+number gets the result again, by BIER to the retransmitter's bits, as on a switch.
 
     inaroot -t topologies/figure1.yaml --job job.yaml --host w5
 """
@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.constants import (
+    BIER_SETS,
     ELEMS_PER_PACKET,
     ETHERTYPE_BIER,
     INA_UDP_PORT,
@@ -38,7 +39,17 @@ from ina.constants import (
 )
 from ina.job import Job, JobError, JobSpec, validate_job
 from ina.topology import Topology, TopologyError
-from ina.wire import Bier, Ethernet, InaHeader, InaPacket, Ipv4, Udp, WireError
+from ina.wire import (
+    Bier,
+    Ethernet,
+    InaHeader,
+    InaPacket,
+    Ipv4,
+    Udp,
+    WireError,
+    join_set,
+    split_sets,
+)
 
 LOG = logging.getLogger(__name__)
 #: Sequence numbers kept after completion, in multiples of the job's window.
@@ -50,7 +61,7 @@ class _Cell:
     seq: int
     count: int
     op: int
-    bitmap: int = 0
+    bitmap: int = 0  # over all BIER sets
     values: npt.NDArray[np.int64] = field(
         default_factory=lambda: np.zeros(ELEMS_PER_PACKET, dtype=np.int64))
     overflow: bool = False
@@ -69,6 +80,7 @@ class ServerRoot:
         self.mac, self.ip = me.mac, me.ip
         self.edge_mac = topology.switches[edge].mac
         self.abm = job.abm
+        self.abm_sets = split_sets(job.abm)
         self.keep = KEEP_WINDOWS * job.slots
         self.cells: dict[int, _Cell] = {}
         self.newest: int | None = None
@@ -82,9 +94,10 @@ class ServerRoot:
             self.stats["refused"] += 1
             return []
         h = pkt.header
+        pbm = join_set(h.si, h.pbm)
         if (h.job_id != self.job.job_id or h.version != INA_VERSION or h.flags & Flag.RESULT
                 or not 1 <= h.count <= ELEMS_PER_PACKET or h.op not in (1, 2, 3)
-                or h.pbm == 0 or h.pbm & ~self.abm):
+                or h.si >= BIER_SETS or h.pbm == 0 or pbm & ~self.abm):
             self.stats["refused"] += 1
             return []
         if self.newest is not None and _older(h.seq, self.newest - self.keep):
@@ -97,21 +110,22 @@ class ServerRoot:
         elif cell.count != h.count or cell.op != h.op:
             self.stats["refused"] += 1
             return []
-        if cell.bitmap & h.pbm:
+        if cell.bitmap & pbm:
             if cell.bitmap != self.abm:
                 self.stats["duplicate"] += 1
                 return []
             self.stats["resent"] += 1
             self.stats["multicast"] += 1
-            return [self._frame(cell, h.pbm)]
-        self._combine(cell, np.asarray(pkt.values, dtype=np.int64), h)
+            return [self._frame(cell, h.si, h.pbm)]
+        self._combine(cell, np.asarray(pkt.values, dtype=np.int64), h, pbm)
         self.stats["absorbed"] += 1
         if cell.bitmap != self.abm:
             return []
         self.stats["multicast"] += 1
-        return [self._frame(cell, self.abm)]
+        return [self._frame(cell, si, bits) for si, bits in self.abm_sets.items()]
 
-    def _combine(self, cell: _Cell, values: npt.NDArray[np.int64], h: InaHeader) -> None:
+    def _combine(self, cell: _Cell, values: npt.NDArray[np.int64], h: InaHeader,
+                 pbm: int) -> None:
         cell.overflow |= bool(h.flags & Flag.OVERFLOW)
         if cell.bitmap == 0:
             cell.values = values
@@ -124,7 +138,7 @@ class ServerRoot:
             cell.values = np.minimum(cell.values, values)
         else:
             cell.values = np.maximum(cell.values, values)
-        cell.bitmap |= h.pbm
+        cell.bitmap |= pbm
 
     def _forget_old(self, seq: int) -> None:
         if self.newest is None or _older(self.newest, seq):
@@ -133,15 +147,16 @@ class ServerRoot:
             self.cells = {s: c for s, c in self.cells.items()
                           if not _older(s, self.newest - self.keep)}
 
-    def _frame(self, cell: _Cell, bitstring: int) -> bytes:
+    def _frame(self, cell: _Cell, si: int, bitstring: int) -> bytes:
+        """The result to ``bitstring`` of set ``si``."""
         flags = Flag.RESULT | (Flag.OVERFLOW if cell.overflow else Flag.NONE)
-        header = InaHeader(job_id=self.job.job_id, seq=cell.seq, pbm=self.abm, count=cell.count,
-                           op=Op(cell.op), flags=flags)
+        header = InaHeader(job_id=self.job.job_id, seq=cell.seq, pbm=self.abm_sets[si],
+                           count=cell.count, op=Op(cell.op), flags=flags, si=si)
         payload = InaPacket(header, tuple(int(v) for v in cell.values)).pack()
         udp = Udp(INA_UDP_PORT, INA_UDP_PORT, 8 + len(payload))
         ip = Ipv4(src=self.ip, dst="0.0.0.0", ttl=IPV4_INITIAL_TTL, total_len=20 + udp.length)
         return (Ethernet(self.edge_mac, self.mac, ETHERTYPE_BIER).pack()
-                + Bier(bitstring=bitstring).pack() + ip.pack() + udp.pack() + payload)
+                + Bier.for_set(si, bitstring).pack() + ip.pack() + udp.pack() + payload)
 
 
 def _older(a: int, b: int) -> bool:

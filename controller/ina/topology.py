@@ -30,8 +30,9 @@ from typing import Any
 
 import yaml
 
-from ina.constants import BITSTRING_BITS, MAX_PORTS
+from ina.constants import MAX_BFR_ID, MAX_PORTS
 from ina.errors import InputError
+from ina.wire import bit_of
 from ina.yamlfile import load_yaml
 
 
@@ -56,6 +57,11 @@ class HostSpec:
     ip: str
     mac: str
     bfr_id: int
+
+    @property
+    def bit(self) -> int:
+        """The host's bit in a bitmap over all BIER sets."""
+        return bit_of(self.bfr_id)
 
 
 @dataclass(frozen=True)
@@ -380,7 +386,7 @@ def _parse_hosts(value: Any, problems: list[str]) -> dict[str, HostSpec]:
             name=name,
             ip=_ipv4(f"{name}.ip", f["ip"], problems),
             mac=_mac(f"{name}.mac", f["mac"], problems),
-            bfr_id=_int(f"{name}.bfr_id", f["bfr_id"], 1, BITSTRING_BITS, problems),
+            bfr_id=_int(f"{name}.bfr_id", f["bfr_id"], 1, MAX_BFR_ID, problems),
         )
     return result
 

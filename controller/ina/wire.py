@@ -1,19 +1,23 @@
 """Wire formats: the INA header and its array, RFC 8296 BIER, and the frames around them.
 
 Bitmaps (P-BM, A-BM, BitString) are Python ints in the BIER encoding of RFC 8279:
-BFR-id ``k`` is bit ``k - 1`` counted from the least significant bit, and the
-bitmap is sent most significant byte first.
+BFR-id ``k`` is bit ``k - 1`` counted from the least significant bit. In the
+control plane a bitmap spans every set (BFR-ids up to MAX_BFR_ID); on the wire a
+packet carries one set: its set identifier (SI, RFC 8279 section 3) and that
+set's BITSTRING_BITS bits, most significant byte first. ``split_sets`` and
+``join_set`` convert.
 
 INA header (12 bytes + the P-BM)::
 
     0               1               2               3
     | ver:4 | op:4  |    flags:8    |           job_id:16           |
     |                             seq:32                            |
-    |            count:16           |          reserved:16          |
+    |            count:16           |     si:8      |  reserved:8   |
     |                   P-BM: BITSTRING_BITS bits                   |
 
 followed by ELEMS_PER_PACKET signed 32-bit big-endian integers, of which the
-first ``count`` are meaningful (the rest are zero on the wire).
+first ``count`` are meaningful (the rest are zero on the wire). ``si`` is the
+BIER set of the P-BM.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from ina.constants import (
     BIER_INITIAL_TTL,
     BIER_NIBBLE,
     BIER_PROTO_IPV4,
+    BIER_SETS,
     BIER_VERSION,
     BITSTRING_BITS,
     ELEMS_PER_PACKET,
@@ -40,13 +45,15 @@ from ina.constants import (
     INA_UDP_PORT,
     INA_VERSION,
     IP_PROTO_UDP,
+    MAX_BFR_ID,
     Flag,
     Op,
 )
 
 BITSTRING_BYTES = BITSTRING_BITS // 8
 ARRAY_BYTES = 4 * ELEMS_PER_PACKET
-_INA_FIXED = struct.Struct("!BBHIHH")
+_INA_FIXED = struct.Struct("!BBHIHBB")
+SET_MASK = (1 << BITSTRING_BITS) - 1
 _ARRAY = struct.Struct(f"!{ELEMS_PER_PACKET}i")
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
@@ -58,9 +65,35 @@ class WireError(ValueError):
 
 def bit_of(bfr_id: int) -> int:
     """The bitmap with only BFR-id ``bfr_id`` set (RFC 8279: id k is bit k-1)."""
-    if not 1 <= bfr_id <= BITSTRING_BITS:
-        raise ValueError(f"BFR-id {bfr_id} outside 1..{BITSTRING_BITS}")
+    if not 1 <= bfr_id <= MAX_BFR_ID:
+        raise ValueError(f"BFR-id {bfr_id} outside 1..{MAX_BFR_ID}")
     return 1 << (bfr_id - 1)
+
+
+def set_of(bfr_id: int) -> int:
+    """The BIER set (SI) of a BFR-id."""
+    return (bfr_id - 1) // BITSTRING_BITS
+
+
+def split_sets(bitmap: int) -> dict[int, int]:
+    """A bitmap over all sets as {SI: that set's BITSTRING_BITS-bit bitmap}, non-empty sets only."""
+    if not 0 <= bitmap < 1 << MAX_BFR_ID:
+        raise ValueError(f"bitmap has bits beyond BFR-id {MAX_BFR_ID}")
+    return {si: part for si in range(BIER_SETS)
+            if (part := bitmap >> (si * BITSTRING_BITS) & SET_MASK)}
+
+
+def join_set(si: int, bits: int) -> int:
+    """A set's bitmap as bits of the bitmap over all sets."""
+    return (bits & SET_MASK) << (si * BITSTRING_BITS)
+
+
+def one_set(bitmap: int) -> tuple[int, int]:
+    """(SI, bits) of a non-empty bitmap that lies within one set; ValueError otherwise."""
+    sets = split_sets(bitmap)
+    if len(sets) != 1:
+        raise ValueError(f"bitmap spans {len(sets)} BIER sets, not one")
+    return next(iter(sets.items()))
 
 
 def bfr_ids_of(bitmap: int) -> list[int]:
@@ -77,11 +110,12 @@ def format_bitmap(bitmap: int, width: int) -> str:
 class InaHeader:
     job_id: int
     seq: int
-    pbm: int
+    pbm: int  # the bits of set ``si``
     count: int
     op: Op | int = Op.SUM
     flags: Flag = Flag.NONE
     version: int = INA_VERSION
+    si: int = 0
 
     def pack(self) -> bytes:
         fixed = _INA_FIXED.pack(
@@ -90,6 +124,7 @@ class InaHeader:
             self.job_id,
             self.seq,
             self.count,
+            self.si,
             0,
         )
         return fixed + self.pbm.to_bytes(BITSTRING_BYTES, "big")
@@ -98,7 +133,7 @@ class InaHeader:
     def unpack(cls, data: bytes) -> InaHeader:
         if len(data) < INA_HEADER_BYTES:
             raise WireError(f"INA header needs {INA_HEADER_BYTES} bytes, got {len(data)}")
-        ver_op, flags, job_id, seq, count, _ = _INA_FIXED.unpack_from(data)
+        ver_op, flags, job_id, seq, count, si, _ = _INA_FIXED.unpack_from(data)
         op_code = ver_op & 0xF
         op = Op(op_code) if op_code in Op._value2member_map_ else op_code
         return cls(
@@ -109,6 +144,7 @@ class InaHeader:
             op=op,  # an unknown op code stays a plain int, for the data plane's checks
             flags=Flag(flags),
             version=ver_op >> 4,
+            si=si,
         )
 
 
@@ -140,13 +176,16 @@ def ina_payload(
     job_id: int, seq: int, pbm: int, values: Sequence[int], op: Op = Op.SUM,
     flags: Flag = Flag.NONE,
 ) -> bytes:
-    """The UDP payload a worker sends for one chunk of at most ELEMS_PER_PACKET values."""
+    """The UDP payload a worker sends for one chunk of at most ELEMS_PER_PACKET values.
+    ``pbm`` is a bitmap over all sets, within one set (a worker's bit)."""
     if not 1 <= len(values) <= ELEMS_PER_PACKET:
         raise ValueError(f"a packet carries 1..{ELEMS_PER_PACKET} values, got {len(values)}")
     for v in values:
         if not INT32_MIN <= v <= INT32_MAX:
             raise ValueError(f"value {v} is not a signed 32-bit integer")
-    header = InaHeader(job_id=job_id, seq=seq, pbm=pbm, count=len(values), op=op, flags=flags)
+    si, bits = one_set(pbm)
+    header = InaHeader(job_id=job_id, seq=seq, pbm=bits, count=len(values), op=op, flags=flags,
+                       si=si)
     return InaPacket(header, tuple(values)).pack()
 
 
@@ -227,7 +266,8 @@ class Udp:
 
 @dataclass
 class Bier:
-    """RFC 8296 header. ``bitstring`` is an int in RFC 8279 bit order."""
+    """RFC 8296 header. ``bitstring`` is an int in RFC 8279 bit order, the bits of
+    set ``si``, which the BIFT-id names (BIER_BIFT_ID + SI)."""
 
     bitstring: int
     ttl: int = BIER_INITIAL_TTL
@@ -243,6 +283,14 @@ class Bier:
     dscp: int = 0
     proto: int = BIER_PROTO_IPV4
     bfir_id: int = 0
+
+    @classmethod
+    def for_set(cls, si: int, bitstring: int) -> Bier:
+        return cls(bitstring=bitstring, bift_id=BIER_BIFT_ID + si)
+
+    @property
+    def si(self) -> int:
+        return self.bift_id - BIER_BIFT_ID
 
     def pack(self) -> bytes:
         word0 = self.bift_id << 12 | self.tc << 9 | self.s << 8 | self.ttl

@@ -16,16 +16,24 @@
 // root, by BIER to the retransmitter's bits. A bit already set in an incomplete
 // cell is a duplicate. Nothing is ever added twice.
 //
+// Bitmaps are kept per (cell, BIER set): a root whose A-BM spans several sets
+// completes a cell when as many sets are full as the job has (slot_sets_done).
+// A set's bitmap belongs to the cell's current round only if its generation tag
+// equals the cell's, so starting a round clears every set at once.
+//
 // Registers hold only what the data plane writes. A cell whose epoch differs
 // from the job entry's is a leftover of a torn-down job and counts as empty.
 control Aggregation(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t std) {
-    register<bitmap_t>(2 * AGG_SLOTS) slot_bitmap;
     register<bit<32>>(2 * AGG_SLOTS) slot_epoch;
     register<bit<32>>(2 * AGG_SLOTS) slot_seq;
+    register<bit<32>>(2 * AGG_SLOTS) slot_gen;
+    register<bit<8>>(2 * AGG_SLOTS) slot_sets_done;
     register<bit<16>>(2 * AGG_SLOTS) slot_count;
     register<bit<4>>(2 * AGG_SLOTS) slot_op;
     register<bit<1>>(2 * AGG_SLOTS) slot_overflow;
+    register<bitmap_t>(2 * AGG_SLOTS * BIER_SETS) set_bitmap;
+    register<bit<32>>(2 * AGG_SLOTS * BIER_SETS) set_gen;
     register<bit<32>>(2 * AGG_SLOTS * ELEMS_PER_PACKET) agg_values;
 
 // Per element i of the array, at agg_values[base + i]:
@@ -53,6 +61,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
 
     apply {
         bool emit = false;
+        bool all_sets = false;  // the result goes to every set (not a resend)
         bit<1> overflow = 0;
         bitmap_t bier_bits = meta.abm;
         if ((meta.abm & hdr.ina.pbm) == 0) {
@@ -71,18 +80,30 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             bit<32> slot = (bit<32>)(meta.slot_base + (hdr.ina.seq[15:0] & meta.slot_mask));
             bit<32> cell = (slot << 1) | (bit<32>)version;
             bit<32> base = cell << ELEMS_LOG2;
-            bitmap_t bitmap;
+            bit<32> set_index = (cell << BIER_SETS_LOG2) | (bit<32>)hdr.ina.si;
             bit<32> epoch;
             bit<32> seq;
+            bit<32> gen;
+            bit<8> done;
             bit<16> count;
             bit<4> op;
-            slot_bitmap.read(bitmap, cell);
+            bitmap_t stored_bitmap;
+            bit<32> stored_gen;
             slot_epoch.read(epoch, cell);
             slot_seq.read(seq, cell);
+            slot_gen.read(gen, cell);
+            slot_sets_done.read(done, cell);
             slot_count.read(count, cell);
             slot_op.read(op, cell);
+            set_bitmap.read(stored_bitmap, set_index);
+            set_gen.read(stored_gen, set_index);
             bool newer = (int<32>)(hdr.ina.seq - seq) > 0;
-            bool fresh = bitmap == 0 || epoch != meta.epoch || newer;
+            bool fresh = epoch != meta.epoch || newer;
+            bitmap_t bitmap = 0;
+            if (!fresh && stored_gen == gen) {
+                bitmap = stored_bitmap;
+            }
+            bool complete = !fresh && done == meta.sets;
             bool absorb = false;
             if (fresh) {
                 absorb = true;
@@ -92,7 +113,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 JOB_DROP(DROP_COUNT_MISMATCH)
             } else if (op != hdr.ina.op) {
                 JOB_DROP(DROP_OP_MISMATCH)
-            } else if ((bitmap & hdr.ina.pbm) != 0 && bitmap != meta.abm) {
+            } else if ((bitmap & hdr.ina.pbm) != 0 && !complete) {
                 JOB_DROP(DROP_DUPLICATE)
             } else if ((bitmap & hdr.ina.pbm) != 0) {
                 // A retransmission for a complete cell: something after it was lost.
@@ -111,7 +132,9 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                     overflow = 1;
                 }
                 if (fresh) {
-                    bitmap = 0;
+                    gen = gen + 1;
+                    done = 0;
+                    slot_gen.write(cell, gen);
                     slot_epoch.write(cell, meta.epoch);
                     slot_seq.write(cell, hdr.ina.seq);
                     slot_count.write(cell, hdr.ina.count);
@@ -135,9 +158,15 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 }
                 slot_overflow.write(cell, overflow);
                 bitmap = bitmap | hdr.ina.pbm;
-                slot_bitmap.write(cell, bitmap);
+                set_bitmap.write(set_index, bitmap);
+                set_gen.write(set_index, gen);
                 if (bitmap == meta.abm) {
+                    done = done + 1;  // this set is full
+                }
+                slot_sets_done.write(cell, done);
+                if (done == meta.sets) {
                     emit = true;  // complete: the cell keeps the aggregate for resends
+                    all_sets = true;
                 } else {
                     meta.consumed = true;
                 }
@@ -158,7 +187,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 hdr.ipv4.dst_addr = 0;  // each edge switch sets its host's address
                 hdr.ipv4.ttl = IPV4_INITIAL_TTL;
                 hdr.bier.setValid();
-                hdr.bier.bift_id = BIER_BIFT_ID;
+                hdr.bier.bift_id = BIER_BIFT_ID + (bit<20>)hdr.ina.si;
                 hdr.bier.tc = 0;
                 hdr.bier.s = 1;
                 hdr.bier.ttl = BIER_INITIAL_TTL;
@@ -173,7 +202,13 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 hdr.bier.bfir_id = 0;
                 hdr.bier.bitstring = bier_bits;
                 hdr.ethernet.ether_type = ETHERTYPE_BIER;
-                std.mcast_grp = BIER_MCAST_GROUP;
+                if (all_sets) {
+                    // One copy per (port, set); bier_egress.p4 writes each set's A-BM.
+                    std.mcast_grp = BIER_RESULT_GROUP;
+                    meta.bier_result = true;
+                } else {
+                    std.mcast_grp = BIER_MCAST_GROUP;  // a resend, to the packet's set
+                }
                 meta.multicast = true;
                 JOB_EVENT(MULTICAST)
             } else {

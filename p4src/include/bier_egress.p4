@@ -1,8 +1,33 @@
 // BIER forwarding, egress half (RFC 8279 6.5 in one pass): each copy's BitString
-// is ANDed with the F-BM of its port. F-BMs of different ports are disjoint, so
-// every BFER gets one copy; copies left empty are pruned. A host port
-// decapsulates and addresses the inner IPv4 packet to its host.
+// is ANDed with the F-BM of its port in the packet's set. F-BMs of different
+// ports are disjoint, so every BFER gets one copy; copies left empty are pruned.
+// A host port decapsulates and addresses the inner IPv4 packet to its host.
+//
+// A root's result arrives as one copy per (port, set), the set as replication
+// id: each copy first gets the job's A-BM in that set as its BitString.
 control BierEgress(inout headers_t hdr, inout metadata_t meta, in standard_metadata_t std) {
+    action result_set(bitmap_t abm) {
+        hdr.bier.bitstring = abm;
+        hdr.bier.bift_id = BIER_BIFT_ID + (bit<20>)meta.bier_si;
+        hdr.ina.si = meta.bier_si;
+        hdr.ina.pbm = abm;
+    }
+
+    // The job has no worker in this copy's set.
+    action no_result_set() {
+        hdr.bier.bitstring = 0;
+    }
+
+    table result_sets {
+        key = {
+            hdr.ina.job_id: exact @name("job_id");
+            meta.bier_si: exact @name("si");
+        }
+        actions = { result_set; @defaultonly no_result_set; }
+        const default_action = no_result_set();
+        size = MAX_JOBS * BIER_SETS;
+    }
+
     action to_bfr(bitmap_t fbm, mac_addr_t smac, mac_addr_t dmac) {
         hdr.bier.bitstring = hdr.bier.bitstring & fbm;
         hdr.ethernet.src_addr = smac;
@@ -18,19 +43,28 @@ control BierEgress(inout headers_t hdr, inout metadata_t meta, in standard_metad
         meta.bier_out = BIER_OUT_DELIVERED;
     }
 
-    // A port with no F-BM must not get an unmasked copy.
+    // A port with no F-BM in this set must not get an unmasked copy.
     action prune() {
         meta.bier_out = BIER_OUT_PRUNED;
     }
 
     table bier_ports {
-        key = { std.egress_port: exact @name("egress_port"); }
+        key = {
+            std.egress_port: exact @name("egress_port");
+            meta.bier_si: exact @name("si");
+        }
         actions = { to_bfr; to_host; @defaultonly prune; }
         const default_action = prune();
-        size = MAX_PORTS;
+        size = MAX_PORTS * BIER_SETS;
     }
 
     apply {
+        if (meta.bier_result) {
+            meta.bier_si = (bit<8>)std.egress_rid;
+            result_sets.apply();
+        } else {
+            meta.bier_si = (bit<8>)(hdr.bier.bift_id - BIER_BIFT_ID);  // ingress checked it
+        }
         bier_ports.apply();
         if (hdr.bier.bitstring == 0) {
             meta.bier_out = BIER_OUT_PRUNED;

@@ -1,5 +1,6 @@
-// BIER forwarding, ingress half: check the header, spend one TTL, and hand the
-// packet to the group of all BIER ports. Egress masks each copy (bier_egress.p4).
+// BIER forwarding, ingress half: check the header (its BIFT-id names one of our
+// sets), spend one TTL, and hand the packet to the group of all BIER ports.
+// Egress masks each copy with the F-BM of its port in the packet's set.
 control BierIngress(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t std) {
     apply {
@@ -7,7 +8,8 @@ control BierIngress(inout headers_t hdr, inout metadata_t meta,
             // Hosts are BFERs behind this switch; only a job's server root injects.
             DROP(DROP_BIER_FROM_HOST)
         } else if (hdr.bier.nibble != BIER_NIBBLE || hdr.bier.version != BIER_VERSION
-                   || hdr.bier.bsl != BIER_BSL_CODE || hdr.bier.bift_id != BIER_BIFT_ID
+                   || hdr.bier.bsl != BIER_BSL_CODE || hdr.bier.bift_id < BIER_BIFT_ID
+                   || hdr.bier.bift_id >= BIER_BIFT_ID + BIER_SETS
                    || hdr.bier.bitstring == 0) {
             DROP(DROP_BIER_MALFORMED)
         } else if (hdr.bier.ttl <= 1) {

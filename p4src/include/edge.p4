@@ -1,10 +1,11 @@
-// Ports that lead to hosts, the bit (BFR-id) of the host on each, and which jobs
+// Ports that lead to hosts, the bit (BFR-id: set and bit) of the host on each, and which jobs
 // each such host takes part in: a host contributes only as itself to a job it is
 // a worker of, and injects BIER only as the server root of a job.
 control Edge(in headers_t hdr, in port_t port, inout metadata_t meta) {
-    action from_host(bitmap_t host_bit) {
+    action from_host(bitmap_t host_bit, bit<8> host_si) {
         meta.from_host = true;
         meta.host_bit = host_bit;
+        meta.host_si = host_si;
     }
 
     action from_switch() {

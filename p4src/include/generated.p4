@@ -14,14 +14,17 @@
 #define BIER_NIBBLE 5
 #define BIER_VERSION 0
 #define BIER_PROTO_IPV4 4
-#define BIER_BIFT_ID 1
+#define BIER_BIFT_ID 1                  // BIFT-id of set 0; set s has BIER_BIFT_ID + s
+#define BIER_SETS 16                    // RFC 8279 set identifiers
+#define BIER_SETS_LOG2 4
 #define BIER_INITIAL_TTL 64
 #define IPV4_INITIAL_TTL 64
 #define AGG_SLOTS 1024                  // aggregation slots per switch
 #define MAX_JOBS 64
 #define IPV4_ROUTES 4096
 #define MAX_PORTS 64
-#define BIER_MCAST_GROUP 1
+#define BIER_MCAST_GROUP 1              // one copy per port
+#define BIER_RESULT_GROUP 2             // one copy per (port, set), rid = set
 #define JOB_STAT_STRIDE 16
 #define JOB_STAT_STRIDE_LOG2 4
 #define SWITCH_STATS 18

@@ -57,7 +57,8 @@ header ina_h {
     bit<16>  job_id;
     bit<32>  seq;
     bit<16>  count;     // meaningful elements; the rest of the array is padding
-    bit<16>  reserved;
+    bit<8>   si;        // BIER set of the P-BM (RFC 8279 SI)
+    bit<8>   reserved;
     bitmap_t pbm;
 }
 
@@ -80,13 +81,15 @@ struct metadata_t {
     // edge.p4
     bool        from_host;
     bitmap_t    host_bit;
+    bit<8>      host_si;
     bit<2>      membership;   // MEMBER_*
     // addresses.p4
     bool        to_me;
     // jobs.p4: the job's entry on this switch
     bit<2>      job_role;
     bit<8>      job_index;
-    bitmap_t    abm;
+    bit<8>      sets;         // BIER sets the node's A-BM spans (1 below the root)
+    bitmap_t    abm;          // the A-BM's bits in the packet's set
     bit<16>     slot_base;
     bit<16>     slot_mask;
     bit<32>     epoch;
@@ -98,7 +101,9 @@ struct metadata_t {
     bit<8>      drop_reason;  // SWITCH_STAT_*
     bool        consumed;     // absorbed into a slot, or refused by a job check
     bool        multicast;    // leaves by BIER replication
+    bool        bier_result;  // a root's result: egress fills in each copy's set
     // egress
+    bit<8>      bier_si;      // the copy's set
     bit<2>      bier_out;
 }
 

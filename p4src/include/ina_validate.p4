@@ -8,11 +8,12 @@ control InaValidate(in headers_t hdr, inout metadata_t meta) {
             DROP(DROP_BAD_COUNT)
         } else if (hdr.ina.op != OP_SUM && hdr.ina.op != OP_MIN && hdr.ina.op != OP_MAX) {
             DROP(DROP_BAD_OP)
-        } else if (hdr.ina.pbm == 0 || (hdr.ina.flags & FLAG_RESULT) != 0) {
+        } else if (hdr.ina.pbm == 0 || hdr.ina.si >= BIER_SETS
+                   || (hdr.ina.flags & FLAG_RESULT) != 0) {
             // Results travel in BIER only; a plain IPv4 "result" is forged.
             DROP(DROP_BAD_PBM)
         } else if (meta.from_host) {
-            if (hdr.ina.pbm != meta.host_bit) {
+            if (hdr.ina.pbm != meta.host_bit || hdr.ina.si != meta.host_si) {
                 DROP(DROP_FORGED_PBM)
             } else if (meta.membership != MEMBER_WORKER) {
                 DROP(DROP_NOT_MEMBER)

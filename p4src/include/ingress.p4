@@ -22,7 +22,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         // The job's entry, looked up once for BIER and IPv4 alike (a table can be
         // applied in one place only); it only sets metadata.
         if (hdr.ina.isValid()) {
-            jobs.apply(hdr.ina.job_id, meta);
+            jobs.apply(hdr.ina.job_id, hdr.ina.si, meta);
         }
         if (std.parser_error != error.NoError) {
             DROP(DROP_PARSER_ERROR)

@@ -1,6 +1,7 @@
 """Differential tests: the same AllReduce through BMv2 and through the reference
 model gives the same results and the same counters, packet for packet and byte
-for byte, on Figure 1 and on the fat-tree k=4."""
+for byte, on Figure 1, on the fat-tree k=4, and on a leaf-spine whose hosts lie
+in four BIER sets."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ CASES = {
                 "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}},
     "fat-tree-4": {"job_id": 12, "op": "max",
                    "workers": ["h0_0_0", "h0_0_1", "h1_1_0", "h2_0_1", "h3_1_1"]},
+    "leaf-spine-2x4-sets": {"job_id": 13, "op": "sum",
+                            "workers": ["h1_1", "h1_2", "h2_1", "h3_2", "h4_1", "h4_2"]},
 }
 SIZE = 64 * 7 + 5
 

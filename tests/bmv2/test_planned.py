@@ -1,4 +1,6 @@
-"""Planned jobs on generated fabrics, on Mininet + BMv2: leaf-spine and fat-tree k=4.
+"""Planned jobs on generated fabrics, on Mininet + BMv2: leaf-spine, fat-tree k=4,
+and the leaf-spine with each leaf in a BIER set of its own (the root spans four
+sets, each leaf aggregates in one).
 
 The controller plans each job (no aggregators in the spec) with the capacity it
 reads from the switches; the workers run with the explicit plan it returns.
@@ -19,6 +21,7 @@ from inatest import ROOT
 CASES = {
     "leaf-spine-2x4": ["h1_1", "h1_2", "h2_1", "h3_2", "h4_1"],
     "fat-tree-4": ["h0_0_0", "h0_1_1", "h1_0_0", "h2_1_0", "h3_1_1", "h3_0_1"],
+    "leaf-spine-2x4-sets": ["h1_1", "h1_2", "h2_2", "h3_1", "h3_2", "h4_1"],
 }
 
 
