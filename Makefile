@@ -24,7 +24,7 @@ help:
 	@echo "make demo      the Figure 1 AllReduce end to end (BMv2 if present, else the model)"
 	@echo "make bench     INA vs parameter server vs ring on Mininet + BMv2 (SIZE=$(SIZE))"
 	@echo "make bench-deploy  deploy time on the k=4 fat-tree, concurrent vs one by one"
-	@echo "make simulate  planned jobs on k=4..8 fat-trees on the reference model"
+	@echo "make simulate  planned jobs on k=4..16 fat-trees on the reference model"
 	@echo "make test      every test tier the machine can run"
 	@echo "make lint      ruff and mypy"
 

@@ -192,6 +192,21 @@ def test_bier_with_a_bift_id_beyond_the_sets_is_malformed(lab: ModelLab) -> None
     assert not lab.net.inbox["h1_1"]
 
 
+def test_bier_ports_give_disjoint_fbms_covering_each_set(topology: Topology) -> None:
+    from ina.plan import TableEntry, base_plan
+
+    everyone = split_sets(sum(h.bit for h in topology.hosts.values()))
+    for sw in topology.switches:
+        union: dict[int, int] = {}
+        for e in base_plan(topology, sw):
+            if isinstance(e, TableEntry) and e.table == n.BIER_PORTS.name:
+                si = e.match_value("si")
+                assert isinstance(si, int)
+                assert union.get(si, 0) & e.param("fbm") == 0, (sw, si)
+                union[si] = union.get(si, 0) | e.param("fbm")
+        assert union == everyone, sw
+
+
 def test_result_sets_are_written_on_the_root_switch_only(topology: Topology) -> None:
     from ina.plan import allocate, job_plan
 
@@ -207,3 +222,20 @@ def test_a_spec_file_over_sets_round_trips(topology: Topology) -> None:
     again = job_from(topology, **job.to_spec())
     assert again.nodes == job.nodes
     assert JobSpec.from_dict(job.to_spec()).aggregators is not None
+
+
+def test_a_job_over_the_k16_fat_tree_uses_four_sets_and_is_exact() -> None:
+    from ina.model import deployed_network
+    from ina.topogen import fat_tree
+
+    topology = Topology.from_dict(fat_tree(16))  # 1024 hosts: BFR-ids 1..1024, sets 0..3
+    workers = [f"h{pod}_{pod % 8}_{pod % 8}" for pod in range(16)]
+    job = plan_job(topology, 7, workers).job
+    assert sorted(split_sets(job.abm)) == [0, 1, 2, 3]
+    net, _ = deployed_network(topology, job)
+    arrays = _arrays(job, 64 * 2 + 1)
+    sessions = allreduce_on_model(net, job, arrays)
+    expected = reduce_arrays(Op.SUM, list(arrays.values()))
+    for w, s in sessions.items():
+        assert np.array_equal(s.outcome().values, expected), w
+    assert sum(len(inbox) for h, inbox in net.inbox.items() if h not in workers) == 0

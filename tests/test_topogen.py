@@ -28,8 +28,9 @@ def test_fat_tree_has_the_textbook_sizes() -> None:
 
 @pytest.mark.parametrize("data", [
     topogen.leaf_spine(2, 4, 2), topogen.leaf_spine(4, 6, 3), topogen.fat_tree(4),
-    topogen.fat_tree(6), topogen.fat_tree(8),
-], ids=["ls-2x4", "ls-4x6", "ft-4", "ft-6", "ft-8"])
+    topogen.fat_tree(6), topogen.fat_tree(8), topogen.fat_tree(16),
+    topogen.leaf_spine(2, 4, 2, hosts_per_set=2),
+], ids=["ls-2x4", "ls-4x6", "ft-4", "ft-6", "ft-8", "ft-16", "ls-2x4-sets"])
 def test_fbms_are_disjoint_and_cover_every_bfer(data: dict) -> None:  # type: ignore[type-arg]
     topo = Topology.from_dict(data)
     everyone = sum(1 << (h.bfr_id - 1) for h in topo.hosts.values())

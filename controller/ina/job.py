@@ -21,6 +21,7 @@ parent's address; a partial result carries ``P-BM = A-BM`` of its sender.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,7 +147,7 @@ def _names(value: Any, what: str, problems: list[str]) -> list[str]:
         problems.append(f"{what} must be a non-empty list of names")
         return []
     names = [str(v) for v in value]
-    dups = sorted({n for n in names if names.count(n) > 1})
+    dups = sorted(n for n, k in Counter(names).items() if k > 1)
     if dups:
         problems.append(f"{what} lists {dups} more than once")
     return list(dict.fromkeys(names))
@@ -167,6 +168,7 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
         problems.append(f"slots {slots!r} is not a power of two in 1..{AGG_SLOTS}")
 
     workers = _names(spec.workers, "workers", problems)
+    worker_set = set(workers)
     for w in workers:
         if w not in topology.hosts:
             problems.append(
@@ -197,11 +199,11 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
                 problems.append(f"aggregator {sw!r} is not a switch of topology {topology.name!r}")
                 continue
             names = _names(covers, f"aggregator {sw}", problems)
-            outside = [w for w in names if w not in workers]
+            outside = [w for w in names if w not in worker_set]
             if outside:
                 problems.append(
                     f"aggregator {sw} covers {outside}, which are not workers of the job")
-            aggregators[sw] = [w for w in names if w in workers]
+            aggregators[sw] = [w for w in names if w in worker_set]
     if problems:
         raise JobError(problems)
 
@@ -229,8 +231,13 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
         return best
 
     parent = {sw: smallest_cover(covers[sw], sw) for sw in covers if sw != root}
-    worker_parent = {w: smallest_cover(frozenset([w]), None) for w in workers}
+    worker_parent: dict[str, str] = {}
+    for sw in sorted(covers, key=lambda s: (len(covers[s]), s)):  # smallest cover first
+        for w in covers[sw]:
+            worker_parent.setdefault(w, sw)
+    worker_parent = {w: worker_parent[w] for w in workers}
     worker_bit = {w: bit_of(topology.hosts[w].bfr_id) for w in workers}
+    order = {w: i for i, w in enumerate(workers)}  # covers are listed in the job's order
     children: dict[str, list[str]] = {sw: [] for sw in covers}
     for child, par in list(parent.items()) + list(worker_parent.items()):
         children[par].append(child)
@@ -238,7 +245,7 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
         sw: VatNode(
             switch=sw,
             abm=_abm(covers[sw], worker_bit),
-            covers=tuple(w for w in workers if w in covers[sw]),
+            covers=tuple(sorted(covers[sw], key=order.__getitem__)),
             parent=parent.get(sw),
             children=tuple(sorted(children[sw])),
         )

@@ -98,6 +98,7 @@ class Topology:
     links: list[Link]
     _ports: dict[str, dict[int, Neighbor]] = field(default_factory=dict, repr=False)
     _next_hop: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+    _attachment: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)
 
     # --- loading -----------------------------------------------------------
 
@@ -226,6 +227,8 @@ class Topology:
         tree never loops, so hop-by-hop forwarding toward a destination is
         consistent across switches: what RFC 8279 needs for disjoint F-BMs.
         """
+        self._attachment = {nb.node: (sw, port) for sw, ports in self._ports.items()
+                            for port, nb in ports.items() if nb.is_host}
         self._next_hop = {s: {} for s in self.switches}
         for dest in sorted(self.switches) + sorted(self.hosts):
             if dest in self.hosts:
@@ -253,11 +256,7 @@ class Topology:
 
     def host_attachment(self, host: str) -> tuple[str, int]:
         """(edge switch, port) of a host."""
-        for link in self.links:
-            for near, far in ((link.a, link.b), (link.b, link.a)):
-                if near.node == host and far.port is not None:
-                    return far.node, far.port
-        raise KeyError(host)
+        return self._attachment[host]
 
     def next_hop(self, switch: str, dest: str) -> int:
         """Port on which ``switch`` forwards toward node ``dest`` (a host or switch)."""
