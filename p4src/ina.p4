@@ -6,7 +6,9 @@
  * packet goes on; otherwise its array is combined into a slot, and when the
  * slot has every bit of the A-BM the aggregate leaves toward the parent with
  * P-BM = A-BM. The root sends the result by BIER (RFC 8279/8296) with
- * BitString = A-BM; edge switches decapsulate it to the workers.
+ * BitString = A-BM, one copy per BIER set the job spans (a packet carries one
+ * set: the INA header's si, the BIER BIFT-id); edge switches decapsulate it
+ * to the workers.
  *
  * Sizes and codes come from include/generated.p4 (python -m ina.p4gen).
  * The controller reaches tables and counters by the names in
