@@ -15,7 +15,7 @@ from ina.topology import Topology
 from inatest import ROOT
 
 TOPOLOGIES = {name: Topology.load(ROOT / "topologies" / f"{name}.yaml")
-              for name in ("figure1", "leaf-spine-2x4", "fat-tree-4")}
+              for name in ("figure1", "leaf-spine-2x4", "leaf-spine-2x4-sets", "fat-tree-4")}
 
 
 @st.composite
