@@ -46,8 +46,18 @@ def why_not_available() -> str | None:
 
 
 def command(argv: Sequence[str]) -> list[str]:
-    """The command line that runs ``argv`` inside a fresh sandbox."""
-    script = 'mount -t tmpfs -o mode=1777 ina-tmp /tmp && ip link set dev lo up && exec "$@"'
+    """The command line that runs ``argv`` inside a fresh sandbox.
+
+    A working directory under /tmp (a checkout there, say) would vanish under the
+    new tmpfs; it is bound back at its path from the shell's own cwd, which still
+    refers to the original directory.
+    """
+    script = (
+        'd=$(pwd -P); mount -t tmpfs -o mode=1777 ina-tmp /tmp'
+        ' && case "$d" in /tmp/*) mkdir -p "$d"'
+        ' && mount --no-canonicalize --bind /proc/self/cwd "$d" && cd "$d";; esac'
+        ' && ip link set dev lo up && exec "$@"'
+    )
     return ["unshare", "--net", "--pid", "--mount", "--fork", "--mount-proc",
             "--propagation", "private", "--", "/bin/sh", "-c", script, "ina-sandbox", *argv]
 
