@@ -10,17 +10,15 @@ import threading
 import numpy as np
 import pytest
 
-from ina.constants import ETHERTYPE_BIER, INA_UDP_PORT, Flag, JobStat, Op, SwitchStat
+from ina.constants import Flag, JobStat, Op, SwitchStat
 from ina.job import Job
 from ina.model import Impairment, ModelTransport, allreduce_on_model, reduce_arrays
 from ina.switchapi import CounterValue
 from ina.wire import (
     Bier,
-    Ethernet,
     InaHeader,
     InaPacket,
-    Ipv4,
-    Udp,
+    bier_frame,
     bit_of,
     ina_frame,
     ina_payload,
@@ -319,11 +317,7 @@ def test_bier_from_a_host_that_is_no_server_root_is_dropped(model_lab: ModelLab)
     _deploy(model_lab, job)
     w6 = model_lab.topology.hosts["w6"]
     payload = ina_payload(1, 0, job.abm, [666], flags=Flag.RESULT)
-    udp = Udp(INA_UDP_PORT, INA_UDP_PORT, 8 + len(payload))
-    frame = (Ethernet("02:00:00:00:00:03", w6.mac, ETHERTYPE_BIER).pack()
-             + Bier(bitstring=job.abm).pack()
-             + Ipv4(src=w6.ip, dst="0.0.0.0", total_len=20 + udp.length).pack()
-             + udp.pack() + payload)
+    frame = bier_frame(w6.mac, "02:00:00:00:00:03", w6.ip, Bier(bitstring=job.abm), payload)
     model_lab.net.send("w6", frame)
     assert _switch_stat(model_lab, "s3", SwitchStat.DROP_BIER_FROM_HOST) == 1
     assert all(not model_lab.net.inbox[w] for w in job.workers)

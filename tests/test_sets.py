@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from ina import p4names as n
-from ina.constants import BIER_SETS, ETHERTYPE_BIER, INA_UDP_PORT, Flag, JobStat, Op, SwitchStat
+from ina.constants import BIER_SETS, Flag, JobStat, Op, SwitchStat
 from ina.job import Job, JobError, JobSpec
 from ina.model import Impairment, allreduce_on_model, reduce_arrays
 from ina.planner import plan_job
@@ -22,11 +22,9 @@ from ina.switchapi import CounterValue
 from ina.topology import Topology
 from ina.wire import (
     Bier,
-    Ethernet,
     InaHeader,
     InaPacket,
-    Ipv4,
-    Udp,
+    bier_frame,
     ina_frame,
     parse_frame,
     set_of,
@@ -181,11 +179,7 @@ def test_bier_with_a_bift_id_beyond_the_sets_is_malformed(lab: ModelLab) -> None
     spine = lab.topology.switches["spine1"]
     leaf = lab.topology.switches["leaf1"]
     payload = InaPacket(InaHeader(5, 0, 1, 1, flags=Flag.RESULT), (7,)).pack()
-    udp = Udp(INA_UDP_PORT, INA_UDP_PORT, 8 + len(payload))
-    frame = (Ethernet(leaf.mac, spine.mac, ETHERTYPE_BIER).pack()
-             + Bier.for_set(BIER_SETS, 1).pack()
-             + Ipv4(src=spine.loopback, dst="0.0.0.0", total_len=20 + udp.length).pack()
-             + udp.pack() + payload)
+    frame = bier_frame(spine.mac, leaf.mac, spine.loopback, Bier.for_set(BIER_SETS, 1), payload)
     port = next(p for p, nb in lab.topology.ports("leaf1").items() if nb.node == "spine1")
     lab.net.inject("leaf1", port, frame)
     assert _stat(lab, "leaf1", SwitchStat.DROP_BIER_MALFORMED) == 1

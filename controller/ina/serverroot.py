@@ -30,10 +30,8 @@ import numpy.typing as npt
 from ina.constants import (
     BIER_SETS,
     ELEMS_PER_PACKET,
-    ETHERTYPE_BIER,
     INA_UDP_PORT,
     INA_VERSION,
-    IPV4_INITIAL_TTL,
     Flag,
     Op,
 )
@@ -41,12 +39,10 @@ from ina.job import Job, JobError, JobSpec, validate_job
 from ina.topology import Topology, TopologyError
 from ina.wire import (
     Bier,
-    Ethernet,
     InaHeader,
     InaPacket,
-    Ipv4,
-    Udp,
     WireError,
+    bier_frame,
     join_set,
     split_sets,
 )
@@ -153,10 +149,7 @@ class ServerRoot:
         header = InaHeader(job_id=self.job.job_id, seq=cell.seq, pbm=self.abm_sets[si],
                            count=cell.count, op=Op(cell.op), flags=flags, si=si)
         payload = InaPacket(header, tuple(int(v) for v in cell.values)).pack()
-        udp = Udp(INA_UDP_PORT, INA_UDP_PORT, 8 + len(payload))
-        ip = Ipv4(src=self.ip, dst="0.0.0.0", ttl=IPV4_INITIAL_TTL, total_len=20 + udp.length)
-        return (Ethernet(self.edge_mac, self.mac, ETHERTYPE_BIER).pack()
-                + Bier.for_set(si, bitstring).pack() + ip.pack() + udp.pack() + payload)
+        return bier_frame(self.mac, self.edge_mac, self.ip, Bier.for_set(si, bitstring), payload)
 
 
 def _older(a: int, b: int) -> bool:

@@ -45,6 +45,7 @@ from ina.constants import (
     INA_UDP_PORT,
     INA_VERSION,
     IP_PROTO_UDP,
+    IPV4_INITIAL_TTL,
     MAX_BFR_ID,
     Flag,
     Op,
@@ -430,3 +431,12 @@ def ina_frame(
     src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, payload: bytes,
 ) -> bytes:
     return udp_frame(src_mac, dst_mac, src_ip, dst_ip, INA_UDP_PORT, INA_UDP_PORT, payload)
+
+
+def bier_frame(src_mac: str, dst_mac: str, src_ip: str, bier: Bier, payload: bytes) -> bytes:
+    """An INA payload in BIER, as a root sends it: the inner IPv4 packet has no
+    destination yet (each edge switch writes its host's)."""
+    udp = Udp(INA_UDP_PORT, INA_UDP_PORT, 8 + len(payload))
+    ip = Ipv4(src=src_ip, dst="0.0.0.0", ttl=IPV4_INITIAL_TTL, total_len=20 + udp.length)
+    return (Ethernet(dst_mac, src_mac, ETHERTYPE_BIER).pack() + bier.pack() + ip.pack()
+            + udp.pack() + payload)
