@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ina.topology import Topology
-from ina.wire import bit_of
 
 
 @dataclass(frozen=True)
@@ -43,5 +42,5 @@ def port_fbms(topology: Topology, switch: str) -> dict[int, int]:
     result: dict[int, int] = {}
     for host in topology.hosts.values():
         port = topology.next_hop(switch, host.name)
-        result[port] = result.get(port, 0) | bit_of(host.bfr_id)
+        result[port] = result.get(port, 0) | host.bit
     return dict(sorted(result.items()))

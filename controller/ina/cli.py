@@ -198,9 +198,11 @@ def _check(topology: Topology, path: Path, output: Path | None = None) -> int:
     print(f"  aggregation phase: {stream_cost(job, topology)} link crossings per packet round"
           f" (all workers straight to the root: {stream_cost(root_only(job, topology), topology)})")
 
+    text = _bitmap_text(topology)
+
     def show(sw: str, depth: int) -> None:
         node = job.nodes[sw]
-        print(f"{'  ' * depth}{sw} A-BM {_bitmap_text(topology, node.abm)} "
+        print(f"{'  ' * depth}{sw} A-BM {text(node.abm)} "
               f"({', '.join(node.covers)})" + (" root" if node.is_root else ""))
         for child in node.children:
             if child in job.nodes:
@@ -215,23 +217,29 @@ def _check(topology: Topology, path: Path, output: Path | None = None) -> int:
     return 0
 
 
-def _bitmap_text(topology: Topology, bitmap: int) -> str:
-    """The draft's notation (BFR-id 1 leftmost), as wide as the topology's hosts need;
-    with hosts in several BIER sets, one such string per set: ``SI0:1100 SI1:0010``."""
-    sets = split_sets(sum(h.bit for h in topology.hosts.values()))
-    width = {si: bits.bit_length() for si, bits in sets.items()}
-    mine = split_sets(bitmap)
-    if list(sets) == [0]:
-        return format_bitmap(bitmap, width[0])
-    return " ".join(f"SI{si}:{format_bitmap(mine.get(si, 0), width[si])}" for si in sets)
+def _bitmap_text(topology: Topology) -> Callable[[int], str]:
+    """A bitmap in the draft's notation (BFR-id 1 leftmost), as wide as the topology's
+    hosts need; with hosts in several BIER sets, one such string per set:
+    ``SI0:1100 SI1:0010``."""
+    width = {si: bits.bit_length()
+             for si, bits in split_sets(sum(h.bit for h in topology.hosts.values())).items()}
+    if list(width) == [0]:
+        return lambda bitmap: format_bitmap(bitmap, width[0])
+
+    def per_set(bitmap: int) -> str:
+        mine = split_sets(bitmap)
+        return " ".join(f"SI{si}:{format_bitmap(mine.get(si, 0), w)}" for si, w in width.items())
+
+    return per_set
 
 
 def _bift(topology: Topology) -> int:
+    text = _bitmap_text(topology)
     for sw in sorted(topology.switches):
         print(f"{sw}:")
         for row in bift(topology, sw):
             print(f"  bfr-id {row.bfr_id:3d} -> port {row.port} ({row.neighbor}) "
-                  f"F-BM {_bitmap_text(topology, row.fbm)}")
+                  f"F-BM {text(row.fbm)}")
     return 0
 
 

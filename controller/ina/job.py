@@ -31,7 +31,7 @@ import yaml
 from ina.constants import AGG_SLOTS, Op
 from ina.errors import InputError
 from ina.topology import Topology
-from ina.wire import bit_of, split_sets
+from ina.wire import split_sets
 from ina.yamlfile import load_yaml
 
 DEFAULT_SLOTS = 16
@@ -236,7 +236,7 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
         for w in covers[sw]:
             worker_parent.setdefault(w, sw)
     worker_parent = {w: worker_parent[w] for w in workers}
-    worker_bit = {w: bit_of(topology.hosts[w].bfr_id) for w in workers}
+    worker_bit = {w: topology.hosts[w].bit for w in workers}
     order = {w: i for i, w in enumerate(workers)}  # covers are listed in the job's order
     children: dict[str, list[str]] = {sw: [] for sw in covers}
     for child, par in list(parent.items()) + list(worker_parent.items()):
