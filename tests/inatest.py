@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from ina.constants import SwitchStat
 from ina.controller import Controller
 from ina.job import Job, JobSpec, validate_job
 from ina.model import ModelNetwork
-from ina.switchapi import MemorySwitch
+from ina.switchapi import CounterValue, MemorySwitch
 from ina.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,3 +50,14 @@ def make_model_lab(topology: Topology) -> ModelLab:
     ctl = Controller(topology, stores)
     asyncio.run(ctl.init())
     return ModelLab(topology, stores, ctl, ModelNetwork(topology, stores))
+
+
+def int_arrays(job: Job, size: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """A random int32 array per worker, small enough that no SUM overflows."""
+    rng = np.random.default_rng(seed)
+    return {w: rng.integers(-(2**20), 2**20, size, dtype=np.int32) for w in job.workers}
+
+
+def switch_stat(lab: ModelLab, switch: str, stat: SwitchStat) -> int:
+    """Packets a switch-wide counter of the model lab has counted."""
+    return asyncio.run(lab.ctl.status())[switch].switch_stats.get(stat, CounterValue()).packets

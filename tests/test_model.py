@@ -13,7 +13,6 @@ import pytest
 from ina.constants import Flag, JobStat, Op, SwitchStat
 from ina.job import Job
 from ina.model import Impairment, ModelTransport, allreduce_on_model, reduce_arrays
-from ina.switchapi import CounterValue
 from ina.wire import (
     Bier,
     InaHeader,
@@ -25,12 +24,7 @@ from ina.wire import (
 )
 from ina.worker import AllreduceError, AllreduceResult, AllreduceSession, Worker, WorkerConfig
 
-from inatest import ModelLab, figure1_job
-
-
-def _arrays(job: Job, size: int, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {w: rng.integers(-(2**20), 2**20, size, dtype=np.int32) for w in job.workers}
+from inatest import ModelLab, figure1_job, int_arrays, switch_stat
 
 
 def _allreduce(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -44,10 +38,6 @@ def _job_stats(lab: ModelLab, job_id: int) -> dict[str, dict[JobStat, int]]:
             for sw, s in status.items() if job_id in s.job_stats}
 
 
-def _switch_stat(lab: ModelLab, switch: str, stat: SwitchStat) -> int:
-    return asyncio.run(lab.ctl.status())[switch].switch_stats.get(stat, CounterValue()).packets
-
-
 def _deploy(lab: ModelLab, job: Job) -> None:
     asyncio.run(lab.ctl.deploy(job))
 
@@ -56,7 +46,7 @@ def _deploy(lab: ModelLab, job: Job) -> None:
 def test_figure1_result_is_exact_at_every_worker(model_lab: ModelLab, op: str) -> None:
     job = figure1_job(model_lab.topology, op=op)
     _deploy(model_lab, job)
-    arrays = _arrays(job, 200)
+    arrays = int_arrays(job, 200)
     results = _allreduce(model_lab, job, arrays)
     expected = reduce_arrays(job.op, list(arrays.values()))
     for w in job.workers:
@@ -66,7 +56,7 @@ def test_figure1_result_is_exact_at_every_worker(model_lab: ModelLab, op: str) -
 def test_hosts_outside_the_job_receive_nothing(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
     _deploy(model_lab, job)
-    _allreduce(model_lab, job, _arrays(job, 100))
+    _allreduce(model_lab, job, int_arrays(job, 100))
     assert {h: len(model_lab.net.inbox[h]) for h in ("w5", "w6", "w7", "w8")} == {
         "w5": 0, "w6": 0, "w7": 0, "w8": 0}
 
@@ -74,7 +64,7 @@ def test_hosts_outside_the_job_receive_nothing(model_lab: ModelLab) -> None:
 def test_counters_show_the_drafts_walkthrough(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
     _deploy(model_lab, job)
-    _allreduce(model_lab, job, _arrays(job, 64 * 3))  # three packets per worker
+    _allreduce(model_lab, job, int_arrays(job, 64 * 3))  # three packets per worker
     stats = _job_stats(model_lab, job.job_id)
     assert stats["s1"][JobStat.ABSORBED] == 6 and stats["s1"][JobStat.EMITTED] == 3
     assert stats["s7"][JobStat.ABSORBED] == 6 and stats["s7"][JobStat.EMITTED] == 3
@@ -91,7 +81,7 @@ def _second_job(lab: ModelLab) -> Job:
 
 
 def _assert_exact(lab: ModelLab, job: Job) -> None:
-    arrays = _arrays(job, 130, seed=3)
+    arrays = int_arrays(job, 130, seed=3)
     expected = reduce_arrays(job.op, list(arrays.values()))
     for w, result in _allreduce(lab, job, arrays).items():
         assert np.array_equal(result, expected), w
@@ -128,7 +118,7 @@ def _from_switch(lab: ModelLab, switch: str, port: int, dst: str, payload: bytes
 
 def test_unknown_job_addressed_to_a_switch_is_dropped_and_counted(model_lab: ModelLab) -> None:
     _from_switch(model_lab, "s6", 1, "10.0.100.6", ina_payload(99, 0, bit_of(1), [1]))
-    assert _switch_stat(model_lab, "s6", SwitchStat.DROP_UNKNOWN_JOB) == 1
+    assert switch_stat(model_lab, "s6", SwitchStat.DROP_UNKNOWN_JOB) == 1
 
 
 def test_foreign_pbm_is_dropped_at_the_vat_node(model_lab: ModelLab) -> None:
@@ -141,13 +131,13 @@ def test_foreign_pbm_is_dropped_at_the_vat_node(model_lab: ModelLab) -> None:
 def test_a_host_outside_the_job_is_stopped_at_its_edge(model_lab: ModelLab) -> None:
     _deploy(model_lab, figure1_job(model_lab.topology))
     _send(model_lab, "w5", "10.0.100.6", ina_payload(1, 0, bit_of(5), [7]))
-    assert _switch_stat(model_lab, "s3", SwitchStat.DROP_NOT_MEMBER) == 1
+    assert switch_stat(model_lab, "s3", SwitchStat.DROP_NOT_MEMBER) == 1
 
 
 def test_forged_pbm_from_a_host_is_dropped_at_its_edge(model_lab: ModelLab) -> None:
     _deploy(model_lab, figure1_job(model_lab.topology))
     _send(model_lab, "w5", "10.0.100.6", ina_payload(1, 0, bit_of(1), [7]))
-    assert _switch_stat(model_lab, "s3", SwitchStat.DROP_FORGED_PBM) == 1
+    assert switch_stat(model_lab, "s3", SwitchStat.DROP_FORGED_PBM) == 1
 
 
 def test_bad_packets_change_no_result(model_lab: ModelLab) -> None:
@@ -159,13 +149,13 @@ def test_bad_packets_change_no_result(model_lab: ModelLab) -> None:
     _send(model_lab, "w1", "10.0.100.1", no_values)
     _send(model_lab, "w5", "10.0.100.6", ina_payload(1, 0, bit_of(5), [10**6]))
     _send(model_lab, "w6", "10.0.100.6", ina_payload(1, 0, bit_of(1), [10**6]))
-    arrays = _arrays(job, 64)
+    arrays = int_arrays(job, 64)
     results = _allreduce(model_lab, job, arrays)
     assert np.array_equal(results["w3"], reduce_arrays(Op.SUM, list(arrays.values())))
-    assert _switch_stat(model_lab, "s1", SwitchStat.DROP_PARSER_ERROR) == 1
-    assert _switch_stat(model_lab, "s1", SwitchStat.DROP_BAD_COUNT) == 1
-    assert _switch_stat(model_lab, "s3", SwitchStat.DROP_NOT_MEMBER) == 1
-    assert _switch_stat(model_lab, "s3", SwitchStat.DROP_FORGED_PBM) == 1
+    assert switch_stat(model_lab, "s1", SwitchStat.DROP_PARSER_ERROR) == 1
+    assert switch_stat(model_lab, "s1", SwitchStat.DROP_BAD_COUNT) == 1
+    assert switch_stat(model_lab, "s3", SwitchStat.DROP_NOT_MEMBER) == 1
+    assert switch_stat(model_lab, "s3", SwitchStat.DROP_FORGED_PBM) == 1
 
 
 def test_a_contribution_with_another_element_count_is_refused(model_lab: ModelLab) -> None:
@@ -201,7 +191,7 @@ def test_slot_state_left_by_a_torn_down_job_is_ignored(model_lab: ModelLab) -> N
     _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 0, bit_of(1), [10**6]))  # never completes
     asyncio.run(model_lab.ctl.teardown(1))
     _deploy(model_lab, job)
-    arrays = _arrays(job, 64)
+    arrays = int_arrays(job, 64)
     results = _allreduce(model_lab, job, arrays)
     assert np.array_equal(results["w1"], reduce_arrays(Op.SUM, list(arrays.values())))
 
@@ -209,7 +199,7 @@ def test_slot_state_left_by_a_torn_down_job_is_ignored(model_lab: ModelLab) -> N
 def test_a_missing_worker_stalls_with_an_error(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
     _deploy(model_lab, job)
-    arrays = _arrays(job, 10)
+    arrays = int_arrays(job, 10)
     sessions = {w: AllreduceSession(WorkerConfig.for_job(job, model_lab.topology, w), arrays[w])
                 for w in ("w1", "w2", "w3")}
     with pytest.raises(AllreduceError, match="stalled"):
@@ -231,7 +221,7 @@ def test_allreduce_is_exact_over_impaired_links(model_lab: ModelLab,
     job = figure1_job(model_lab.topology, slots=8)
     _deploy(model_lab, job)
     lab = _lossy_lab(model_lab, **impairment)
-    arrays = _arrays(job, 64 * 60)
+    arrays = int_arrays(job, 64 * 60)
     results = _allreduce(lab, job, arrays)
     expected = reduce_arrays(Op.SUM, list(arrays.values()))
     for w in job.workers:
@@ -302,7 +292,7 @@ def test_a_server_root_finishes_the_aggregation_and_starts_bier(model_lab: Model
     job = figure1_job(model_lab.topology, root="w5", slots=8)
     _deploy(model_lab, job)
     model_lab.net.impairment = Impairment(seed=3, loss=0.03)
-    arrays = _arrays(job, 64 * 30)
+    arrays = int_arrays(job, 64 * 30)
     root = ServerRoot(job, model_lab.topology)
     sessions = allreduce_on_model(model_lab.net, job, arrays, servers={"w5": root})
     expected = reduce_arrays(Op.SUM, list(arrays.values()))
@@ -319,5 +309,5 @@ def test_bier_from_a_host_that_is_no_server_root_is_dropped(model_lab: ModelLab)
     payload = ina_payload(1, 0, job.abm, [666], flags=Flag.RESULT)
     frame = bier_frame(w6.mac, "02:00:00:00:00:03", w6.ip, Bier(bitstring=job.abm), payload)
     model_lab.net.send("w6", frame)
-    assert _switch_stat(model_lab, "s3", SwitchStat.DROP_BIER_FROM_HOST) == 1
+    assert switch_stat(model_lab, "s3", SwitchStat.DROP_BIER_FROM_HOST) == 1
     assert all(not model_lab.net.inbox[w] for w in job.workers)

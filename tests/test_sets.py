@@ -18,7 +18,6 @@ from ina.constants import BIER_SETS, Flag, JobStat, Op, SwitchStat
 from ina.job import Job, JobError, JobSpec
 from ina.model import Impairment, allreduce_on_model, reduce_arrays
 from ina.planner import plan_job
-from ina.switchapi import CounterValue
 from ina.topology import Topology
 from ina.wire import (
     Bier,
@@ -31,7 +30,7 @@ from ina.wire import (
     split_sets,
 )
 
-from inatest import ROOT, ModelLab, job_from, make_model_lab
+from inatest import ROOT, ModelLab, int_arrays, job_from, make_model_lab, switch_stat
 
 WORKERS = ["h1_1", "h1_2", "h2_1", "h3_2", "h4_1", "h4_2"]
 
@@ -50,22 +49,13 @@ def _planned(topology: Topology, **kw: object) -> Job:
     return plan_job(topology, 5, list(kw.pop("workers", WORKERS)), **kw).job  # type: ignore[arg-type]
 
 
-def _arrays(job: Job, size: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(5)
-    return {w: rng.integers(-(2**20), 2**20, size, dtype=np.int32) for w in job.workers}
-
-
 def _run(lab: ModelLab, job: Job, size: int) -> None:
     asyncio.run(lab.ctl.deploy(job))
-    arrays = _arrays(job, size)
+    arrays = int_arrays(job, size, seed=5)
     sessions = allreduce_on_model(lab.net, job, arrays)
     expected = reduce_arrays(job.op, list(arrays.values()))
     for w, s in sessions.items():
         assert np.array_equal(s.outcome().values, expected), w
-
-
-def _stat(lab: ModelLab, switch: str, stat: SwitchStat) -> int:
-    return asyncio.run(lab.ctl.status())[switch].switch_stats.get(stat, CounterValue()).packets
 
 
 def test_the_root_spans_every_set_and_each_aggregator_one(topology: Topology) -> None:
@@ -109,7 +99,7 @@ def test_the_root_sends_one_result_per_set_in_one_pass(lab: ModelLab) -> None:
     stats = asyncio.run(lab.ctl.status())[job.root].job_stats[5]
     assert stats[JobStat.MULTICAST].packets == 3  # one pass per chunk
     # ... and one BIER copy per chunk to each of the four leaves (one per set).
-    assert _stat(lab, job.root, SwitchStat.BIER_COPY_SENT) == 3 * 4
+    assert switch_stat(lab, job.root, SwitchStat.BIER_COPY_SENT) == 3 * 4
 
 
 def test_a_job_over_sets_is_exact_over_impaired_links(lab: ModelLab) -> None:
@@ -124,7 +114,7 @@ def test_a_server_root_sends_one_bier_packet_per_set(lab: ModelLab) -> None:
     workers = [w for w in WORKERS if w != "h4_2"]
     job = _planned(lab.topology, workers=workers, root="h4_2")
     asyncio.run(lab.ctl.deploy(job))
-    arrays = _arrays(job, 64 * 4)
+    arrays = int_arrays(job, 64 * 4, seed=5)
     root = ServerRoot(job, lab.topology)
     sent: list[Bier] = []
     accept = root.accept
@@ -164,7 +154,7 @@ def test_a_host_claiming_another_set_is_dropped_as_forged(lab: ModelLab) -> None
     payload = InaPacket(InaHeader(5, 0, 1, 1, si=0), (7,)).pack()  # h1_1's bit
     lab.net.send("h2_1", ina_frame(h.mac, lab.topology.switches["leaf2"].mac, h.ip,
                                    job.target_of("h2_1", lab.topology), payload))
-    assert _stat(lab, "leaf2", SwitchStat.DROP_FORGED_PBM) == 1
+    assert switch_stat(lab, "leaf2", SwitchStat.DROP_FORGED_PBM) == 1
 
 
 def test_a_set_beyond_the_program_is_a_bad_pbm(lab: ModelLab) -> None:
@@ -172,7 +162,7 @@ def test_a_set_beyond_the_program_is_a_bad_pbm(lab: ModelLab) -> None:
     payload = InaPacket(InaHeader(5, 0, 1, 1, si=BIER_SETS), (7,)).pack()
     lab.net.send("h1_1", ina_frame(h.mac, lab.topology.switches["leaf1"].mac, h.ip,
                                    lab.topology.switches["spine1"].loopback, payload))
-    assert _stat(lab, "leaf1", SwitchStat.DROP_BAD_PBM) == 1
+    assert switch_stat(lab, "leaf1", SwitchStat.DROP_BAD_PBM) == 1
 
 
 def test_bier_with_a_bift_id_beyond_the_sets_is_malformed(lab: ModelLab) -> None:
@@ -182,7 +172,7 @@ def test_bier_with_a_bift_id_beyond_the_sets_is_malformed(lab: ModelLab) -> None
     frame = bier_frame(spine.mac, leaf.mac, spine.loopback, Bier.for_set(BIER_SETS, 1), payload)
     port = next(p for p, nb in lab.topology.ports("leaf1").items() if nb.node == "spine1")
     lab.net.inject("leaf1", port, frame)
-    assert _stat(lab, "leaf1", SwitchStat.DROP_BIER_MALFORMED) == 1
+    assert switch_stat(lab, "leaf1", SwitchStat.DROP_BIER_MALFORMED) == 1
     assert not lab.net.inbox["h1_1"]
 
 
@@ -227,7 +217,7 @@ def test_a_job_over_the_k16_fat_tree_uses_four_sets_and_is_exact() -> None:
     job = plan_job(topology, 7, workers).job
     assert sorted(split_sets(job.abm)) == [0, 1, 2, 3]
     net, _ = deployed_network(topology, job)
-    arrays = _arrays(job, 64 * 2 + 1)
+    arrays = int_arrays(job, 64 * 2 + 1, seed=5)
     sessions = allreduce_on_model(net, job, arrays)
     expected = reduce_arrays(Op.SUM, list(arrays.values()))
     for w, s in sessions.items():
