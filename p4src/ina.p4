@@ -1,7 +1,8 @@
 /*
  * In-network aggregation (draft-song-ina-00) for BMv2 simple_switch (v1model).
  *
- * Workers send int32 arrays in INA packets (IPv4/UDP) to their parent VAT node.
+ * Workers send int32 arrays in INA packets (IPv4/UDP) to their parent VAT node;
+ * a packet's values are held and combined as wide lanes (lanes.p4, lane_math.p4).
  * A switch holding a VAT node of the packet's job tests A-BM & P-BM: zero, the
  * packet goes on; otherwise its array is combined into a slot, and when the
  * slot has every bit of the A-BM the aggregate leaves toward the parent with
@@ -10,7 +11,8 @@
  * set: the INA header's si, the BIER BIFT-id); edge switches decapsulate it
  * to the workers.
  *
- * Sizes and codes come from include/generated.p4 (python -m ina.p4gen).
+ * Sizes and codes come from include/generated.p4, the per-lane code from
+ * include/lanes.p4 (both written by python -m ina.p4gen).
  * The controller reaches tables and counters by the names in
  * controller/ina/p4names.py, which a test checks against the P4Info.
  */
@@ -19,6 +21,8 @@
 
 #include "include/generated.p4"
 #include "include/defs.p4"
+#include "include/lane_math.p4"
+#include "include/lanes.p4"
 #include "include/headers.p4"
 #include "include/parser.p4"
 #include "include/verify_checksum.p4"

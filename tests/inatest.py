@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ina.constants import SwitchStat
 from ina.controller import Controller
 from ina.job import Job, JobSpec, validate_job
-from ina.model import ModelNetwork
+from ina.model import ModelNetwork, ModelTransport
 from ina.switchapi import CounterValue, MemorySwitch
 from ina.topology import Topology
+from ina.worker import Worker, WorkerConfig
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
 FIGURE1 = ROOT / "topologies" / "figure1.yaml"
 FIGURE1_JOB = ROOT / "jobs" / "figure1-sum.yaml"
@@ -61,3 +65,31 @@ def int_arrays(job: Job, size: int, seed: int = 0) -> dict[str, np.ndarray]:
 def switch_stat(lab: ModelLab, switch: str, stat: SwitchStat) -> int:
     """Packets a switch-wide counter of the model lab has counted."""
     return asyncio.run(lab.ctl.status())[switch].switch_stats.get(stat, CounterValue()).packets
+
+
+def model_workers(lab: ModelLab, job: Job, timeout: float = 5.0) -> dict[str, Worker]:
+    """A real Worker per worker of the job, on the model network."""
+    workers = {}
+    for w in job.workers:
+        config = WorkerConfig.for_job(job, lab.topology, w)
+        workers[w] = Worker(config, ModelTransport(lab.net, w, config.target), timeout=timeout)
+    return workers
+
+
+def in_threads(calls: dict[str, Callable[[], T]]) -> dict[str, T | Exception]:
+    """Run each call in a thread of its own (as workers on their hosts); what each
+    returned or raised."""
+    outcomes: dict[str, T | Exception] = {}
+
+    def run(name: str) -> None:
+        try:
+            outcomes[name] = calls[name]()
+        except Exception as exc:  # noqa: BLE001 (returned to the test)
+            outcomes[name] = exc
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return outcomes

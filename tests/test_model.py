@@ -5,14 +5,14 @@ pin the data plane's semantics without BMv2; tests/bmv2 checks BMv2 agrees.
 """
 
 import asyncio
-import threading
 
 import numpy as np
 import pytest
 
+from ina.constants import ELEMS_PER_PACKET as P
 from ina.constants import Flag, JobStat, Op, SwitchStat
 from ina.job import Job
-from ina.model import Impairment, ModelTransport, allreduce_on_model, reduce_arrays
+from ina.model import Impairment, allreduce_on_model, reduce_arrays
 from ina.wire import (
     Bier,
     InaHeader,
@@ -22,9 +22,9 @@ from ina.wire import (
     ina_frame,
     ina_payload,
 )
-from ina.worker import AllreduceError, AllreduceResult, AllreduceSession, Worker, WorkerConfig
+from ina.worker import AllreduceError, AllreduceResult, AllreduceSession, WorkerConfig
 
-from inatest import ModelLab, figure1_job, int_arrays, switch_stat
+from inatest import ModelLab, figure1_job, in_threads, int_arrays, model_workers, switch_stat
 
 
 def _allreduce(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -64,14 +64,31 @@ def test_hosts_outside_the_job_receive_nothing(model_lab: ModelLab) -> None:
 def test_counters_show_the_drafts_walkthrough(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
     _deploy(model_lab, job)
-    _allreduce(model_lab, job, int_arrays(job, 64 * 3))  # three packets per worker
+    _allreduce(model_lab, job, int_arrays(job, P * 3))  # three packets per worker
     stats = _job_stats(model_lab, job.job_id)
-    assert stats["s1"][JobStat.ABSORBED] == 6 and stats["s1"][JobStat.EMITTED] == 3
-    assert stats["s7"][JobStat.ABSORBED] == 6 and stats["s7"][JobStat.EMITTED] == 3
-    assert stats["s7"][JobStat.PASSED] == 3  # s1's partial results, on their way to s6
-    assert stats["s6"][JobStat.ABSORBED] == 6 and stats["s6"][JobStat.MULTICAST] == 3
-    assert stats["s5"][JobStat.TRANSIT] == 9 and stats["s2"][JobStat.TRANSIT] == 6
-    assert stats["s1"][JobStat.DELIVERED] == 6 and stats["s2"][JobStat.DELIVERED] == 6
+    rounds = 1 + 3  # the call's descriptor, then the array
+    assert stats["s1"][JobStat.ABSORBED] == 2 * rounds
+    assert stats["s1"][JobStat.EMITTED] == rounds
+    assert stats["s7"][JobStat.ABSORBED] == 2 * rounds
+    assert stats["s7"][JobStat.EMITTED] == rounds
+    # s1's partial results on their way to s6, and the four SYNCs to s6 and back.
+    assert stats["s7"][JobStat.PASSED] == rounds + 4 * 2
+    assert stats["s6"][JobStat.ABSORBED] == 2 * rounds
+    assert stats["s6"][JobStat.MULTICAST] == rounds
+    assert stats["s6"][JobStat.SYNCED] == 4
+    assert stats["s5"][JobStat.TRANSIT] == 3 * rounds + 4 * 2
+    assert stats["s2"][JobStat.TRANSIT] == 2 * rounds + 2 * 2
+    assert stats["s1"][JobStat.DELIVERED] == 2 * rounds
+    assert stats["s2"][JobStat.DELIVERED] == 2 * rounds
+
+
+def test_results_are_copied_only_toward_the_jobs_workers(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    _allreduce(model_lab, job, int_arrays(job, P * 3))
+    pruned = {sw: switch_stat(model_lab, sw, SwitchStat.BIER_COPY_PRUNED)
+              for sw in model_lab.topology.switches}
+    assert pruned == {sw: 0 for sw in model_lab.topology.switches}
 
 
 def _second_job(lab: ModelLab) -> Job:
@@ -149,7 +166,7 @@ def test_bad_packets_change_no_result(model_lab: ModelLab) -> None:
     _send(model_lab, "w1", "10.0.100.1", no_values)
     _send(model_lab, "w5", "10.0.100.6", ina_payload(1, 0, bit_of(5), [10**6]))
     _send(model_lab, "w6", "10.0.100.6", ina_payload(1, 0, bit_of(1), [10**6]))
-    arrays = int_arrays(job, 64)
+    arrays = int_arrays(job, P)
     results = _allreduce(model_lab, job, arrays)
     assert np.array_equal(results["w3"], reduce_arrays(Op.SUM, list(arrays.values())))
     assert switch_stat(model_lab, "s1", SwitchStat.DROP_PARSER_ERROR) == 1
@@ -191,7 +208,7 @@ def test_slot_state_left_by_a_torn_down_job_is_ignored(model_lab: ModelLab) -> N
     _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 0, bit_of(1), [10**6]))  # never completes
     asyncio.run(model_lab.ctl.teardown(1))
     _deploy(model_lab, job)
-    arrays = int_arrays(job, 64)
+    arrays = int_arrays(job, P)
     results = _allreduce(model_lab, job, arrays)
     assert np.array_equal(results["w1"], reduce_arrays(Op.SUM, list(arrays.values())))
 
@@ -221,7 +238,7 @@ def test_allreduce_is_exact_over_impaired_links(model_lab: ModelLab,
     job = figure1_job(model_lab.topology, slots=8)
     _deploy(model_lab, job)
     lab = _lossy_lab(model_lab, **impairment)
-    arrays = int_arrays(job, 64 * 60)
+    arrays = int_arrays(job, P * 60)
     results = _allreduce(lab, job, arrays)
     expected = reduce_arrays(Op.SUM, list(arrays.values()))
     for w in job.workers:
@@ -255,18 +272,12 @@ def test_a_late_duplicate_of_an_old_round_is_stale(model_lab: ModelLab) -> None:
 def _threaded_workers(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray],
                       op: Op) -> dict[str, AllreduceResult]:
     """Each worker runs the real Worker in a thread over the model network."""
-    results: dict[str, AllreduceResult] = {}
-
-    def run(w: str) -> None:
-        config = WorkerConfig.for_job(job, lab.topology, w)
-        transport = ModelTransport(lab.net, w, config.target)
-        results[w] = Worker(config, transport, timeout=5).allreduce(arrays[w], op)
-
-    threads = [threading.Thread(target=run, args=(w,)) for w in job.workers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    workers = model_workers(lab, job)
+    outcomes = in_threads({w: lambda w=w: workers[w].allreduce(arrays[w], op) for w in workers})
+    results = {}
+    for w, outcome in outcomes.items():
+        assert isinstance(outcome, AllreduceResult), outcome
+        results[w] = outcome
     return results
 
 
@@ -292,7 +303,7 @@ def test_a_server_root_finishes_the_aggregation_and_starts_bier(model_lab: Model
     job = figure1_job(model_lab.topology, root="w5", slots=8)
     _deploy(model_lab, job)
     model_lab.net.impairment = Impairment(seed=3, loss=0.03)
-    arrays = int_arrays(job, 64 * 30)
+    arrays = int_arrays(job, P * 30)
     root = ServerRoot(job, model_lab.topology)
     sessions = allreduce_on_model(model_lab.net, job, arrays, servers={"w5": root})
     expected = reduce_arrays(Op.SUM, list(arrays.values()))

@@ -3,7 +3,7 @@
 import pytest
 
 from ina import p4names as n
-from ina.constants import AGG_SLOTS, BIER_MCAST_GROUP, BIER_RESULT_GROUP
+from ina.constants import AGG_SLOTS, BIER_MCAST_GROUP
 from ina.plan import CapacityError, Lpm, McastGroup, allocate, base_plan, job_plan, job_switches
 from ina.topology import Topology
 from ina.wire import ip_int
@@ -24,8 +24,7 @@ def test_base_plan_routes_every_other_address(figure1: Topology) -> None:
 def test_base_plan_multicasts_to_every_port_with_an_fbm(figure1: Topology) -> None:
     groups = [e for e in base_plan(figure1, "s6") if isinstance(e, McastGroup)]
     one_set = ((1, 0), (2, 0), (3, 0))  # Figure 1's hosts all lie in set 0
-    assert groups == [McastGroup(BIER_MCAST_GROUP, one_set),
-                      McastGroup(BIER_RESULT_GROUP, one_set)]
+    assert groups == [McastGroup(BIER_MCAST_GROUP, one_set)]
 
 
 def test_job_touches_vat_nodes_and_the_switches_its_packets_cross(figure1: Topology) -> None:

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from ina import quantize as qz
+from ina.constants import ELEMS_PER_PACKET as P
 from ina.constants import Op
 
 
@@ -27,9 +28,9 @@ def _reduce_quantized(xs: list[np.ndarray], op: Op) -> tuple[np.ndarray, np.ndar
 def test_result_is_within_the_bound_of_the_exact_reduction(op: Op, workers: int) -> None:
     rng = np.random.default_rng(workers)
     # Blocks of very different magnitudes, negatives, zeros.
-    scales = np.repeat(10.0 ** rng.integers(-30, 30, 20), 64)
-    xs = [(rng.standard_normal(20 * 64) * scales).astype(np.float32) for _ in range(workers)]
-    xs[0][:64] = 0.0
+    scales = np.repeat(10.0 ** rng.integers(-30, 30, 20), P)
+    xs = [(rng.standard_normal(20 * P) * scales).astype(np.float32) for _ in range(workers)]
+    xs[0][:P] = 0.0
     result, bound = _reduce_quantized(xs, op)
     stacked = np.stack(xs).astype(np.float64)
     exact = {Op.SUM: stacked.sum(0), Op.MIN: stacked.min(0), Op.MAX: stacked.max(0)}[op]
@@ -37,7 +38,7 @@ def test_result_is_within_the_bound_of_the_exact_reduction(op: Op, workers: int)
 
 
 def test_the_bound_is_relative_to_the_blocks_magnitude() -> None:
-    x = np.full(64, 1.5, dtype=np.float32)
+    x = np.full(P, 1.5, dtype=np.float32)
     _, bound = _reduce_quantized([x, x, x, x], Op.SUM)
     # E = 1, headroom 2: s = 27, so four roundings of 2**-28 each, plus float32 rounding.
     assert bound[0] == pytest.approx(4 * 2.0**-28 + 6.0 * 2.0**-24)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from ina import p4names as n
-from ina.constants import BIER_SETS, Flag, JobStat, Op, SwitchStat
+from ina.constants import BIER_SETS, ETHERTYPE_BIER, Flag, JobStat, Op, SwitchStat
+from ina.constants import ELEMS_PER_PACKET as P
 from ina.job import Job, JobError, JobSpec
 from ina.model import Impairment, allreduce_on_model, reduce_arrays
 from ina.planner import plan_job
@@ -67,7 +68,7 @@ def test_the_root_spans_every_set_and_each_aggregator_one(topology: Topology) ->
 
 
 def test_a_job_over_four_sets_is_exact_at_every_worker(lab: ModelLab) -> None:
-    _run(lab, _planned(lab.topology), 64 * 12 + 5)
+    _run(lab, _planned(lab.topology), P * 12 + 5)
 
 
 def test_hosts_outside_the_job_receive_nothing_in_any_set(lab: ModelLab) -> None:
@@ -95,17 +96,25 @@ def test_each_worker_gets_its_result_in_its_own_set(lab: ModelLab) -> None:
 
 def test_the_root_sends_one_result_per_set_in_one_pass(lab: ModelLab) -> None:
     job = _planned(lab.topology)
-    _run(lab, job, 64 * 3)
+    _run(lab, job, P * 3)
     stats = asyncio.run(lab.ctl.status())[job.root].job_stats[5]
-    assert stats[JobStat.MULTICAST].packets == 3  # one pass per chunk
-    # ... and one BIER copy per chunk to each of the four leaves (one per set).
-    assert switch_stat(lab, job.root, SwitchStat.BIER_COPY_SENT) == 3 * 4
+    rounds = 1 + 3  # the call's descriptor, then the array
+    assert stats[JobStat.MULTICAST].packets == rounds  # one pass per round
+    # ... and one BIER copy per round to each of the four leaves (one per set).
+    assert switch_stat(lab, job.root, SwitchStat.BIER_COPY_SENT) == rounds * 4
+
+
+def test_no_copy_is_made_for_a_set_or_port_without_the_jobs_workers(lab: ModelLab) -> None:
+    job = _planned(lab.topology, workers=["h1_1", "h2_1", "h2_2"])  # two sets of four
+    _run(lab, job, P * 3)
+    pruned = {sw: switch_stat(lab, sw, SwitchStat.BIER_COPY_PRUNED) for sw in lab.topology.switches}
+    assert pruned == {sw: 0 for sw in lab.topology.switches}
 
 
 def test_a_job_over_sets_is_exact_over_impaired_links(lab: ModelLab) -> None:
     job = _planned(lab.topology, slots=8)
     lab.net.impairment = Impairment(seed=11, loss=0.03, duplicate=0.03, reorder=0.05)
-    _run(lab, job, 64 * 40)
+    _run(lab, job, P * 40)
 
 
 def test_a_server_root_sends_one_bier_packet_per_set(lab: ModelLab) -> None:
@@ -114,14 +123,15 @@ def test_a_server_root_sends_one_bier_packet_per_set(lab: ModelLab) -> None:
     workers = [w for w in WORKERS if w != "h4_2"]
     job = _planned(lab.topology, workers=workers, root="h4_2")
     asyncio.run(lab.ctl.deploy(job))
-    arrays = int_arrays(job, 64 * 4, seed=5)
+    arrays = int_arrays(job, P * 4, seed=5)
     root = ServerRoot(job, lab.topology)
     sent: list[Bier] = []
     accept = root.accept
 
-    def accept_and_record(payload: bytes) -> list[bytes]:
-        frames = accept(payload)
-        sent.extend(Bier.unpack(f[14:]) for f in frames)
+    def accept_and_record(payload: bytes, src_ip: str | None = None) -> list[bytes]:
+        frames = accept(payload, src_ip)
+        sent.extend(Bier.unpack(f[14:]) for f in frames
+                    if int.from_bytes(f[12:14], "big") == ETHERTYPE_BIER)  # not SYNC answers
         return frames
 
     root.accept = accept_and_record  # type: ignore[method-assign]
@@ -129,8 +139,8 @@ def test_a_server_root_sends_one_bier_packet_per_set(lab: ModelLab) -> None:
     expected = reduce_arrays(Op.SUM, list(arrays.values()))
     for w, s in sessions.items():
         assert np.array_equal(s.outcome().values, expected), w
-    assert root.stats["multicast"] == 4  # four chunks ...
-    assert sorted(b.si for b in sent) == sorted([0, 1, 2, 3] * 4)  # ... each to four sets
+    assert root.stats["multicast"] == 1 + 4  # the call's descriptor and four chunks ...
+    assert sorted(b.si for b in sent) == sorted([0, 1, 2, 3] * 5)  # ... each to four sets
 
 
 def test_an_aggregator_spanning_two_sets_is_refused(topology: Topology) -> None:
@@ -217,7 +227,7 @@ def test_a_job_over_the_k16_fat_tree_uses_four_sets_and_is_exact() -> None:
     job = plan_job(topology, 7, workers).job
     assert sorted(split_sets(job.abm)) == [0, 1, 2, 3]
     net, _ = deployed_network(topology, job)
-    arrays = int_arrays(job, 64 * 2 + 1, seed=5)
+    arrays = int_arrays(job, P * 2 + 1, seed=5)
     sessions = allreduce_on_model(net, job, arrays)
     expected = reduce_arrays(Op.SUM, list(arrays.values()))
     for w, s in sessions.items():

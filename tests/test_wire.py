@@ -106,3 +106,15 @@ def test_a_contribution_spanning_two_sets_cannot_be_encoded() -> None:
 def test_bier_bift_id_names_the_set() -> None:
     header = Bier.for_set(2, 0b1)
     assert header.bift_id == BIER_BIFT_ID + 2 and Bier.unpack(header.pack()).si == 2
+
+
+def test_a_sync_is_an_ina_header_alone_in_scapy_and_in_the_parser() -> None:
+    from ina.wire import ina_frame
+
+    payload = InaHeader(job_id=3, seq=0, pbm=1, count=77, flags=Flag.SYNC).pack()
+    frame = parse_frame(ina_frame("00:00:00:00:00:01", "02:00:00:00:00:01", "10.0.0.1",
+                                  "10.0.100.6", payload))
+    assert frame.error is None and frame.lanes is None and frame.ina is not None
+    dissected = INA(payload)
+    assert dissected.count == 77 and dissected.flags == Flag.SYNC
+    assert raw(dissected) == payload

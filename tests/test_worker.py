@@ -4,10 +4,12 @@ import numpy as np
 import pytest
 
 from ina.constants import ELEMS_PER_PACKET, Flag, Op
+from ina.constants import ELEMS_PER_PACKET as P
 from ina.wire import InaHeader, InaPacket, bit_of
-from ina.worker import AllreduceSession, AllreduceTimeout, Worker, WorkerConfig
+from ina.worker import AllreduceSession, AllreduceTimeout, RtoEstimator, Worker, WorkerConfig
 
-CONFIG = WorkerConfig(job_id=4, op=Op.SUM, pbm=bit_of(2), target="10.0.100.1", window=2)
+CONFIG = WorkerConfig(job_id=4, op=Op.SUM, pbm=bit_of(2), target="10.0.100.1", window=2,
+                      root="10.0.100.6")
 
 
 def _result(seq: int, values: list[int], flags: Flag = Flag.RESULT, job_id: int = 4) -> bytes:
@@ -19,7 +21,7 @@ def test_array_is_cut_into_packets_of_elems_per_packet() -> None:
     session = AllreduceSession(CONFIG, np.arange(ELEMS_PER_PACKET + 3), seq_base=10)
     packets = [InaPacket.unpack(p) for p in session.packets_to_send()]
     assert [(p.header.seq, p.header.count) for p in packets] == [(10, ELEMS_PER_PACKET), (11, 3)]
-    assert packets[1].meaningful == (64, 65, 66) and packets[0].header.pbm == bit_of(2)
+    assert packets[1].meaningful == (P, P + 1, P + 2) and packets[0].header.pbm == bit_of(2)
 
 
 def test_window_limits_packets_in_flight() -> None:
@@ -61,54 +63,121 @@ def test_values_outside_int32_are_refused() -> None:
 
 class _SilentTransport:
     def __init__(self) -> None:
-        self.sent: list[bytes] = []
+        self.sent: list[tuple[bytes, str | None]] = []
 
-    def send(self, payload: bytes) -> None:
-        self.sent.append(payload)
+    def send(self, payload: bytes, dst: str | None = None) -> None:
+        self.sent.append((payload, dst))
 
     def recv(self, timeout: float) -> bytes | None:
         return None
 
 
-def test_worker_without_results_times_out_with_a_clear_error() -> None:
+def test_a_worker_whose_root_does_not_answer_times_out_saying_so() -> None:
     transport = _SilentTransport()
     worker = Worker(CONFIG, transport, timeout=0.05)
-    with pytest.raises(AllreduceTimeout, match="no result within 0.05s for 1 of 1 packets"):
+    with pytest.raises(AllreduceTimeout, match="no answer from the job's root"):
         worker.allreduce([1, 2, 3])
-    assert len(transport.sent) == 1
+    header = InaHeader.unpack(transport.sent[0][0])
+    assert header.flags == Flag.SYNC and transport.sent[0][1] == CONFIG.root
 
 
-def test_sequence_numbers_continue_across_calls() -> None:
-    class Echo(_SilentTransport):
-        """Answers each packet with a result carrying the same values."""
-
-        def recv(self, timeout: float) -> bytes | None:
-            if not self.sent:
-                return None
-            pkt = InaPacket.unpack(self.sent.pop())
-            return _result(pkt.header.seq, list(pkt.meaningful))
-
-    worker = Worker(CONFIG, Echo(), timeout=1)
-    assert worker.allreduce([1]).values.tolist() == [1]
-    worker.allreduce([2])
-    assert worker.next_seq == 2
+def test_bad_input_is_refused_before_anything_is_sent() -> None:
+    transport = _SilentTransport()
+    with pytest.raises(ValueError, match="signed 32 bits"):
+        Worker(CONFIG, transport).allreduce(np.array([2**40]))
+    assert transport.sent == []
 
 
 def test_a_chunk_without_result_is_sent_again_with_backoff() -> None:
-    session = AllreduceSession(CONFIG, np.array([1]), rto=0.5)
+    session = AllreduceSession(CONFIG, np.array([1]), rto=0.25)
     first = session.packets_to_send(now=0.0)
-    assert session.packets_to_send(now=0.4) == []
-    assert session.packets_to_send(now=0.5) == first
-    assert session.next_timer() == 1.5  # the second retry waits twice as long
-    assert session.packets_to_send(now=1.5) == first
+    assert session.packets_to_send(now=0.2) == []
+    assert session.packets_to_send(now=0.25) == first
+    assert session.next_timer() == 0.75  # the second retry waits twice as long
+    assert session.packets_to_send(now=0.75) == first
     assert session.retransmissions == 2
 
 
-def test_the_window_slides_only_past_results() -> None:
-    # Window 2: chunk 2 waits for chunk 0's result, even when chunk 1's is in.
-    session = AllreduceSession(CONFIG, np.zeros(4 * ELEMS_PER_PACKET, dtype=np.int32))
-    assert len(session.packets_to_send()) == 2
-    session.accept(_result(1, [0] * ELEMS_PER_PACKET))
-    assert session.packets_to_send() == []
-    session.accept(_result(0, [0] * ELEMS_PER_PACKET))
-    assert [InaPacket.unpack(p).header.seq for p in session.packets_to_send()] == [2, 3]
+def test_backoff_never_waits_longer_than_the_rto_cap() -> None:
+    session = AllreduceSession(CONFIG, np.array([1]), rto=RtoEstimator(initial=0.5, cap=0.6))
+    now = 0.0
+    for i in range(5):
+        session.packets_to_send(now)
+        timer = session.next_timer()
+        assert timer is not None and timer - now == pytest.approx(min(0.5 * 2**i, 0.6))
+        now = timer
+
+
+def test_the_rto_follows_measured_round_trips_within_its_bounds() -> None:
+    rto = RtoEstimator(initial=0.2, floor=0.005, cap=1.0)
+    for _ in range(20):
+        rto.sample(0.001)
+    assert rto.rto == 0.005  # the floor
+    for _ in range(40):
+        rto.sample(0.3)  # the network got 300 times slower: followed within 40 results
+    assert 0.3 <= rto.rto <= 1.0
+
+
+def test_one_slow_round_trip_does_not_inflate_the_rto() -> None:
+    # A result can wait for another worker's loss recovery: an outlier, clipped.
+    rto = RtoEstimator(initial=0.2, floor=0.005, cap=1.0)
+    for _ in range(20):
+        rto.sample(0.04)
+    rto.sample(0.9)
+    assert rto.rto < 0.15  # unclipped, the RTO would be at its cap, 1 s
+
+
+def test_timeouts_double_the_rto_until_a_result_arrives() -> None:
+    rto = RtoEstimator(initial=0.1, floor=0.005, cap=1.0)
+    rto.timed_out(now=0.0)
+    assert rto.rto == 0.2
+    rto.timed_out(now=0.05)  # within one RTO of the last: the same burst of timeouts
+    assert rto.rto == 0.2
+    rto.timed_out(now=0.3)
+    assert rto.rto == 0.4
+    rto.progress()
+    assert rto.rto == 0.1
+
+
+def test_round_trips_are_measured_from_packets_sent_once() -> None:
+    session = AllreduceSession(CONFIG, np.zeros(2 * ELEMS_PER_PACKET, dtype=np.int32), rto=0.2)
+    session.packets_to_send(now=0.0)
+    session.packets_to_send(now=0.2)  # both sent again: neither gives a sample (Karn)
+    session.accept(_result(0, [0] * ELEMS_PER_PACKET), now=0.21)
+    assert session.rto.samples == 0
+
+
+def test_a_missing_result_is_resent_at_once_when_later_results_arrive() -> None:
+    config = WorkerConfig(4, Op.SUM, bit_of(2), "10.0.100.1", window=8, root="10.0.100.6")
+    session = AllreduceSession(config, np.zeros(16 * ELEMS_PER_PACKET, dtype=np.int32),
+                               rto=1.0)
+    first = session.packets_to_send(now=0.0)
+    for seq in (1, 2):
+        session.accept(_result(seq, [0] * ELEMS_PER_PACKET), now=0.01)
+    assert session.packets_to_send(now=0.01) == []  # two later results: not yet
+    session.accept(_result(3, [0] * ELEMS_PER_PACKET), now=0.01)
+    assert session.next_timer() == 0.0
+    assert session.packets_to_send(now=0.01) == [first[0]]
+    assert session.early_retransmissions == 1
+
+
+def test_a_result_of_a_resent_chunk_does_not_count_as_overtaking() -> None:
+    # It may answer the first send, sent before the others: ambiguous (Karn).
+    session = AllreduceSession(CONFIG, np.zeros(2 * ELEMS_PER_PACKET, dtype=np.int32),
+                               rto=0.1)
+    session.packets_to_send(now=0.0)
+    session.packets_to_send(now=0.1)  # chunk 0 timed out and was sent again
+    for _ in range(3):
+        session.accept(_result(0, [0] * ELEMS_PER_PACKET), now=0.11)
+    assert session.lost == []
+
+
+def test_a_stalled_window_probes_its_oldest_chunk_before_the_rto() -> None:
+    # Window 2, both sent, chunk 1 answered: nothing more can be sent, so no later
+    # result can reveal chunk 0's loss. It is sent again after two round trips.
+    session = AllreduceSession(CONFIG, np.zeros(4 * ELEMS_PER_PACKET, dtype=np.int32),
+                               rto=RtoEstimator(initial=1.0, floor=0.005))
+    first = session.packets_to_send(now=0.0)
+    session.accept(_result(1, [0] * ELEMS_PER_PACKET), now=0.02)  # a 20 ms round trip
+    assert session.next_timer() == pytest.approx(0.06)
+    assert session.packets_to_send(now=0.06) == [first[0]]

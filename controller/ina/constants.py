@@ -16,14 +16,22 @@ BITSTRING_BITS = 256
 #: RFC 8296 BSL code for BITSTRING_BITS (1=64, 2=128, 3=256, ..., 7=4096).
 BIER_BSL_CODE = {64: 1, 128: 2, 256: 3, 512: 4, 1024: 5, 2048: 6, 4096: 7}[BITSTRING_BITS]
 #: int32 elements carried by every INA packet (unused tail elements are zero).
-ELEMS_PER_PACKET = 64
+ELEMS_PER_PACKET = 256
+#: Bits of one lane: the data plane holds and combines a packet's values as lanes of
+#: this many bits (p4c's widest ``bit<W>``), 32-bit elements side by side (SWAR).
+LANE_BITS = 2048
+#: int32 elements per lane.
+ELEMS_PER_LANE = LANE_BITS // 32
+#: Lanes per packet.
+LANES = ELEMS_PER_PACKET // ELEMS_PER_LANE
 
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_BIER = 0xAB37  # RFC 8296 over Ethernet
 IP_PROTO_UDP = 17
 #: UDP destination port that marks an INA packet (and on which workers listen).
 INA_UDP_PORT = 0x4941  # 18753, "IA"
-INA_VERSION = 1
+#: 2: values travel and are combined as LANES lanes of LANE_BITS bits.
+INA_VERSION = 2
 
 BIER_NIBBLE = 0b0101  # RFC 8296: first nibble after the BIFT-id/TC/S/TTL word
 BIER_VERSION = 0
@@ -55,12 +63,21 @@ class Flag(enum.IntFlag):
     #: A 32-bit SUM wrapped around in at least one element of this packet's
     #: aggregate; the values are not exact.
     OVERFLOW = 0x02
+    #: The start of a call: a worker asks the job's root where the call's sequence
+    #: numbers begin (``seq`` of the reply). VAT nodes pass it on, never absorb it.
+    SYNC = 0x04
+    #: The root's answer to a SYNC (with SYNC set too), back to the worker by IPv4.
+    REPLY = 0x08
+    #: With SYNC: a worker gave up on its call; ``seq`` is the highest sequence
+    #: number it sent. The root starts the next call past it (nothing answers).
+    ABORT = 0x10
 
 
 # --- Data-plane sizes -----------------------------------------------------------
 
 #: Aggregation slots per switch. Each has two copies (cells) of ELEMS_PER_PACKET
-#: int32 values, used by alternate rounds of sequence numbers (see aggregation.p4).
+#: int32 values (LANES lanes), used by alternate rounds of sequence numbers (see
+#: aggregation.p4).
 AGG_SLOTS = 1024
 #: Jobs a switch can hold state for (VAT nodes and per-job transit counters).
 MAX_JOBS = 64
@@ -71,9 +88,10 @@ MAX_PORTS = 64
 #: Multicast group that reaches every BIER-capable port of a switch (one copy per
 #: port; the packet's set is in its BIFT-id).
 BIER_MCAST_GROUP = 1
-#: Multicast group with one copy per (port, set) that has BFERs, the set as the
-#: replication id: a root's result leaves for every set of its job in one pass.
-BIER_RESULT_GROUP = 2
+#: Multicast group of a job on a switch: JOB_GROUP_BASE + its job index. Its
+#: replicas are the ports (and, for a root spanning BIER sets, the (port, set)
+#: pairs) that lead to the job's workers, so no copy is made only to be pruned.
+JOB_GROUP_BASE = 0x100
 #: Counter slots reserved per job in the job_stats counter (a power of two).
 JOB_STAT_STRIDE = 16
 
@@ -94,6 +112,8 @@ class JobStat(enum.IntEnum):
     DROP_STALE = 10  # a sequence number older than the slot copy's (late duplicate)
     DROP_COUNT_MISMATCH = 11  # element count differs from the slot's
     DROP_OP_MISMATCH = 12  # op differs from the slot's
+    SYNCED = 13  # root: a worker's SYNC answered (a call starts)
+    ABORTED = 14  # root: a worker gave up on its call (the next call starts past it)
 
 
 class SwitchStat(enum.IntEnum):
@@ -105,7 +125,7 @@ class SwitchStat(enum.IntEnum):
     DROP_BAD_OP = 3  # op not SUM, MIN or MAX
     DROP_BAD_PBM = 4  # P-BM empty, set >= BIER_SETS, or RESULT flag on aggregation
     DROP_UNKNOWN_JOB = 5  # INA packet addressed to this switch, no VAT node of its job here
-    DROP_FORGED_PBM = 6  # from a host port, P-BM is not exactly that host's bit
+    DROP_FORGED_PBM = 6  # from a host port, P-BM not exactly its bit, or a REPLY not from a root
     DROP_NOT_MEMBER = 7  # from a host port, for a job that host is no worker of
     DROP_NO_ROUTE = 8
     DROP_TTL = 9
@@ -120,11 +140,15 @@ class SwitchStat(enum.IntEnum):
 
 
 SWITCH_STATS = len(SwitchStat)
+#: "No event" in the data plane's per-packet event fields (never a counter index).
+JOB_STAT_NONE = 0xFF
+SWITCH_STAT_NONE = 0xFF
 assert len(JobStat) <= JOB_STAT_STRIDE
 assert JOB_STAT_STRIDE & (JOB_STAT_STRIDE - 1) == 0
 assert AGG_SLOTS & (AGG_SLOTS - 1) == 0
 assert BIER_SETS & (BIER_SETS - 1) == 0 and BIER_SETS <= 256
 assert ELEMS_PER_PACKET & (ELEMS_PER_PACKET - 1) == 0
+assert ELEMS_PER_PACKET % ELEMS_PER_LANE == 0, "a packet holds whole lanes"
 
 #: Highest BFR-id a host can have.
 MAX_BFR_ID = BITSTRING_BITS * BIER_SETS

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ina import p4names as n
-from ina.constants import JOB_STAT_STRIDE, JobStat, SwitchStat
+from ina.constants import JOB_GROUP_BASE, JOB_STAT_STRIDE, JobStat, SwitchStat
 from ina.job import DEFAULT_SLOTS, Job, JobError, JobSpec
 from ina.plan import (
     Allocation,
@@ -27,6 +27,8 @@ from ina.plan import (
     allocate,
     base_plan,
     capacity,
+    job_group_id,
+    job_groups,
     job_plan,
 )
 from ina.planner import resolve
@@ -66,6 +68,7 @@ class Deployment:
     allocations: dict[str, Allocation]
     epoch: int
     entries: dict[str, list[TableEntry]]
+    groups: dict[str, McastGroup]  # the job's BIER group on each switch of its delivery tree
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,8 @@ class Controller:
                 for e in await client.read_table(spec.name):
                     current[_key(e)] = e
             for g in await client.read_groups():
-                current[_key(g)] = g
+                if g.group_id < JOB_GROUP_BASE:  # jobs' groups are not base state
+                    current[_key(g)] = g
             stale = [e for k, e in current.items() if desired.get(k) != e]
             missing = [e for k, e in desired.items() if current.get(k) != e]
             await client.delete(stale)
@@ -211,6 +215,11 @@ class Controller:
         alloc = allocate(job, self.topology, existing)
         epoch = epoch if epoch is not None else secrets.randbits(32) | 1
         plan = job_plan(job, self.topology, alloc, epoch)
+        groups = job_groups(job, self.topology, alloc)
+        # The group first: by the time the job's entries send BIER to it, it exists.
+        writes: dict[str, list[Entity]] = {
+            sw: ([groups[sw]] if sw in groups else []) + list(entries)
+            for sw, entries in plan.items()}
 
         async def write(sw: str, client: SwitchClient) -> None:
             # A job index may have served a torn-down job: start its counters at zero.
@@ -218,25 +227,30 @@ class Controller:
                           (alloc[sw].job_index + 1) * JOB_STAT_STRIDE)
             for counter in n.JOB_STAT_COUNTERS:
                 await client.reset_counter(counter, cells)
-            await client.insert(plan[sw])
+            await client.insert(writes[sw])
 
-        results = await self._each(write, list(plan))
+        results = await self._each(write, list(writes))
         failures = {sw: r for sw, r in results.items() if isinstance(r, BaseException)}
         if failures:
-            rollback = await self._each(lambda sw, c: self._remove_exact(c, plan[sw]), list(plan))
+            rollback = await self._each(lambda sw, c: self._remove_exact(c, writes[sw]),
+                                        list(writes))
             rollback_failures = {sw: r for sw, r in rollback.items()
                                  if isinstance(r, BaseException)}
             raise DeployError(job.job_id, failures, rollback_failures)
         LOG.info("job %d deployed on %s", job.job_id, ", ".join(plan))
-        return Deployment(job, alloc, epoch, plan)
+        return Deployment(job, alloc, epoch, plan, groups)
 
     @staticmethod
-    async def _remove_exact(client: SwitchClient, entries: Sequence[TableEntry]) -> None:
-        """Delete those of ``entries`` the switch holds exactly as given (not another
-        writer's entry that happens to share a key)."""
-        tables = {e.table for e in entries}
-        held = {e for t in tables for e in await client.read_table(t)}
-        await client.delete([e for e in entries if e in held])
+    async def _remove_exact(client: SwitchClient, entities: Sequence[Entity]) -> None:
+        """Delete those of ``entities`` the switch holds exactly as given (not another
+        writer's entry or group that happens to share a key)."""
+        tables = {e.table for e in entities if isinstance(e, TableEntry)}
+        held: set[Entity] = {e for t in tables for e in await client.read_table(t)}
+        if any(isinstance(e, McastGroup) for e in entities):
+            held.update(await client.read_groups())
+        # Entries before groups: nothing may point at a group that is gone.
+        await client.delete(sorted((e for e in entities if e in held),
+                                   key=lambda e: isinstance(e, McastGroup)))
 
     async def _check_initialised(self) -> None:
         async def check(sw: str, client: SwitchClient) -> bool:
@@ -251,11 +265,16 @@ class Controller:
     async def teardown(self, job_id: int) -> list[str]:
         """Remove every entry of the job; the switches it was removed from."""
         existing = await self._read_jobs()
-        mine = {sw: [e for e in entries if _job_id(e) == job_id]
-                for sw, entries in existing.items()}
+        mine: dict[str, list[Entity]] = {
+            sw: [e for e in entries if _job_id(e) == job_id] for sw, entries in existing.items()}
         mine = {sw: es for sw, es in mine.items() if es}
         if not mine:
             raise JobError([f"job {job_id} is not deployed"])
+        for entities in mine.values():
+            # The job's group, by the job index of its vat_jobs entry (entries first).
+            entities += [McastGroup(job_group_id(e.param("job_index")), ())
+                         for e in entities
+                         if isinstance(e, TableEntry) and e.table == n.VAT_JOBS.name]
         results = await self._each(lambda sw, c: c.delete(mine[sw]), list(mine))
         self._raise_failures(f"tearing down job {job_id}", results)
         LOG.info("job %d removed from %s", job_id, ", ".join(mine))

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from ina import lanes
 from ina import p4names as n
 from ina.constants import (
     BIER_BIFT_ID,
     BIER_BSL_CODE,
     BIER_MCAST_GROUP,
     BIER_NIBBLE,
-    BIER_RESULT_GROUP,
     BIER_SETS,
     BIER_VERSION,
     BITSTRING_BITS,
@@ -38,6 +38,7 @@ from ina.constants import (
     INA_VERSION,
     IPV4_INITIAL_TTL,
     JOB_STAT_STRIDE,
+    LANES,
     Flag,
     JobStat,
     Op,
@@ -45,11 +46,19 @@ from ina.constants import (
 )
 from ina.controller import Controller
 from ina.job import Job
-from ina.plan import Lpm, TableEntry
+from ina.plan import Lpm, TableEntry, job_group_id
 from ina.switchapi import MemorySwitch
 from ina.topology import Topology
-from ina.wire import Bier, Frame, ina_frame, ip_int, ip_str, mac_str, parse_frame
-from ina.worker import AllreduceError, AllreduceSession, WorkerConfig
+from ina.wire import ETHERNET_BYTES, Bier, Frame, ina_frame, ip_int, ip_str, mac_str, parse_frame
+from ina.worker import (
+    KIND_INT,
+    AllreduceError,
+    AllreduceSession,
+    CallDescriptor,
+    WorkerConfig,
+    sync_answer,
+    sync_request,
+)
 
 if TYPE_CHECKING:
     from ina.serverroot import ServerRoot
@@ -59,18 +68,14 @@ BM_MASK = (1 << BITSTRING_BITS) - 1
 U32 = 0xFFFFFFFF
 
 # Register names of the aggregation state (model-side mirror of aggregation.p4).
-REG_EPOCH = "slot_epoch"
-REG_SEQ = "slot_seq"
-REG_GEN = "slot_gen"
-REG_SETS_DONE = "slot_sets_done"
-REG_SET_BITMAP = "set_bitmap"
-REG_SET_GEN = "set_gen"
-REG_COUNT = "slot_count"
-REG_OP = "slot_op"
-REG_OVERFLOW = "slot_overflow"
-REG_VALUES = "agg_values"
+REG_CELLS = "cells"
+REG_SETS = "set_bitmaps"
+REG_PROGRESS = "progress"  # per job index, at its root: (epoch, highest completed seq)
+REG_LANES = tuple(f"lane{i}" for i in range(LANES))
 #: Virtual seconds without a new result after which run_sessions gives up.
 STALL_SECONDS = 5.0
+#: SYNCs a worker of allreduce_on_model sends before it gives up.
+SYNC_ATTEMPTS = 20
 
 
 def _s32(v: int) -> int:
@@ -78,15 +83,25 @@ def _s32(v: int) -> int:
     return v - (1 << 32) if v >> 31 else v
 
 
-def combine(op: Op, a: int, b: int) -> tuple[int, bool]:
-    """One element of the reduction on signed 32-bit values: (result, overflowed)."""
-    if op == Op.SUM:
-        total = a + b
-        wrapped = _s32(total)
-        return wrapped, wrapped != total
-    if op == Op.MIN:
-        return min(a, b), False
-    return max(a, b), False
+@dataclass(frozen=True)
+class CellState:
+    """One cell's scalars, packed in one register on the switch (aggregation.p4):
+    the round it holds (epoch of the job entry, sequence number), a generation
+    that tags its per-set bitmaps, the round's element count and op, the
+    overflow flag, how many BIER sets are full, and the bitmap of a node that
+    lies in one set (a root spanning sets keeps a bitmap per set instead)."""
+
+    epoch: int = 0
+    seq: int = 0
+    gen: int = 0
+    count: int = 0
+    op: int = 0
+    overflow: bool = False
+    done: int = 0
+    bitmap: int = 0
+
+
+EMPTY_CELL = CellState()
 
 
 @dataclass
@@ -132,6 +147,10 @@ class ModelSwitch:
 
     def process(self, in_port: int, raw: bytes) -> list[tuple[int, bytes]]:
         """One packet through ingress, replication and egress: the frames sent."""
+        if len(raw) < ETHERNET_BYTES:
+            # BMv2's parser stops at the Ethernet header: a parser error, counted.
+            self.store.count(n.INGRESS_SWITCH_STATS, SwitchStat.DROP_PARSER_ERROR, len(raw))
+            return []
         frame = parse_frame(raw)
         meta = _Meta()
         self._ingress(frame, meta, in_port)
@@ -196,7 +215,10 @@ class ModelSwitch:
             bier.ttl -= 1
             if meta.job is not None:
                 meta.job_events.add(JobStat.BIER_RECEIVED)
-            meta.mcast_grp = BIER_MCAST_GROUP
+            if meta.job is not None and meta.job.action in (n.TRANSIT.name, n.VAT_NODE.name):
+                meta.mcast_grp = job_group_id(meta.job.param("job_index"))
+            else:
+                meta.mcast_grp = BIER_MCAST_GROUP
 
     def _ipv4_ingress(self, frame: Frame, meta: _Meta) -> None:
         ipv4 = frame.ipv4
@@ -206,12 +228,15 @@ class ModelSwitch:
         if ina is not None:
             if ina.version != INA_VERSION:
                 meta.drop = SwitchStat.DROP_BAD_VERSION
-            elif not 1 <= ina.count <= ELEMS_PER_PACKET:
+            elif not 1 <= ina.count <= ELEMS_PER_PACKET and not ina.flags & Flag.SYNC:
                 meta.drop = SwitchStat.DROP_BAD_COUNT
             elif ina.op not in (Op.SUM, Op.MIN, Op.MAX):
                 meta.drop = SwitchStat.DROP_BAD_OP
             elif ina.pbm == 0 or ina.si >= BIER_SETS or ina.flags & Flag.RESULT:
                 meta.drop = SwitchStat.DROP_BAD_PBM
+            elif meta.from_host and ina.flags & Flag.REPLY:
+                if meta.membership != n.BIER_SOURCE.name:  # only a server root answers
+                    meta.drop = SwitchStat.DROP_FORGED_PBM
             elif meta.from_host and (ina.pbm != meta.host_bit or ina.si != meta.host_si):
                 meta.drop = SwitchStat.DROP_FORGED_PBM
             elif meta.from_host and meta.membership != n.MEMBER.name:
@@ -248,9 +273,13 @@ class ModelSwitch:
         meta.egress_port = route.param("port")
 
     def _aggregate(self, frame: Frame, meta: _Meta) -> None:
-        """aggregation.p4: the draft's A-BM/P-BM test and the slot state machine."""
+        """aggregation.p4: the draft's A-BM/P-BM test and the cell state machine."""
         job, ina = meta.job, frame.ina
-        assert job is not None and ina is not None and frame.values is not None
+        assert job is not None and ina is not None
+        if ina.flags & Flag.SYNC:
+            self._sync(frame, meta)
+            return
+        assert frame.lanes is not None
         abm = meta.abm
         if abm & ina.pbm == 0:
             if meta.to_me:
@@ -265,73 +294,89 @@ class ModelSwitch:
         slot_mask = job.param("slot_mask")
         version = 1 if ina.seq & (slot_mask + 1) else 0
         cell = (job.param("slot_base") + (ina.seq & slot_mask)) * 2 + version
+        cs = s.reg_read(REG_CELLS, cell, EMPTY_CELL)
+        fresh = cs.epoch != job.param("epoch") or _s32(ina.seq - cs.seq) > 0
         set_index = cell * BIER_SETS + ina.si
-        cell_seq = s.reg_read(REG_SEQ, cell)
-        gen = s.reg_read(REG_GEN, cell)
-        newer = _s32(ina.seq - cell_seq) > 0
-        fresh = s.reg_read(REG_EPOCH, cell) != job.param("epoch") or newer
-        bitmap = 0
-        if not fresh and s.reg_read(REG_SET_GEN, set_index) == gen:
-            bitmap = s.reg_read(REG_SET_BITMAP, set_index)
-        complete = not fresh and s.reg_read(REG_SETS_DONE, cell) == meta.sets
-        base = cell * ELEMS_PER_PACKET
+        if meta.sets == 1:
+            bitmap = 0 if fresh else cs.bitmap
+        else:
+            set_gen, set_bitmap = s.reg_read(REG_SETS, set_index, (0, 0))
+            bitmap = set_bitmap if not fresh and set_gen == cs.gen else 0
+        complete = not fresh and cs.done == meta.sets
         if fresh:
-            self._absorb(frame, meta, cell, set_index, 0, fresh)
-        elif cell_seq != ina.seq:
+            self._absorb(frame, meta, cell, set_index, cs, 0, fresh=True)
+        elif cs.seq != ina.seq:
             self._job_drop(meta, JobStat.DROP_STALE)
-        elif s.reg_read(REG_COUNT, cell) != ina.count:
+        elif cs.count != ina.count:
             self._job_drop(meta, JobStat.DROP_COUNT_MISMATCH)
-        elif s.reg_read(REG_OP, cell) != ina.op:
+        elif cs.op != ina.op:
             self._job_drop(meta, JobStat.DROP_OP_MISMATCH)
         elif bitmap & ina.pbm and not complete:
             self._job_drop(meta, JobStat.DROP_DUPLICATE)
         elif bitmap & ina.pbm:
             # A retransmission for a complete cell: something after it was lost.
             meta.job_events.add(JobStat.RESENT)
-            frame.values = tuple(_s32(s.reg_read(REG_VALUES, base + i))
-                                 for i in range(ELEMS_PER_PACKET))
-            self._emit(frame, meta, bool(s.reg_read(REG_OVERFLOW, cell)), ina.pbm,
-                       all_sets=False)
+            frame.lanes = tuple(s.reg_read(r, cell, 0) for r in REG_LANES)
+            self._emit(frame, meta, cs.overflow, ina.pbm, all_sets=False)
         else:
-            self._absorb(frame, meta, cell, set_index, bitmap, fresh)
+            self._absorb(frame, meta, cell, set_index, cs, bitmap, fresh=False)
 
-    def _absorb(self, frame: Frame, meta: _Meta, cell: int, set_index: int, bitmap: int,
-                fresh: bool) -> None:
+    def _sync(self, frame: Frame, meta: _Meta) -> None:
+        """A call's start: the root answers with the call's first sequence number."""
+        job, ina, ipv4, udp = meta.job, frame.ina, frame.ipv4, frame.udp
+        assert job is not None and ina is not None and ipv4 is not None and udp is not None
+        if not meta.to_me:
+            meta.job_events.add(JobStat.PASSED)
+        elif job.action == n.VAT_ROOT.name and ina.flags & Flag.ABORT:
+            index = job.param("job_index")
+            epoch, last = self.store.reg_read(REG_PROGRESS, index, (0, 0))
+            if epoch != job.param("epoch") or _s32(ina.seq - last) > 0:
+                self.store.reg_write(REG_PROGRESS, index, (job.param("epoch"), ina.seq))
+            self._job_drop(meta, JobStat.ABORTED)
+        elif job.action == n.VAT_ROOT.name and not ina.flags & Flag.REPLY:
+            epoch, last = self.store.reg_read(REG_PROGRESS, job.param("job_index"), (0, 0))
+            base = (last + job.param("slot_mask") + 2) & U32 if epoch == job.param("epoch") else 0
+            frame.ina = replace(ina, seq=base, flags=ina.flags | Flag.REPLY)
+            ipv4.dst, ipv4.src, ipv4.ttl = ipv4.src, ip_str(job.param("node_ip")), IPV4_INITIAL_TTL
+            udp.checksum = 0
+            meta.to_me = False
+            meta.job_events.add(JobStat.SYNCED)
+        else:
+            self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)
+
+    def _absorb(self, frame: Frame, meta: _Meta, cell: int, set_index: int, cs: CellState,
+                bitmap: int, fresh: bool) -> None:
+        """Add the packet's lanes to the cell (or start the cell's round with them)."""
         job, ina, s = meta.job, frame.ina, self.store
-        assert job is not None and ina is not None and frame.values is not None
+        assert job is not None and ina is not None and frame.lanes is not None
         meta.job_events.add(JobStat.ABSORBED)
         overflow = bool(ina.flags & Flag.OVERFLOW)
-        base = cell * ELEMS_PER_PACKET
-        values = list(frame.values)
-        gen = s.reg_read(REG_GEN, cell)
-        done = s.reg_read(REG_SETS_DONE, cell)
+        values = frame.lanes
         if fresh:
-            gen, done = (gen + 1) & U32, 0
-            s.reg_write(REG_GEN, cell, gen)
-            s.reg_write(REG_EPOCH, cell, job.param("epoch"))
-            s.reg_write(REG_SEQ, cell, ina.seq)
-            s.reg_write(REG_COUNT, cell, ina.count)
-            s.reg_write(REG_OP, cell, ina.op)
+            gen, done = (cs.gen + 1) & U32, 0
         else:
-            overflow = overflow or bool(s.reg_read(REG_OVERFLOW, cell))
-            for i in range(ELEMS_PER_PACKET):
-                stored = _s32(s.reg_read(REG_VALUES, base + i))
-                values[i], ovf = combine(Op(ina.op), stored, values[i])
-                overflow = overflow or ovf
-        for i in range(ELEMS_PER_PACKET):
-            s.reg_write(REG_VALUES, base + i, values[i] & U32)
-        s.reg_write(REG_OVERFLOW, cell, int(overflow))
+            stored = tuple(s.reg_read(r, cell, 0) for r in REG_LANES)
+            values, wrapped = lanes.combine(ina.op, stored, frame.lanes)
+            gen, done, overflow = cs.gen, cs.done, overflow or cs.overflow or wrapped
+        for r, lane in zip(REG_LANES, values, strict=True):
+            s.reg_write(r, cell, lane)
         bitmap |= ina.pbm
-        s.reg_write(REG_SET_BITMAP, set_index, bitmap)
-        s.reg_write(REG_SET_GEN, set_index, gen)
         if bitmap == meta.abm:
             done = (done + 1) & 0xFF  # this set is full
-        s.reg_write(REG_SETS_DONE, cell, done)
+        s.reg_write(REG_CELLS, cell, CellState(
+            epoch=job.param("epoch"), seq=ina.seq, gen=gen, count=ina.count, op=int(ina.op),
+            overflow=overflow, done=done, bitmap=bitmap if meta.sets == 1 else 0))
+        if meta.sets != 1:
+            s.reg_write(REG_SETS, set_index, (gen, bitmap))
         if done != meta.sets:
             meta.consumed = True
             return
+        if job.action == n.VAT_ROOT.name:
+            epoch, last = s.reg_read(REG_PROGRESS, job.param("job_index"), (0, 0))
+            if epoch != job.param("epoch") or _s32(ina.seq - last) > 0:
+                s.reg_write(REG_PROGRESS, job.param("job_index"), (job.param("epoch"), ina.seq))
         # Complete: this packet leaves with the aggregate; the cell keeps it for resends.
-        frame.values = tuple(values)
+        frame.lanes = values
         self._emit(frame, meta, overflow, meta.abm, all_sets=True)
 
     def _emit(self, frame: Frame, meta: _Meta, overflow: bool, bier_bits: int,
@@ -351,8 +396,11 @@ class ModelSwitch:
             ipv4.ttl = IPV4_INITIAL_TTL
             frame.bier = Bier.for_set(ina.si, bier_bits)
             frame.eth.ethertype = ETHERTYPE_BIER
-            meta.mcast_grp = BIER_RESULT_GROUP if all_sets else BIER_MCAST_GROUP
-            meta.bier_result = all_sets
+            # A result leaves through the job's group (a copy per (port, set) for a
+            # job spanning sets); a resend through the group of every BIER port.
+            meta.bier_result = all_sets and meta.sets != 1
+            meta.mcast_grp = (job_group_id(job.param("job_index")) if all_sets
+                              else BIER_MCAST_GROUP)
             meta.job_events.add(JobStat.MULTICAST)
         else:
             frame.ina = replace(ina, pbm=meta.abm, flags=flags)
@@ -497,15 +545,21 @@ class ModelNetwork:
         self.send(host, ina_frame(h.mac, self.topology.switches[switch].mac, h.ip, dst_ip,
                                   payload))
 
-    def received_payloads(self, host: str, limit: int | None = None) -> list[bytes]:
-        """INA payloads addressed to the host, drained from its inbox."""
-        out: list[bytes] = []
+    def received_datagrams(self, host: str, limit: int | None = None
+                           ) -> list[tuple[str, bytes]]:
+        """(source address, INA payload) of what arrived for the host, drained from
+        its inbox, as its UDP socket would receive them."""
+        out: list[tuple[str, bytes]] = []
         while (limit is None or len(out) < limit) and (raw := self.receive(host)) is not None:
             frame = parse_frame(raw)
             if (frame.ipv4 is not None and frame.ipv4.dst == self.topology.hosts[host].ip
-                    and frame.ina is not None and frame.values is not None):
-                out.append(frame.pack()[14 + 20 + 8:])
+                    and frame.ina is not None and frame.error is None):
+                out.append((frame.ipv4.src, frame.pack()[14 + 20 + 8:]))
         return out
+
+    def received_payloads(self, host: str, limit: int | None = None) -> list[bytes]:
+        """INA payloads addressed to the host, drained from its inbox."""
+        return [payload for _, payload in self.received_datagrams(host, limit)]
 
     def run_sessions(self, sessions: dict[str, AllreduceSession],
                      servers: dict[str, ServerRoot] | None = None) -> float:
@@ -521,13 +575,13 @@ class ModelNetwork:
                     self.host_send_payload(host, session.config.target, payload)
                     sent = True
             for host, server in (servers or {}).items():
-                for payload in self.received_payloads(host):
-                    for frame in server.accept(payload):
+                for src_ip, payload in self.received_datagrams(host):
+                    for frame in server.accept(payload, src_ip):
                         self.send(host, frame)
             progress = False
             for host, session in sessions.items():
                 for payload in self.received_payloads(host):
-                    if session.accept(payload):
+                    if session.accept(payload, now):
                         last_progress, progress = now, True
             if sent or progress or self.release_held():
                 continue
@@ -547,9 +601,9 @@ class ModelTransport:
     def __init__(self, net: ModelNetwork, host: str, target: str):
         self.net, self.host, self.target = net, host, target
 
-    def send(self, payload: bytes) -> None:
+    def send(self, payload: bytes, dst: str | None = None) -> None:
         with self.net.lock:
-            self.net.host_send_payload(self.host, self.target, payload)
+            self.net.host_send_payload(self.host, dst or self.target, payload)
             self.net.lock.notify_all()
 
     def recv(self, timeout: float) -> bytes | None:
@@ -585,8 +639,53 @@ def deployed_network(topology: Topology, job: Job,
 def allreduce_on_model(net: ModelNetwork, job: Job, arrays: dict[str, npt.ArrayLike],
                        servers: dict[str, ServerRoot] | None = None,
                        ) -> dict[str, AllreduceSession]:
-    """Every worker's session of ``job`` run to completion on ``net``."""
-    sessions = {w: AllreduceSession(WorkerConfig.for_job(job, net.topology, w), arrays[w])
-                for w in job.workers}
+    """One integer call of ``job`` on ``net``, packet for packet as ``Worker`` makes it
+    (SYNC to the root, the call's descriptor, the array): each worker's session of
+    the array, run to completion."""
+    seq = start_call_on_model(net, job, {w: np.asarray(a).size for w, a in arrays.items()},
+                              servers)
+    return reduce_on_model(net, job, arrays, seq, servers)
+
+
+def start_call_on_model(net: ModelNetwork, job: Job, sizes: dict[str, int],
+                        servers: dict[str, ServerRoot] | None = None) -> int:
+    """The start of an integer call of ``job``, as ``Worker`` makes it: every worker's
+    SYNC to the root, then the call's descriptor reduced (sizes: each worker's array
+    length). The sequence number of the array's first packet."""
+    configs = {w: WorkerConfig.for_job(job, net.topology, w) for w in job.workers}
+    starts: dict[str, int] = {}
+    for w, config in configs.items():
+        for _ in range(SYNC_ATTEMPTS):  # impaired links lose SYNCs and answers too
+            net.host_send_payload(w, config.root, sync_request(config, nonce=1))
+            while True:
+                for host, server in (servers or {}).items():
+                    for src_ip, payload in net.received_datagrams(host):
+                        for frame in server.accept(payload, src_ip):
+                            net.send(host, frame)
+                if not net.release_held():
+                    break
+            answers = [seq for payload in net.received_payloads(w)
+                       if (seq := sync_answer(payload, config, nonce=1)) is not None]
+            if answers:
+                starts[w] = answers[0]
+                break
+        else:
+            raise AllreduceError(f"{w}: no answer to the call's SYNC on the model")
+    if len(set(starts.values())) != 1:
+        raise AllreduceError(f"the workers were told different starts: {starts}")
+    seq = next(iter(starts.values()))
+    descriptors = {w: AllreduceSession(configs[w], CallDescriptor(
+        sizes[w], KIND_INT, int(job.op)).values(), seq, op=Op.MAX)
+        for w in job.workers}
+    net.run_sessions(descriptors, servers)
+    return (seq + 1) % (1 << 32)
+
+
+def reduce_on_model(net: ModelNetwork, job: Job, arrays: dict[str, npt.ArrayLike], seq: int,
+                    servers: dict[str, ServerRoot] | None = None,
+                    ) -> dict[str, AllreduceSession]:
+    """Every worker's session of ``arrays`` from ``seq`` on, run to completion."""
+    configs = {w: WorkerConfig.for_job(job, net.topology, w) for w in job.workers}
+    sessions = {w: AllreduceSession(configs[w], arrays[w], seq) for w in job.workers}
     net.run_sessions(sessions, servers)
     return sessions

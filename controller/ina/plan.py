@@ -17,7 +17,12 @@ from dataclasses import dataclass
 
 from ina import p4names as n
 from ina.bier import port_fbms
-from ina.constants import AGG_SLOTS, BIER_MCAST_GROUP, BIER_RESULT_GROUP, MAX_JOBS
+from ina.constants import (
+    AGG_SLOTS,
+    BIER_MCAST_GROUP,
+    JOB_GROUP_BASE,
+    MAX_JOBS,
+)
 from ina.job import Job
 from ina.topology import Topology
 from ina.wire import ip_int, mac_bytes, one_set, split_sets
@@ -111,11 +116,9 @@ def base_plan(topology: Topology, switch: str) -> list[Entity]:
             result.append(entry(n.HOST_PORTS, {"ingress_port": port}, n.FROM_HOST,
                                 host_bit=bit, host_si=si))
     fbms = port_fbms(topology, switch)
-    port_sets: list[tuple[int, int]] = []
     for port, fbm in fbms.items():
         nb = ports[port]
         for si, part in split_sets(fbm).items():
-            port_sets.append((port, si))
             match = {"egress_port": port, "si": si}
             if nb.is_host:
                 result.append(entry(
@@ -128,10 +131,9 @@ def base_plan(topology: Topology, switch: str) -> list[Entity]:
                     n.BIER_PORTS, match, n.TO_BFR, fbm=part, smac=smac,
                     dmac=_mac(topology.switches[nb.node].mac),
                 ))
-    # Transit BIER: one copy per port, its set in the header. A root's result: one
-    # copy per (port, set) with BFERs, the set as replication id.
+    # BIER of jobs not deployed here, and resends: one copy per port, its set in the
+    # header (a job's own packets use the job's group, see job_groups).
     result.append(McastGroup(BIER_MCAST_GROUP, tuple((port, 0) for port in fbms)))
-    result.append(McastGroup(BIER_RESULT_GROUP, tuple(sorted(port_sets))))
     return result
 
 
@@ -254,7 +256,8 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
                       parent_ip=ip_int(topology.address(node.parent)))
         result[sw] = [e] + [entry(n.VAT_SETS, {"job_id": job.job_id, "si": si}, n.SET_ABM,
                                   abm=bits) for si, bits in sets.items()]
-        if node.parent is None:
+        if node.parent is None and len(sets) > 1:
+            # Each (port, set) copy of a result for several sets gets its set's A-BM.
             result[sw] += [entry(n.RESULT_SETS, {"job_id": job.job_id, "si": si}, n.RESULT_SET,
                                  abm=bits) for si, bits in sets.items()]
     for worker in job.workers:
@@ -266,4 +269,34 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
         edge, port = topology.host_attachment(job.root)
         result[edge].append(entry(n.JOB_MEMBERS, {"job_id": job.job_id, "ingress_port": port},
                                   n.BIER_SOURCE))
+    return result
+
+
+def job_group_id(job_index: int) -> int:
+    return JOB_GROUP_BASE + job_index
+
+
+def job_groups(job: Job, topology: Topology,
+               alloc: Mapping[str, Allocation]) -> dict[str, McastGroup]:
+    """The job's BIER multicast group on every switch of its delivery tree (the
+    routes from its root to its workers): one copy per port of that tree, or, on
+    a root spanning several BIER sets, one per (port, set) with the job's workers
+    behind it, the set as replication id. No copy is made only to be pruned."""
+    behind: dict[str, dict[int, int]] = {}  # switch -> tree port -> workers' bits
+    for worker in job.workers:
+        path = topology.path(job.root, worker)
+        for node, nxt in zip(path, path[1:], strict=False):
+            if node in topology.switches:
+                ports = behind.setdefault(node, {})
+                port = topology.next_hop(node, nxt)
+                ports[port] = ports.get(port, 0) | job.worker_bit[worker]
+    multi_set_root = job.root in topology.switches and len(split_sets(job.abm)) > 1
+    result: dict[str, McastGroup] = {}
+    for sw, ports in behind.items():
+        if sw == job.root and multi_set_root:
+            replicas = sorted((port, si) for port, bits in ports.items()
+                              for si in split_sets(bits))
+        else:
+            replicas = sorted((port, 0) for port in ports)
+        result[sw] = McastGroup(job_group_id(alloc[sw].job_index), tuple(replicas))
     return result

@@ -13,6 +13,7 @@ from scapy.fields import (
     BitEnumField,
     BitField,
     ByteField,
+    ConditionalField,
     FieldListField,
     FlagsField,
     IntField,
@@ -32,8 +33,10 @@ from ina.constants import (
     BITSTRING_BITS,
     ELEMS_PER_PACKET,
     ETHERTYPE_BIER,
+    INA_PAYLOAD_BYTES,
     INA_UDP_PORT,
     INA_VERSION,
+    Flag,
     Op,
 )
 
@@ -45,16 +48,25 @@ class INA(Packet):
     fields_desc = [
         BitField("version", INA_VERSION, 4),
         BitEnumField("op", int(Op.SUM), 4, OPS),
-        FlagsField("flags", 0, 8, ["RESULT", "OVERFLOW"]),
+        FlagsField("flags", 0, 8, ["RESULT", "OVERFLOW", "SYNC", "REPLY"]),
         ShortField("job_id", 0),
         IntField("seq", 0),
         ShortField("count", 0),
         ByteField("si", 0),
         ByteField("reserved", 0),
         BitField("pbm", 0, BITSTRING_BITS),
-        FieldListField("values", [0] * ELEMS_PER_PACKET, SignedIntField("v", 0),  # type: ignore[list-item]
-                       count_from=lambda pkt: ELEMS_PER_PACKET),
+        # A call's SYNC and its REPLY carry no array.
+        ConditionalField(
+            FieldListField("values", [0] * ELEMS_PER_PACKET, SignedIntField("v", 0),  # type: ignore[list-item]
+                           count_from=lambda pkt: ELEMS_PER_PACKET, max_count=ELEMS_PER_PACKET),
+            lambda pkt: not pkt.flags & Flag.SYNC),
     ]
+
+    def post_build(self, pkt: bytes, pay: bytes) -> bytes:
+        # The array is always ELEMS_PER_PACKET values on the wire: pad a short list.
+        if self.flags & Flag.SYNC:
+            return pkt + pay
+        return pkt + bytes(max(0, INA_PAYLOAD_BYTES - len(pkt))) + pay
 
 
 class BIER(Packet):

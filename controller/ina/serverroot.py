@@ -7,7 +7,9 @@ result in RFC 8296 BIER packets, one per BIER set of the A-BM with that set's
 bits as BitString, and sends them to its edge switch, which the controller told
 to accept BIER from this port for this job (job_members, action bier_source);
 the switches replicate them as usual. A retransmission for a complete sequence
-number gets the result again, by BIER to the retransmitter's bits, as on a switch.
+number gets the result again, by BIER to the retransmitter's bits, as on a switch,
+and a worker's SYNC at the start of a call gets the call's first sequence number
+back, as from a root switch.
 
     inaroot -t topologies/figure1.yaml --job job.yaml --host w5
 """
@@ -40,11 +42,13 @@ from ina.topology import Topology, TopologyError
 from ina.wire import (
     Bier,
     InaHeader,
-    InaPacket,
     WireError,
+    array_bytes,
     bier_frame,
     join_set,
+    payload_values,
     split_sets,
+    udp_frame,
 )
 
 LOG = logging.getLogger(__name__)
@@ -80,20 +84,32 @@ class ServerRoot:
         self.keep = KEEP_WINDOWS * job.slots
         self.cells: dict[int, _Cell] = {}
         self.newest: int | None = None
+        self.completed: int | None = None  # the highest completed sequence number
         self.stats: dict[str, int] = {k: 0 for k in (
-            "absorbed", "multicast", "resent", "duplicate", "stale", "refused")}
+            "absorbed", "multicast", "resent", "duplicate", "stale", "refused", "synced",
+            "aborted")}
 
-    def accept(self, payload: bytes) -> list[bytes]:
+    def accept(self, payload: bytes, src_ip: str | None = None) -> list[bytes]:
+        """The frames to send for a UDP payload from ``src_ip``."""
         try:
-            pkt = InaPacket.unpack(payload)
+            h = InaHeader.unpack(payload)
         except WireError:
             self.stats["refused"] += 1
             return []
-        h = pkt.header
         pbm = join_set(h.si, h.pbm)
-        if (h.job_id != self.job.job_id or h.version != INA_VERSION or h.flags & Flag.RESULT
-                or not 1 <= h.count <= ELEMS_PER_PACKET or h.op not in (1, 2, 3)
+        if (h.job_id != self.job.job_id or h.version != INA_VERSION
+                or h.flags & (Flag.RESULT | Flag.REPLY) or h.op not in (1, 2, 3)
                 or h.si >= BIER_SETS or h.pbm == 0 or pbm & ~self.abm):
+            self.stats["refused"] += 1
+            return []
+        if h.flags & Flag.SYNC:
+            return self._sync(h, src_ip)
+        try:
+            values = payload_values(payload)
+        except WireError:
+            self.stats["refused"] += 1
+            return []
+        if not 1 <= h.count <= ELEMS_PER_PACKET:
             self.stats["refused"] += 1
             return []
         if self.newest is not None and _older(h.seq, self.newest - self.keep):
@@ -113,12 +129,32 @@ class ServerRoot:
             self.stats["resent"] += 1
             self.stats["multicast"] += 1
             return [self._frame(cell, h.si, h.pbm)]
-        self._combine(cell, np.asarray(pkt.values, dtype=np.int64), h, pbm)
+        self._combine(cell, values.astype(np.int64), h, pbm)
         self.stats["absorbed"] += 1
         if cell.bitmap != self.abm:
             return []
+        if self.completed is None or _older(self.completed, h.seq):
+            self.completed = h.seq
         self.stats["multicast"] += 1
         return [self._frame(cell, si, bits) for si, bits in self.abm_sets.items()]
+
+    def _sync(self, h: InaHeader, src_ip: str | None) -> list[bytes]:
+        """A call's start: answer with its first sequence number, as a root switch
+        does (aggregation.p4): the job's window plus one past the highest completed."""
+        if h.flags & Flag.ABORT:  # a worker gave up after sending up to h.seq
+            if self.completed is None or _older(self.completed, h.seq):
+                self.completed = h.seq
+            self.stats["aborted"] += 1
+            return []
+        if src_ip is None:
+            self.stats["refused"] += 1
+            return []
+        base = 0 if self.completed is None else (self.completed + self.job.slots + 1) % (1 << 32)
+        reply = InaHeader(job_id=h.job_id, seq=base, pbm=h.pbm, count=h.count, op=h.op,
+                          flags=h.flags | Flag.REPLY, version=h.version, si=h.si)
+        self.stats["synced"] += 1
+        return [udp_frame(self.mac, self.edge_mac, self.ip, src_ip, INA_UDP_PORT, INA_UDP_PORT,
+                          reply.pack())]
 
     def _combine(self, cell: _Cell, values: npt.NDArray[np.int64], h: InaHeader,
                  pbm: int) -> None:
@@ -148,7 +184,7 @@ class ServerRoot:
         flags = Flag.RESULT | (Flag.OVERFLOW if cell.overflow else Flag.NONE)
         header = InaHeader(job_id=self.job.job_id, seq=cell.seq, pbm=self.abm_sets[si],
                            count=cell.count, op=Op(cell.op), flags=flags, si=si)
-        payload = InaPacket(header, tuple(int(v) for v in cell.values)).pack()
+        payload = header.pack() + array_bytes(cell.values)
         return bier_frame(self.mac, self.edge_mac, self.ip, Bier.for_set(si, bitstring), payload)
 
 
@@ -194,10 +230,10 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         while not stop:
             try:
-                payload = rx.recv(65535)
+                payload, (src_ip, _) = rx.recvfrom(65535)
             except (TimeoutError, InterruptedError):
                 continue
-            for frame in root.accept(payload):
+            for frame in root.accept(payload, src_ip):
                 try:
                     tx.send(frame)
                 except OSError as exc:  # a full or lossy queue: the frame is lost

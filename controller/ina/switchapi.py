@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 from ina.plan import Entity, McastGroup, TableEntry
+
+T = TypeVar("T")
 
 
 class SwitchError(RuntimeError):
@@ -60,7 +62,7 @@ class MemorySwitch:
     tables: dict[str, dict[object, TableEntry]] = field(default_factory=dict)
     groups: dict[int, McastGroup] = field(default_factory=dict)
     counters: dict[str, dict[int, CounterValue]] = field(default_factory=dict)
-    registers: dict[str, dict[int, int]] = field(default_factory=dict)
+    registers: dict[str, dict[int, object]] = field(default_factory=dict)
     fail_insert: Callable[[Entity], bool] | None = None
 
     async def insert(self, entities: Sequence[Entity]) -> None:
@@ -113,8 +115,9 @@ class MemorySwitch:
         cells = self.counters.setdefault(counter, {})
         cells[index] = cells.get(index, CounterValue()) + CounterValue(1, nbytes)
 
-    def reg_read(self, register: str, index: int) -> int:
-        return self.registers.get(register, {}).get(index, 0)
+    def reg_read(self, register: str, index: int, default: T) -> T:
+        """A register cell; ``default`` (BMv2's zero) if never written."""
+        return cast(T, self.registers.get(register, {}).get(index, default))
 
-    def reg_write(self, register: str, index: int, value: int) -> None:
+    def reg_write(self, register: str, index: int, value: object) -> None:
         self.registers.setdefault(register, {})[index] = value

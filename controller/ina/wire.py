@@ -17,7 +17,8 @@ INA header (12 bytes + the P-BM)::
 
 followed by ELEMS_PER_PACKET signed 32-bit big-endian integers, of which the
 first ``count`` are meaningful (the rest are zero on the wire). ``si`` is the
-BIER set of the P-BM.
+BIER set of the P-BM. The data plane reads the array as LANES lanes of
+LANE_BITS bits (``ina.lanes``); a parsed ``Frame`` holds it so.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ from __future__ import annotations
 import copy
 import ipaddress
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
+from ina import lanes as lanes_mod
 from ina.constants import (
     BIER_BIFT_ID,
     BIER_BSL_CODE,
@@ -52,10 +56,10 @@ from ina.constants import (
 )
 
 BITSTRING_BYTES = BITSTRING_BITS // 8
+ETHERNET_BYTES = 14
 ARRAY_BYTES = 4 * ELEMS_PER_PACKET
 _INA_FIXED = struct.Struct("!BBHIHBB")
 SET_MASK = (1 << BITSTRING_BITS) - 1
-_ARRAY = struct.Struct(f"!{ELEMS_PER_PACKET}i")
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 
@@ -157,37 +161,50 @@ class InaPacket:
     values: tuple[int, ...]
 
     def pack(self) -> bytes:
-        padded = list(self.values) + [0] * (ELEMS_PER_PACKET - len(self.values))
-        return self.header.pack() + _ARRAY.pack(*padded)
+        return self.header.pack() + array_bytes(self.values)
 
     @classmethod
     def unpack(cls, data: bytes) -> InaPacket:
         header = InaHeader.unpack(data)
-        body = data[INA_HEADER_BYTES:]
-        if len(body) < ARRAY_BYTES:
-            raise WireError(f"INA array needs {ARRAY_BYTES} bytes, got {len(body)}")
-        return cls(header, _ARRAY.unpack_from(body))
+        return cls(header, tuple(payload_values(data).tolist()))
 
     @property
     def meaningful(self) -> tuple[int, ...]:
         return self.values[: self.header.count]
 
 
+def array_bytes(values: npt.ArrayLike) -> bytes:
+    """Up to ELEMS_PER_PACKET int32 values on the wire, zero-padded to the full array."""
+    padded = np.zeros(ELEMS_PER_PACKET, dtype=">i4")
+    array = np.asarray(values)
+    padded[: array.size] = array
+    return padded.tobytes()
+
+
+def payload_values(payload: bytes) -> npt.NDArray[np.int32]:
+    """The ELEMS_PER_PACKET values of an INA payload (WireError if it is short)."""
+    if len(payload) < INA_HEADER_BYTES + ARRAY_BYTES:
+        raise WireError(f"INA payload needs {INA_HEADER_BYTES + ARRAY_BYTES} bytes, "
+                        f"got {len(payload)}")
+    return np.frombuffer(payload, dtype=">i4", count=ELEMS_PER_PACKET,
+                         offset=INA_HEADER_BYTES).astype(np.int32)
+
+
 def ina_payload(
-    job_id: int, seq: int, pbm: int, values: Sequence[int], op: Op = Op.SUM,
+    job_id: int, seq: int, pbm: int, values: npt.ArrayLike, op: Op = Op.SUM,
     flags: Flag = Flag.NONE,
 ) -> bytes:
     """The UDP payload a worker sends for one chunk of at most ELEMS_PER_PACKET values.
     ``pbm`` is a bitmap over all sets, within one set (a worker's bit)."""
-    if not 1 <= len(values) <= ELEMS_PER_PACKET:
-        raise ValueError(f"a packet carries 1..{ELEMS_PER_PACKET} values, got {len(values)}")
-    for v in values:
-        if not INT32_MIN <= v <= INT32_MAX:
-            raise ValueError(f"value {v} is not a signed 32-bit integer")
+    array = np.asarray(values)
+    if not 1 <= array.size <= ELEMS_PER_PACKET:
+        raise ValueError(f"a packet carries 1..{ELEMS_PER_PACKET} values, got {array.size}")
+    if array.min() < INT32_MIN or array.max() > INT32_MAX:
+        raise ValueError("values must be signed 32-bit integers")
     si, bits = one_set(pbm)
-    header = InaHeader(job_id=job_id, seq=seq, pbm=bits, count=len(values), op=op, flags=flags,
-                       si=si)
-    return InaPacket(header, tuple(values)).pack()
+    header = InaHeader(job_id=job_id, seq=seq, pbm=bits, count=int(array.size), op=op,
+                       flags=flags, si=si)
+    return header.pack() + array_bytes(array)
 
 
 # --- Frames (used by the reference model and the tests) -------------------------
@@ -328,12 +345,17 @@ class Frame:
     ipv4: Ipv4 | None = None
     udp: Udp | None = None
     ina: InaHeader | None = None
-    values: tuple[int, ...] | None = None
+    lanes: lanes_mod.Lanes | None = None  # the array, as the data plane holds it
     payload: bytes = b""
     error: str | None = None
 
     def copy(self) -> Frame:
         return copy.deepcopy(self)
+
+    @property
+    def values(self) -> npt.NDArray[np.int32] | None:
+        """The array as int32 values, if the frame has one."""
+        return None if self.lanes is None else lanes_mod.to_values(self.lanes)
 
     def pack(self) -> bytes:
         """Deparse: emit the valid headers in order, then the payload."""
@@ -346,19 +368,19 @@ class Frame:
             out += self.udp.pack()
         if self.ina is not None:
             out += self.ina.pack()
-        if self.values is not None:
-            out += _ARRAY.pack(*self.values)
+        if self.lanes is not None:
+            out += lanes_mod.to_bytes(self.lanes)
         out += self.payload
         return bytes(out)
 
 
 def parse_frame(raw: bytes) -> Frame:
-    """Parse like p4src's parser: Ethernet, then BIER or IPv4, UDP, INA and the array.
+    """Parse like p4src's parser: Ethernet, then BIER or IPv4, UDP, INA and its lanes.
 
     A header cut short stops the parse with ``error = "PacketTooShort"``; the
     headers before it stay valid, as in P4.
     """
-    if len(raw) < 14:
+    if len(raw) < ETHERNET_BYTES:
         raise WireError("frame shorter than an Ethernet header")
     eth = Ethernet(mac_str(raw[0:6]), mac_str(raw[6:12]), struct.unpack_from("!H", raw, 12)[0])
     frame = Frame(eth=eth)
@@ -409,10 +431,13 @@ def parse_frame(raw: bytes) -> Frame:
         return frame
     frame.ina = InaHeader.unpack(rest)
     rest = rest[INA_HEADER_BYTES:]
+    if frame.ina.flags & Flag.SYNC:  # a call's SYNC or its REPLY: no array
+        frame.payload = rest
+        return frame
     if len(rest) < ARRAY_BYTES:
         frame.error, frame.payload = "PacketTooShort", rest
         return frame
-    frame.values = _ARRAY.unpack_from(rest)
+    frame.lanes = lanes_mod.from_bytes(rest[:ARRAY_BYTES])
     frame.payload = rest[ARRAY_BYTES:]
     return frame
 

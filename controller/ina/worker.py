@@ -1,22 +1,41 @@
 """Host side: send a worker's int32 array for a job, get the reduced array back.
 
-``AllreduceSession`` holds the protocol logic without any I/O: it cuts the
-array into packets (ELEMS_PER_PACKET values each, sequence numbers counted from
-``seq_base``), keeps at most ``window`` of them outstanding (never more than the
-job's slots, so no two packets in flight share a slot), and collects the
-results. ``Worker`` drives a session over a UDP socket; the reference-model
-demo and the tests drive sessions over the model network.
+A deployed job serves any number of AllReduce calls, from one process or from
+successive ones. Each call (``Worker.allreduce``) has three steps:
+
+1. **Start.** The worker asks the job's root where the call's sequence numbers
+   begin (a SYNC packet; the root answers with W + 1 past the highest sequence
+   number it has completed, W being the job's slots). Every worker of a call gets
+   the same answer, since nothing of the new call can complete before all of them
+   have started, and the answer lies past anything an earlier call, finished or
+   interrupted, has sent.
+2. **Agree.** At that first sequence number the workers reduce a descriptor of
+   the call (array length, integer or float, op) with MAX: a barrier that shows
+   every worker whether they all make the same call, and fails all of them with
+   a clear error if not.
+3. **Reduce.** The array, cut into packets of ELEMS_PER_PACKET values with the
+   following sequence numbers (a float32 array: first its block exponents, then
+   its values, see ina.quantize).
+
+``AllreduceSession`` is the protocol logic of one reduction without any I/O: a
+sliding window of ``window`` packets (the job's slots), retransmission after an
+adaptive timeout (``RtoEstimator``, from measured round trips) and early
+retransmission of a packet whose result is missing while DUPLICATE_RESULTS
+results of packets sent after it have arrived. ``Worker`` drives sessions over a
+``Transport`` (a UDP socket; the reference model offers one too).
 """
 
 from __future__ import annotations
 
 import errno
-import heapq
 import logging
+import secrets
 import socket
+import struct
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,16 +43,36 @@ import numpy as np
 import numpy.typing as npt
 
 from ina import quantize
-from ina.constants import ELEMS_PER_PACKET, INA_UDP_PORT, Flag, Op
+from ina.constants import ELEMS_PER_PACKET, INA_HEADER_BYTES, INA_UDP_PORT, Flag, Op
 from ina.job import Job, JobSpec, validate_job
 from ina.topology import Topology
-from ina.wire import InaPacket, WireError, ina_payload
+from ina.wire import InaHeader, one_set
 
 LOG = logging.getLogger(__name__)
 SEQ_MODULO = 1 << 32
-#: Seconds without a result before a chunk is sent again (doubled on each retry).
+# The fields of the INA header a worker reads: flags, job_id, seq, count.
+_RESULT_FIELDS = struct.Struct("!xBHIH")
+_SEQ = struct.Struct("!I")
+_COUNT = struct.Struct("!H")
+#: Seconds before an unanswered packet is first sent again, until round trips are measured.
 DEFAULT_RTO = 0.2
-MAX_BACKOFF_DOUBLINGS = 3
+#: Bounds of the adaptive retransmission timeout (seconds).
+MIN_RTO = 0.005
+MAX_RTO = 1.0
+#: First wait for the root's answer to a SYNC (doubled on each retry).
+SYNC_RTO = 0.02
+#: Until round trips of the array's packets are measured, the RTO is this many
+#: times the SYNC's round trip (a header through idle queues).
+SYNC_RTT_FACTOR = 8
+#: Copies of the ABORT a worker sends when it gives up on a call.
+ABORT_COPIES = 3
+#: Round trips the probe timer looks back over.
+RECENT_SAMPLES = 64
+#: Results of packets sent later that make a missing result count as lost.
+DUPLICATE_RESULTS = 3
+#: Timeouts double the RTO up to this many times (and never beyond its cap) until a
+#: new result arrives.
+MAX_BACKOFF_DOUBLINGS = 2
 
 
 class AllreduceError(RuntimeError):
@@ -42,6 +81,10 @@ class AllreduceError(RuntimeError):
 
 class AllreduceTimeout(AllreduceError):
     pass
+
+
+class CallMismatch(AllreduceError):
+    """The workers of a job did not make the same call."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +97,9 @@ class WorkerConfig:
     target: str  # address of its parent VAT node
     window: int  # packets outstanding at most (the job's slots)
     workers: int = 1  # workers in the job (float SUM needs the headroom)
+    root: str = ""  # address of the job's root, which answers a call's SYNC
+    name: str = "worker"  # this worker, for messages
+    peers: tuple[str, ...] = ()  # every worker of the job, for messages
 
     @classmethod
     def from_files(cls, topology: str | Path, job: str | Path, worker: str) -> WorkerConfig:
@@ -70,7 +116,8 @@ class WorkerConfig:
             raise ValueError(f"{worker} is not a worker of job {job.job_id} "
                              f"({', '.join(job.workers)})")
         return cls(job.job_id, job.op, job.worker_bit[worker], job.target_of(worker, topology),
-                   job.slots, len(job.workers))
+                   job.slots, len(job.workers), topology.address(job.root), worker,
+                   tuple(job.workers))
 
 
 @dataclass(frozen=True)
@@ -83,43 +130,133 @@ class AllreduceResult:
     error_bound: npt.NDArray[np.float64] | None = None
 
 
+@dataclass
+class RtoEstimator:
+    """The retransmission timeout from measured round trips (RFC 6298's smoothed
+    round trip and its variation, Karn's rule: only packets sent once are
+    measured), between ``floor`` and ``cap``. A round trip here runs from a
+    contribution to its result, so it includes waiting for the other workers."""
+
+    initial: float = DEFAULT_RTO
+    floor: float = MIN_RTO
+    cap: float = MAX_RTO
+    srtt: float | None = None
+    rttvar: float = 0.0
+    samples: int = 0
+    backoff: int = 0  # timeouts since the last sample: each doubles the RTO
+    backed_off_at: float = float("-inf")
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_SAMPLES))
+
+    def sample(self, rtt: float) -> None:
+        self.samples += 1
+        self.backoff = 0
+        self.recent.append(rtt)
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            # A result also waits for the other workers' contributions, and for
+            # their loss recovery: clip outliers so one slow recovery does not
+            # inflate the timeout (a lasting rise still gets through, doubling).
+            rtt = min(rtt, 2 * self.srtt)
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+
+    def progress(self) -> None:
+        """A new result arrived: the path works, undo the backoff."""
+        self.backoff = 0
+
+    def timed_out(self, now: float) -> None:
+        """A packet's timer expired: back off (RFC 6298 5.5), once per RTO, since a
+        window of packets sent together times out together. Karn's rule keeps the
+        round trips of packets sent again out of the samples, so without this an
+        RTO that is too short would never grow."""
+        if now - self.backed_off_at >= self.rto:
+            self.backed_off_at = now
+            self.backoff = min(self.backoff + 1, MAX_BACKOFF_DOUBLINGS)
+
+    @property
+    def probe(self) -> float | None:
+        """How long to wait for the oldest result when nothing else is in flight
+        to reveal its loss: twice the least recent round trip (others' losses
+        lengthen many round trips; the least is the path's own)."""
+        if not self.recent:
+            return None
+        return min(self.ceiling, max(self.floor, 2 * min(self.recent)))
+
+    @property
+    def ceiling(self) -> float:
+        return max(self.cap, self.floor)
+
+    @property
+    def rto(self) -> float:
+        base = self.initial if self.srtt is None else self.srtt + 4 * self.rttvar
+        return min(self.ceiling, max(self.floor, base * (1 << self.backoff)))
+
+
+@dataclass
+class _Outstanding:
+    sent_at: float  # last transmission
+    deadline: float  # when it counts as lost, if it is the oldest one outstanding
+    order: int  # position of the last transmission among all of the session's
+    tries: int = 1
+    later: int = 0  # results of packets sent after this one's last transmission
+
+
+def check_ints(values: npt.ArrayLike) -> npt.NDArray[Any]:
+    """``values`` as an array the data plane can reduce, or ValueError/TypeError."""
+    array = np.asarray(values)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError("allreduce takes a non-empty one-dimensional array")
+    if not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(f"allreduce takes integers, got {array.dtype}")
+    if array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max:
+        raise ValueError("values must fit in signed 32 bits")
+    return array
+
+
 class AllreduceSession:
-    """One AllReduce of one array, without I/O.
+    """One reduction of one array, without I/O.
 
     Chunk ``j`` (sequence number ``seq_base + j``) is first sent only once the
-    result of every chunk before ``j - window + 1`` has arrived: a sliding
-    window, as in SwitchML. So when any worker sends chunk ``j``, every worker
-    already has the result of chunk ``j - 2 * window``, the last one to use the
-    same copy of the same slot, and the switches may overwrite it. A chunk with
-    no result ``rto`` seconds after it was sent is sent again, unchanged; each
-    further retry waits twice as long (up to 8 x rto), so a slow peer does not
-    cause a storm of retransmissions.
+    result of every chunk before ``j - window + 1`` has arrived: a sliding window,
+    as in SwitchML. So when any worker sends chunk ``j``, every worker already has
+    the result of chunk ``j - 2 * window``, the last one to use the same copy of
+    the same slot, and the switches may overwrite it. A chunk is sent again,
+    unchanged, at once when results of DUPLICATE_RESULTS chunks sent after it
+    have arrived (it, or a peer's contribution to it, was lost), or, if it is the
+    oldest outstanding, when its result is ``rto`` late (a timeout doubles the
+    RTO until a round trip is measured again, up to its cap).
     """
 
     def __init__(self, config: WorkerConfig, values: npt.ArrayLike, seq_base: int = 0,
-                 rto: float = DEFAULT_RTO, op: Op | None = None):
-        array = np.asarray(values)
-        if array.ndim != 1 or array.size == 0:
-            raise ValueError("allreduce takes a non-empty one-dimensional array")
-        if not np.issubdtype(array.dtype, np.integer):
-            raise TypeError(f"allreduce takes integers, got {array.dtype}")
-        if array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max:
-            raise ValueError("values must fit in signed 32 bits")
+                 rto: RtoEstimator | float | None = None, op: Op | None = None):
+        array = check_ints(values)
         self.config = config
         self.op = config.op if op is None else op
-        self.values = array.astype(np.int32)
+        self.size = array.size
         self.chunks = -(-array.size // ELEMS_PER_PACKET)
+        # The whole array as it goes on the wire, padded to whole packets: a
+        # packet's payload is a header and a slice of it, no per-value work.
+        wire = np.zeros(self.chunks * ELEMS_PER_PACKET, dtype=">i4")
+        wire[: array.size] = array
+        self.wire = wire.tobytes()
+        si, bits = one_set(config.pbm)
+        self.head = bytearray(InaHeader(job_id=config.job_id, seq=0, pbm=bits,
+                                        count=ELEMS_PER_PACKET, op=self.op, si=si).pack())
         self.seq_base = seq_base
-        self.rto = rto
+        self.rto = rto if isinstance(rto, RtoEstimator) else RtoEstimator(
+            initial=DEFAULT_RTO if rto is None else rto)
         self.result = np.zeros(array.size, dtype=np.int32)
         self.received = np.zeros(self.chunks, dtype=bool)
         self.results = 0
         self.next = 0  # next chunk to send for the first time
         self.base = 0  # lowest chunk without a result
-        self.deadline: dict[int, float] = {}  # outstanding chunk -> when to resend it
-        self.tries: dict[int, int] = {}  # outstanding chunk -> times sent
-        self.timers: list[tuple[float, int]] = []  # heap of (deadline, chunk); stale ones too
+        self.outstanding: dict[int, _Outstanding] = {}
+        self.lost: list[int] = []  # chunks to send again now (early retransmission)
+        self.progress_at = 0.0  # when the last new result arrived
+        self.sends = 0
         self.retransmissions = 0
+        self.early_retransmissions = 0
         self.overflow = False
 
     def seq_of(self, chunk: int) -> int:
@@ -129,64 +266,120 @@ class AllreduceSession:
     def done(self) -> bool:
         return self.results == self.chunks
 
-    def _payload(self, chunk: int) -> bytes:
-        lo = chunk * ELEMS_PER_PACKET
-        part = self.values[lo: lo + ELEMS_PER_PACKET]
-        return ina_payload(self.config.job_id, self.seq_of(chunk), self.config.pbm,
-                           part.tolist(), self.op)
+    def count_of(self, chunk: int) -> int:
+        """Meaningful values in the chunk's packet."""
+        return min(ELEMS_PER_PACKET, self.size - chunk * ELEMS_PER_PACKET)
 
-    def _sent(self, chunk: int, now: float) -> bytes:
-        tries = self.tries.get(chunk, 0)
-        self.tries[chunk] = tries + 1
-        self.deadline[chunk] = now + self.rto * (1 << min(tries, MAX_BACKOFF_DOUBLINGS))
-        heapq.heappush(self.timers, (self.deadline[chunk], chunk))
+    def _payload(self, chunk: int) -> bytes:
+        _SEQ.pack_into(self.head, 4, self.seq_of(chunk))
+        _COUNT.pack_into(self.head, 8, self.count_of(chunk))
+        lo = chunk * 4 * ELEMS_PER_PACKET
+        return bytes(self.head) + self.wire[lo: lo + 4 * ELEMS_PER_PACKET]
+
+    def _send(self, chunk: int, now: float) -> bytes:
+        state = self.outstanding.get(chunk)
+        deadline = now + self.rto.rto
+        if state is None:
+            state = self.outstanding[chunk] = _Outstanding(now, deadline, self.sends)
+        else:
+            state.tries, state.sent_at, state.deadline, state.order, state.later = \
+                state.tries + 1, now, deadline, self.sends, 0
+            self.retransmissions += 1
+        self.sends += 1
         return self._payload(chunk)
 
     def packets_to_send(self, now: float = 0.0) -> list[bytes]:
-        """Retransmissions that are due, then the new chunks the window allows."""
+        """Retransmissions that are due (early ones first), then the new chunks the
+        window allows. Only the oldest outstanding chunk can time out, as in TCP:
+        a window sent in one burst waits in queues, and its later packets must not
+        all be sent again when the first is slow; losses among them are found by
+        the results that overtake them."""
         out = []
-        while self.timers and self.timers[0][0] <= now:
-            deadline, chunk = heapq.heappop(self.timers)
-            if self.deadline.get(chunk) == deadline:  # still outstanding, timer current
-                out.append(self._sent(chunk, now))
-                self.retransmissions += 1
+        for chunk in self.lost:
+            if chunk in self.outstanding:
+                self.early_retransmissions += 1
+                out.append(self._send(chunk, now))
+        self.lost.clear()
+        oldest = self.outstanding.get(self.base)
+        if oldest is not None and oldest.deadline <= now:
+            self.rto.timed_out(now)
+            out.append(self._send(self.base, now))
+        elif oldest is not None and self._probe_due(now):
+            # Nothing in flight after it can reveal its loss (the window is full,
+            # or the array's tail): send it again without waiting for the RTO.
+            self.early_retransmissions += 1
+            out.append(self._send(self.base, now))
         while self.next < self.chunks and self.next < self.base + self.config.window:
-            out.append(self._sent(self.next, now))
+            out.append(self._send(self.next, now))
             self.next += 1
         return out
 
+    def _probe_at(self) -> float | None:
+        """When the window can take no new chunk (it is full, or the array is all
+        sent), when to send the oldest again without waiting for its RTO: a probe
+        interval after its last send or the last progress, whichever is later."""
+        oldest = self.outstanding.get(self.base)
+        probe = self.rto.probe
+        if (oldest is None or probe is None
+                or self.next < min(self.chunks, self.base + self.config.window)):
+            return None
+        return max(self.progress_at, oldest.sent_at) + probe
+
+    def _probe_due(self, now: float) -> bool:
+        at = self._probe_at()
+        return at is not None and at <= now
+
     def next_timer(self) -> float | None:
         """When the next retransmission is due, if any chunk is outstanding."""
-        while self.timers and self.deadline.get(self.timers[0][1]) != self.timers[0][0]:
-            heapq.heappop(self.timers)
-        return self.timers[0][0] if self.timers else None
+        if self.lost:
+            return 0.0
+        oldest = self.outstanding.get(self.base)
+        if oldest is None:
+            return None
+        probe = self._probe_at()
+        return oldest.deadline if probe is None else min(oldest.deadline, probe)
 
-    def accept(self, payload: bytes) -> bool:
+    def accept(self, payload: bytes, now: float = 0.0) -> bool:
         """Take a received UDP payload; True if it was a new result of this session."""
-        try:
-            pkt = InaPacket.unpack(payload)
-        except WireError:
+        if len(payload) < INA_HEADER_BYTES + 4 * ELEMS_PER_PACKET:
             LOG.debug("ignored a payload that is not INA")
             return False
-        h = pkt.header
-        if h.job_id != self.config.job_id or not h.flags & Flag.RESULT:
+        flags, job_id, seq, count = _RESULT_FIELDS.unpack_from(payload)
+        if job_id != self.config.job_id or not flags & Flag.RESULT:
             return False
-        chunk = (h.seq - self.seq_base) % SEQ_MODULO
+        chunk = (seq - self.seq_base) % SEQ_MODULO
         if chunk >= self.next or self.received[chunk]:
             return False  # not ours, or a duplicate
-        lo = chunk * ELEMS_PER_PACKET
-        n = min(ELEMS_PER_PACKET, self.values.size - lo)
-        if h.count != n:
-            LOG.warning("result for seq %d carries %d values, expected %d", h.seq, h.count, n)
+        n = self.count_of(chunk)
+        if count != n:
+            LOG.warning("result for seq %d carries %d values, expected %d", seq, count, n)
             return False
-        self.result[lo: lo + n] = pkt.values[:n]
+        lo = chunk * ELEMS_PER_PACKET
+        self.result[lo: lo + n] = np.frombuffer(payload, dtype=">i4", count=n,
+                                                offset=INA_HEADER_BYTES)
         self.received[chunk] = True
         self.results += 1
-        self.deadline.pop(chunk, None)
-        self.tries.pop(chunk, None)
-        while self.base < self.chunks and self.received[self.base]:
-            self.base += 1
-        self.overflow |= bool(h.flags & Flag.OVERFLOW)
+        state = self.outstanding.pop(chunk, None)
+        if state is not None and state.tries == 1:
+            # Sent once: the result answers that send (Karn). Then it is a round
+            # trip, and overtakes whatever was sent before it and is still missing.
+            self.rto.sample(now - state.sent_at)
+            for other_chunk, other in self.outstanding.items():
+                if other.order < state.order:
+                    other.later += 1
+                    if other.later == DUPLICATE_RESULTS:
+                        self.lost.append(other_chunk)
+        self.progress_at = now
+        self.rto.progress()
+        if chunk == self.base:
+            while self.base < self.chunks and self.received[self.base]:
+                self.base += 1
+            # Progress: the new oldest gets a full RTO from now (RFC 6298 5.3), as
+            # it may have waited in queues behind the ones just answered.
+            oldest = self.outstanding.get(self.base)
+            if oldest is not None:
+                oldest.deadline = max(oldest.deadline, now + self.rto.rto)
+        self.overflow |= bool(flags & Flag.OVERFLOW)
         return True
 
     def missing(self) -> list[int]:
@@ -199,8 +392,63 @@ class AllreduceSession:
                                self.retransmissions)
 
 
+# --- A call's descriptor ---------------------------------------------------------
+
+#: Kinds of call.
+KIND_INT, KIND_FLOAT = 0, 1
+
+
+@dataclass(frozen=True)
+class CallDescriptor:
+    """What every worker of a call must agree on. Reduced with MAX as
+    ``[size, -size, kind, -kind, op, -op]``: for each field, the largest and the
+    smallest value any worker gave."""
+
+    size: int
+    kind: int
+    op: int
+
+    def values(self) -> npt.NDArray[np.int32]:
+        fields = (self.size, self.kind, self.op)
+        return np.array([v for f in fields for v in (f, -f)], dtype=np.int32)
+
+    @staticmethod
+    def disagreement(reduced: npt.NDArray[np.int32]) -> list[str]:
+        """What the workers disagree on, from the reduced descriptor."""
+        names = ("array length", "kind (0 integers, 1 float32)", "op")
+        problems = []
+        for i, name in enumerate(names):
+            high, low = int(reduced[2 * i]), -int(reduced[2 * i + 1])
+            if high != low:
+                problems.append(f"{name} from {low} to {high}")
+        return problems
+
+
+def sync_request(config: WorkerConfig, nonce: int) -> bytes:
+    """A call's SYNC to the job's root: an INA header alone, its ``count`` a nonce
+    that tells the answer to this SYNC from a late answer to an earlier one."""
+    si, bits = one_set(config.pbm)
+    return InaHeader(job_id=config.job_id, seq=0, pbm=bits, count=nonce & 0xFFFF,
+                     op=config.op, flags=Flag.SYNC, si=si).pack()
+
+
+def sync_answer(payload: bytes, config: WorkerConfig, nonce: int) -> int | None:
+    """The call's first sequence number, if ``payload`` answers our SYNC."""
+    if len(payload) < INA_HEADER_BYTES:
+        return None
+    flags, job_id, seq, count = _RESULT_FIELDS.unpack_from(payload)
+    answer = Flag.SYNC | Flag.REPLY
+    if job_id == config.job_id and flags & answer == answer and count == nonce & 0xFFFF:
+        return int(seq)
+    return None
+
+
+# --- Transport -------------------------------------------------------------------
+
+
 class Transport(Protocol):
-    def send(self, payload: bytes) -> None: ...
+    def send(self, payload: bytes, dst: str | None = None) -> None:
+        """Send to ``dst`` (default: the parent VAT node)."""
 
     def recv(self, timeout: float) -> bytes | None:
         """One received INA payload, or None after ``timeout`` seconds."""
@@ -210,14 +458,16 @@ class UdpTransport:
     """A UDP socket on INA_UDP_PORT: sends to the parent VAT node, receives results."""
 
     def __init__(self, target: str, bind: str = "0.0.0.0", port: int = INA_UDP_PORT):
-        self.target = (target, port)
+        self.target = target
+        self.port = port
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.sock.bind((bind, port))
+        self.timeout: float | None = None
 
-    def send(self, payload: bytes) -> None:
+    def send(self, payload: bytes, dst: str | None = None) -> None:
         try:
-            self.sock.sendto(payload, self.target)
+            self.sock.sendto(payload, (dst or self.target, self.port))
         except OSError as exc:
             if exc.errno != errno.ENOBUFS:
                 raise
@@ -226,10 +476,10 @@ class UdpTransport:
             LOG.debug("send dropped by the kernel: %s", exc)
 
     def recv(self, timeout: float) -> bytes | None:
-        if timeout <= 0:
-            self.sock.setblocking(False)
-        else:
+        timeout = max(timeout, 0.0)
+        if timeout != self.timeout:  # a syscall only when it changes
             self.sock.settimeout(timeout)
+            self.timeout = timeout
         try:
             data, _ = self.sock.recvfrom(65535)
         except (TimeoutError, BlockingIOError):
@@ -246,24 +496,36 @@ class UdpTransport:
         self.close()
 
 
+# --- Worker ----------------------------------------------------------------------
+
+
+@dataclass
+class CallStats:
+    """Packets of the calls a Worker made."""
+
+    packets: int = 0
+    retransmissions: int = 0
+    early_retransmissions: int = 0
+    syncs: int = 0
+
+
+@dataclass
 class Worker:
     """A worker of one job: ``allreduce(array)`` returns the reduced array.
 
-    Every worker of the job must call ``allreduce`` with arrays of the same
-    length in the same order; sequence numbers continue from call to call.
-    ``timeout`` bounds the time without any new result (a peer gone, the job
-    not deployed): then AllreduceTimeout says what is missing.
+    Every worker of the job must make the same calls (array length, op, integer
+    or float) in the same order; the workers that disagree all fail with
+    CallMismatch. ``timeout`` bounds the time without progress (a peer gone, the
+    job not deployed): then AllreduceTimeout says what was observed.
     """
 
-    def __init__(self, config: WorkerConfig, transport: Transport, timeout: float = 5.0,
-                 seq_base: int = 0, rto: float = DEFAULT_RTO,
-                 progress: Callable[[int, int], None] | None = None):
-        self.config = config
-        self.transport = transport
-        self.timeout = timeout
-        self.rto = rto
-        self.next_seq = seq_base
-        self.progress = progress
+    config: WorkerConfig
+    transport: Transport
+    timeout: float = 5.0
+    rto: RtoEstimator = field(default_factory=RtoEstimator)
+    progress: Callable[[int, int], None] | None = None
+    stats: CallStats = field(default_factory=CallStats)
+    highest_sent: int = 0  # in the current call
 
     def allreduce(self, values: npt.ArrayLike | Sequence[int],
                   op: Op | None = None) -> AllreduceResult:
@@ -271,45 +533,134 @@ class Worker:
         (default: the job's)."""
         op = self.config.op if op is None else op
         array = np.asarray(values)
-        if not np.issubdtype(array.dtype, np.floating):
-            return self._allreduce_ints(array, op)
+        is_float = bool(np.issubdtype(array.dtype, np.floating))
+        if not is_float:  # refuse bad input before anything is sent
+            check_ints(array)
+        elif array.ndim != 1 or array.size == 0:
+            raise ValueError("allreduce takes a non-empty one-dimensional array")
+        seq = self._start()
+        self.highest_sent = (seq - 1) % SEQ_MODULO
+        try:
+            return self._call(array, op, is_float, seq)
+        except BaseException:
+            self._abort()
+            raise
+
+    def _call(self, array: npt.NDArray[Any], op: Op, is_float: bool,
+              seq: int) -> AllreduceResult:
+        descriptor = CallDescriptor(int(array.size), KIND_FLOAT if is_float else KIND_INT,
+                                    int(op))
+        agreed = self._reduce(descriptor.values(), Op.MAX, seq, "agreeing on the call")
+        problems = CallDescriptor.disagreement(agreed.values)
+        if problems:
+            raise CallMismatch(
+                f"job {self.config.job_id}: the workers do not make the same call: "
+                + "; ".join(problems) + " (every worker must call allreduce with the same "
+                "array length, kind and op, in the same order)")
+        seq += agreed.packets
+        if not is_float:
+            return self._reduce(array, op, seq, "reducing")
         x = array.astype(np.float32)
-        e = self._allreduce_ints(quantize.block_exponents(x), Op.MAX)
+        e = self._reduce(quantize.block_exponents(x), Op.MAX, seq, "agreeing on exponents")
         n = self.config.workers
-        r = self._allreduce_ints(quantize.quantize(x, e.values, op, n), op)
+        r = self._reduce(quantize.quantize(x, e.values, op, n), op, seq + e.packets, "reducing")
         result = quantize.dequantize(r.values, e.values, op, n)
         return AllreduceResult(result, r.overflow, e.packets + r.packets,
                                e.retransmissions + r.retransmissions,
                                quantize.bound(result, e.values, op, n))
 
-    def _allreduce_ints(self, values: npt.ArrayLike, op: Op) -> AllreduceResult:
-        session = AllreduceSession(self.config, values, self.next_seq, self.rto, op)
-        self.next_seq = (self.next_seq + session.chunks) % SEQ_MODULO
+    def _start(self) -> int:
+        """Ask the job's root for the call's first sequence number (SYNC)."""
+        nonce = secrets.randbits(16)
+        payload = sync_request(self.config, nonce)
+        started = time.monotonic()
+        tries = 0
+        while True:
+            now = time.monotonic()
+            if now - started > self.timeout:
+                raise AllreduceTimeout(
+                    f"job {self.config.job_id}: {self.config.name} got no answer from the "
+                    f"job's root ({self.config.root}) to the start of the call within "
+                    f"{self.timeout:g}s ({tries} requests sent): is the job deployed, with "
+                    "this VAT, and its root reachable?")
+            self.transport.send(payload, self.config.root)
+            sent = time.monotonic()
+            self.stats.syncs += 1
+            # The root answers at once, whatever the other workers do: a short wait,
+            # doubled on each retry.
+            wait = min(max(self.rto.floor, SYNC_RTO * (1 << min(tries, MAX_BACKOFF_DOUBLINGS))),
+                       self.rto.ceiling, started + self.timeout - now)
+            tries += 1
+            deadline = sent + max(wait, 0.0)
+            while (left := deadline - time.monotonic()) > 0:
+                received = self.transport.recv(left)
+                if received is None:
+                    break
+                seq = sync_answer(received, self.config, nonce)
+                if seq is not None:
+                    # A header alone through idle queues: no round-trip sample for the
+                    # array's packets, but a better first RTO than the default.
+                    if tries == 1 and self.rto.srtt is None:
+                        self.rto.initial = min(DEFAULT_RTO, max(
+                            self.rto.floor, SYNC_RTT_FACTOR * (time.monotonic() - sent)))
+                    LOG.debug("job %d: call starts at seq %d", self.config.job_id, seq)
+                    return seq
+
+    def _abort(self) -> None:
+        """Tell the root this call is given up, and the highest sequence number sent
+        in it, so that the next call starts past what this one left in the cells.
+        Nothing answers: sent a few times, in case one is lost."""
+        si, bits = one_set(self.config.pbm)
+        payload = InaHeader(job_id=self.config.job_id, seq=self.highest_sent, pbm=bits,
+                            count=0, op=self.config.op, flags=Flag.SYNC | Flag.ABORT,
+                            si=si).pack()
+        for _ in range(ABORT_COPIES):
+            try:
+                self.transport.send(payload, self.config.root)
+            except OSError as exc:  # the call failed already; say why, not this
+                LOG.debug("could not send the call's ABORT: %s", exc)
+                return
+
+    def _reduce(self, values: npt.ArrayLike, op: Op, seq_base: int,
+                phase: str) -> AllreduceResult:
+        session = AllreduceSession(self.config, values, seq_base, self.rto, op)
         last_progress = time.monotonic()
         while not session.done:
             now = time.monotonic()
             for payload in session.packets_to_send(now):
                 self.transport.send(payload)
+            if session.next:
+                self.highest_sent = session.seq_of(session.next - 1)
             if now - last_progress > self.timeout:
-                missing = session.missing()
-                raise AllreduceTimeout(
-                    f"job {self.config.job_id}: no result within {self.timeout:g}s for "
-                    f"{len(missing)} of {session.chunks} packets (first seq {missing[0]}, "
-                    f"{session.retransmissions} retransmissions); "
-                    "is every worker running, and the job deployed?"
-                )
+                raise AllreduceTimeout(self._stalled(session, phase))
             wake = last_progress + self.timeout
             timer = session.next_timer()
             if timer is not None:
                 wake = min(wake, timer)
-            received = self.transport.recv(max(wake - now, 0.0))
+            received = self.transport.recv(wake - now)
             while received is not None:
-                if session.accept(received):
+                if session.accept(received, time.monotonic()):
                     last_progress = time.monotonic()
-                    if self.progress is not None:
+                    if self.progress is not None and phase == "reducing":
                         self.progress(session.results, session.chunks)
                 received = self.transport.recv(0.0)
+        self.stats.packets += session.chunks
+        self.stats.retransmissions += session.retransmissions
+        self.stats.early_retransmissions += session.early_retransmissions
         return session.outcome()
+
+    def _stalled(self, session: AllreduceSession, phase: str) -> str:
+        missing = session.missing()
+        peers = ", ".join(self.config.peers) or "every worker"
+        what = (f"job {self.config.job_id}: {self.config.name} got no result within "
+                f"{self.timeout:g}s while {phase}: {len(missing)} of {session.chunks} "
+                f"packets unanswered (seq {missing[0]}"
+                + (f"..{missing[-1]}" if len(missing) > 1 else "")
+                + f"), {session.results} answered, {session.retransmissions} retransmissions")
+        if session.results == 0 and phase == "agreeing on the call":
+            return (what + f"; the call did not start: not every worker of the job ({peers}) "
+                    "has started this call (one stopped, or is still in an earlier one?)")
+        return what + f"; is every worker of the job ({peers}) still running?"
 
 
 def allreduce(values: npt.ArrayLike, *, topology: str | Path, job: str | Path, worker: str,
@@ -322,5 +673,5 @@ def allreduce(values: npt.ArrayLike, *, topology: str | Path, job: str | Path, w
     if isinstance(op, str):
         op = Op[op.upper()]
     with UdpTransport(config.target) as transport:
-        return Worker(config, transport, timeout=timeout, rto=rto,
+        return Worker(config, transport, timeout=timeout, rto=RtoEstimator(initial=rto),
                       progress=progress).allreduce(values, op)

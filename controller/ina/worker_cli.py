@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,15 @@ import numpy.typing as npt
 from ina.constants import Op
 from ina.job import JobError
 from ina.topology import TopologyError
-from ina.worker import DEFAULT_RTO, AllreduceError, UdpTransport, Worker, WorkerConfig
+from ina.worker import (
+    DEFAULT_RTO,
+    MIN_RTO,
+    AllreduceError,
+    RtoEstimator,
+    UdpTransport,
+    Worker,
+    WorkerConfig,
+)
 
 EXIT_INVALID = 2
 EXIT_TIMEOUT = 3
@@ -62,6 +71,10 @@ def digest(values: npt.NDArray[Any]) -> str:
     return hashlib.sha256(values.astype(values.dtype.newbyteorder(">")).tobytes()).hexdigest()[:16]
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="inaworker", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -81,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=5.0,
                    help="seconds without progress before giving up")
     p.add_argument("--rto", type=float, default=DEFAULT_RTO,
-                   help="seconds before an unanswered packet is resent (default %(default)s)")
-    p.add_argument("--seq-base", type=int, default=0, help="first sequence number")
+                   help="seconds before an unanswered packet is first resent, until round "
+                        "trips are measured (default %(default)s)")
+    p.add_argument("--min-rto", type=float, default=MIN_RTO,
+                   help="least retransmission timeout (default %(default)s)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
@@ -104,13 +119,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"inaworker: {exc}", file=sys.stderr)
         return EXIT_INVALID
 
+    # A stop signal ends the call the way a failure does: the worker tells the root
+    # it gives up (ina.worker.Worker._abort), so the next call starts cleanly.
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGHUP, _stop)
     try:
         with UdpTransport(config.target) as transport:
             progress = _Progress(args.worker) if args.progress else None
             started = time.monotonic()
             op = Op[args.op.upper()] if args.op else None
-            result = Worker(config, transport, timeout=args.timeout, seq_base=args.seq_base,
-                            rto=args.rto, progress=progress).allreduce(values, op)
+            worker = Worker(config, transport, timeout=args.timeout,
+                            rto=RtoEstimator(initial=args.rto, floor=args.min_rto),
+                            progress=progress)
+            result = worker.allreduce(values, op)
             elapsed = time.monotonic() - started
     except (AllreduceError, ValueError, TypeError) as exc:
         print(f"inaworker {args.worker}: {exc}", file=sys.stderr)
@@ -124,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         "worker": args.worker, "job_id": config.job_id, "values": int(result.values.size),
         "elapsed": round(elapsed, 4),
         "packets": result.packets, "retransmissions": result.retransmissions,
+        "early_retransmissions": worker.stats.early_retransmissions,
+        "rto": round(worker.rto.rto, 4),
+        "srtt": round(worker.rto.srtt or 0.0, 4),
         "overflow": result.overflow, "sha256": digest(result.values),
         "head": result.values[:4].tolist(),
         **({"max_error_bound": float(result.error_bound.max())}

@@ -16,157 +16,180 @@
 // root, by BIER to the retransmitter's bits. A bit already set in an incomplete
 // cell is a duplicate. Nothing is ever added twice.
 //
-// Bitmaps are kept per (cell, BIER set): a root whose A-BM spans several sets
-// completes a cell when as many sets are full as the job has (slot_sets_done).
-// A set's bitmap belongs to the cell's current round only if its generation tag
-// equals the cell's, so starting a round clears every set at once.
+// A cell's scalars live in one register (cell_t, CELL_* slices) and its
+// aggregate in one register per lane (lanes.p4), so a packet costs one scalar
+// read and write and one read and write per lane. A node below the root lies in
+// one BIER set and keeps its bitmap in the cell. A root spanning several sets
+// keeps one bitmap per (cell, set) instead, tagged with the cell's generation,
+// so starting a round clears every set at once; it completes a cell when as
+// many sets are full as its job has.
+//
+// Calls. A job serves any number of AllReduce calls; each starts with a SYNC
+// from every worker to the root, which answers with the call's first sequence
+// number: W + 1 past the highest one it has completed in this deployment (W =
+// slots, the workers' window), so past every sequence number any worker can
+// have sent (a worker sends s only once s - W is complete). Until one of the
+// call's sequence numbers completes, every SYNC gets the same answer, so all
+// workers of a call agree. Workers then reduce a descriptor of the call (the
+// array's length, kind and op, with MAX) at that first number: a barrier that
+// tells every worker if they disagree. A worker that gives up on a call sends
+// an ABORT with the highest sequence number it sent, which the root counts as
+// completed: the next call starts past whatever the interrupted one left.
 //
 // Registers hold only what the data plane writes. A cell whose epoch differs
 // from the job entry's is a leftover of a torn-down job and counts as empty.
 control Aggregation(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t std) {
-    register<bit<32>>(2 * AGG_SLOTS) slot_epoch;
-    register<bit<32>>(2 * AGG_SLOTS) slot_seq;
-    register<bit<32>>(2 * AGG_SLOTS) slot_gen;
-    register<bit<8>>(2 * AGG_SLOTS) slot_sets_done;
-    register<bit<16>>(2 * AGG_SLOTS) slot_count;
-    register<bit<4>>(2 * AGG_SLOTS) slot_op;
-    register<bit<1>>(2 * AGG_SLOTS) slot_overflow;
-    register<bitmap_t>(2 * AGG_SLOTS * BIER_SETS) set_bitmap;
-    register<bit<32>>(2 * AGG_SLOTS * BIER_SETS) set_gen;
-    register<bit<32>>(2 * AGG_SLOTS * ELEMS_PER_PACKET) agg_values;
+    register<cell_t>(2 * AGG_SLOTS) cells;
+    register<set_cell_t>(2 * AGG_SLOTS * BIER_SETS) set_bitmaps;
+    // Per job index, at its root: the entry's epoch ++ the highest completed seq.
+    register<bit<64>>(MAX_JOBS) progress;
+    Lanes() lanes;
 
-// Per element i of the array, at agg_values[base + i]:
-#define STORE_ELEM(i) agg_values.write(base + i, hdr.data.v##i);
-#define LOAD_ELEM(i) agg_values.read(hdr.data.v##i, base + i);
-// SUM wraps like int32; a sign change that the operands do not explain is an
-// overflow (bit 31 of ovf_bits), reported to the workers in the flags.
-#define SUM_ELEM(i) { \
-        bit<32> cur_##i; \
-        agg_values.read(cur_##i, base + i); \
-        bit<32> sum_##i = cur_##i + hdr.data.v##i; \
-        ovf_bits = ovf_bits | (~(cur_##i ^ hdr.data.v##i) & (cur_##i ^ sum_##i)); \
-        agg_values.write(base + i, sum_##i); \
-        hdr.data.v##i = sum_##i; }
-#define MIN_ELEM(i) { \
-        bit<32> cur_##i; \
-        agg_values.read(cur_##i, base + i); \
-        if ((int<32>)cur_##i < (int<32>)hdr.data.v##i) { hdr.data.v##i = cur_##i; } \
-        agg_values.write(base + i, hdr.data.v##i); }
-#define MAX_ELEM(i) { \
-        bit<32> cur_##i; \
-        agg_values.read(cur_##i, base + i); \
-        if ((int<32>)cur_##i > (int<32>)hdr.data.v##i) { hdr.data.v##i = cur_##i; } \
-        agg_values.write(base + i, hdr.data.v##i); }
+    // A packet a job check refused: counted for the job, then dropped.
+    action refuse(bit<8> stat) {
+        meta.job_stat = stat;
+        meta.consumed = true;
+    }
 
     apply {
         bool emit = false;
-        bool all_sets = false;  // the result goes to every set (not a resend)
-        bit<1> overflow = 0;
+        bool all_sets = false;     // the result goes to every set of the job (not a resend)
+        bool overflow = false;
+        lane_t wrapped = 0;        // per element: a SUM overflowed (top bits)
         bitmap_t bier_bits = meta.abm;
-        if ((meta.abm & hdr.ina.pbm) == 0) {
-            if (meta.to_me) {
-                JOB_DROP(DROP_FOREIGN_PBM)
+        bit<32> job_index = meta.job_stat_base >> JOB_STAT_STRIDE_LOG2;
+        if ((hdr.ina.flags & FLAG_SYNC) != 0) {
+            if (!meta.to_me) {
+                meta.job_stat = JOB_STAT_PASSED;  // to the root, or its answer back
+            } else if (meta.job_role == ROLE_ROOT && (hdr.ina.flags & FLAG_ABORT) != 0) {
+                // A worker gave up on its call after sending up to seq: the next call
+                // starts past it, so no cell an interrupted call left half full is
+                // taken for the next call's.
+                bit<64> done_up_to;
+                progress.read(done_up_to, job_index);
+                if (done_up_to[63:32] != meta.epoch
+                        || (int<32>)(hdr.ina.seq - done_up_to[31:0]) > 0) {
+                    progress.write(job_index, meta.epoch ++ hdr.ina.seq);
+                }
+                refuse(JOB_STAT_ABORTED);
+            } else if (meta.job_role == ROLE_ROOT && (hdr.ina.flags & FLAG_REPLY) == 0) {
+                // Answer: the call's first sequence number, to the worker.
+                bit<64> done_up_to;
+                progress.read(done_up_to, job_index);
+                hdr.ina.seq = 0;
+                if (done_up_to[63:32] == meta.epoch) {
+                    hdr.ina.seq = done_up_to[31:0] + (bit<32>)meta.slot_mask + 2;
+                }
+                hdr.ina.flags = hdr.ina.flags | FLAG_REPLY;
+                hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+                hdr.ipv4.src_addr = meta.node_ip;
+                hdr.ipv4.ttl = IPV4_INITIAL_TTL;
+                hdr.udp.checksum = 0;
+                meta.to_me = false;
+                meta.job_stat = JOB_STAT_SYNCED;
             } else {
-                JOB_EVENT(PASSED)
+                refuse(JOB_STAT_DROP_FOREIGN_PBM);  // not the job's root
+            }
+        } else if ((meta.abm & hdr.ina.pbm) == 0) {
+            if (meta.to_me) {
+                refuse(JOB_STAT_DROP_FOREIGN_PBM);
+            } else {
+                meta.job_stat = JOB_STAT_PASSED;
             }
         } else if ((hdr.ina.pbm & ~meta.abm) != 0) {
-            JOB_DROP(DROP_FOREIGN_PBM)
+            refuse(JOB_STAT_DROP_FOREIGN_PBM);
         } else {
-            bit<1> version = 0;
-            if ((hdr.ina.seq[15:0] & (meta.slot_mask + 1)) != 0) {
-                version = 1;
+            bit<16> seq_low = hdr.ina.seq[15:0];
+            bit<32> cell = (bit<32>)(meta.slot_base + (seq_low & meta.slot_mask)) << 1;
+            if ((seq_low & (meta.slot_mask + 1)) != 0) {
+                cell = cell | 1;
             }
-            bit<32> slot = (bit<32>)(meta.slot_base + (hdr.ina.seq[15:0] & meta.slot_mask));
-            bit<32> cell = (slot << 1) | (bit<32>)version;
-            bit<32> base = cell << ELEMS_LOG2;
+            cell_t cs;
+            cells.read(cs, cell);
+            bool fresh = cs[CELL_EPOCH] != meta.epoch
+                         || (int<32>)(hdr.ina.seq - cs[CELL_SEQ]) > 0;
             bit<32> set_index = (cell << BIER_SETS_LOG2) | (bit<32>)hdr.ina.si;
-            bit<32> epoch;
-            bit<32> seq;
-            bit<32> gen;
-            bit<8> done;
-            bit<16> count;
-            bit<4> op;
-            bitmap_t stored_bitmap;
-            bit<32> stored_gen;
-            slot_epoch.read(epoch, cell);
-            slot_seq.read(seq, cell);
-            slot_gen.read(gen, cell);
-            slot_sets_done.read(done, cell);
-            slot_count.read(count, cell);
-            slot_op.read(op, cell);
-            set_bitmap.read(stored_bitmap, set_index);
-            set_gen.read(stored_gen, set_index);
-            bool newer = (int<32>)(hdr.ina.seq - seq) > 0;
-            bool fresh = epoch != meta.epoch || newer;
+            bit<32> gen = cs[CELL_GEN];
+            bit<8> done = cs[CELL_DONE];
             bitmap_t bitmap = 0;
-            if (!fresh && stored_gen == gen) {
-                bitmap = stored_bitmap;
+            if (!fresh) {
+                if (meta.sets == 1) {
+                    bitmap = cs[CELL_BITMAP];
+                } else {
+                    set_cell_t sc;
+                    set_bitmaps.read(sc, set_index);
+                    if (sc[SET_GEN] == gen) {
+                        bitmap = sc[SET_BITMAP];
+                    }
+                }
             }
-            bool complete = !fresh && done == meta.sets;
             bool absorb = false;
             if (fresh) {
                 absorb = true;
-            } else if (seq != hdr.ina.seq) {
-                JOB_DROP(DROP_STALE)
-            } else if (count != hdr.ina.count) {
-                JOB_DROP(DROP_COUNT_MISMATCH)
-            } else if (op != hdr.ina.op) {
-                JOB_DROP(DROP_OP_MISMATCH)
-            } else if ((bitmap & hdr.ina.pbm) != 0 && !complete) {
-                JOB_DROP(DROP_DUPLICATE)
-            } else if ((bitmap & hdr.ina.pbm) != 0) {
+            } else if (cs[CELL_SEQ] != hdr.ina.seq) {
+                refuse(JOB_STAT_DROP_STALE);
+            } else if (cs[CELL_COUNT] != hdr.ina.count) {
+                refuse(JOB_STAT_DROP_COUNT_MISMATCH);
+            } else if (cs[CELL_OP] != hdr.ina.op) {
+                refuse(JOB_STAT_DROP_OP_MISMATCH);
+            } else if ((bitmap & hdr.ina.pbm) == 0) {
+                absorb = true;
+            } else if (done != meta.sets) {
+                refuse(JOB_STAT_DROP_DUPLICATE);
+            } else {
                 // A retransmission for a complete cell: something after it was lost.
-                JOB_EVENT(RESENT)
-                INA_FOR_EACH_ELEM(LOAD_ELEM)
-                slot_overflow.read(overflow, cell);
+                meta.job_stat = JOB_STAT_RESENT;
+                lanes.apply(hdr.data, cell, LaneOp.LOAD, wrapped);
+                overflow = cs[CELL_OVERFLOW] == 1;
                 bier_bits = hdr.ina.pbm;
                 emit = true;
-            } else {
-                absorb = true;
             }
 
             if (absorb) {
-                JOB_EVENT(ABSORBED)
-                if ((hdr.ina.flags & FLAG_OVERFLOW) != 0) {
-                    overflow = 1;
-                }
+                meta.job_stat = JOB_STAT_ABSORBED;
+                overflow = (hdr.ina.flags & FLAG_OVERFLOW) != 0;
                 if (fresh) {
                     gen = gen + 1;
                     done = 0;
-                    slot_gen.write(cell, gen);
-                    slot_epoch.write(cell, meta.epoch);
-                    slot_seq.write(cell, hdr.ina.seq);
-                    slot_count.write(cell, hdr.ina.count);
-                    slot_op.write(cell, hdr.ina.op);
-                    INA_FOR_EACH_ELEM(STORE_ELEM)
+                    lanes.apply(hdr.data, cell, LaneOp.STORE, wrapped);
                 } else {
-                    bit<1> stored_overflow;
-                    slot_overflow.read(stored_overflow, cell);
-                    overflow = overflow | stored_overflow;
-                    bit<32> ovf_bits = 0;
-                    if (hdr.ina.op == OP_SUM) {
-                        INA_FOR_EACH_ELEM(SUM_ELEM)
-                    } else if (hdr.ina.op == OP_MIN) {
-                        INA_FOR_EACH_ELEM(MIN_ELEM)
-                    } else {
-                        INA_FOR_EACH_ELEM(MAX_ELEM)
+                    if (cs[CELL_OVERFLOW] == 1) {
+                        overflow = true;
                     }
-                    if (ovf_bits[31:31] == 1) {
-                        overflow = 1;
+                    if (hdr.ina.op == OP_SUM) {
+                        lanes.apply(hdr.data, cell, LaneOp.SUM, wrapped);
+                        if ((wrapped & LANE_HIGH) != 0) {
+                            overflow = true;
+                        }
+                    } else if (hdr.ina.op == OP_MIN) {
+                        lanes.apply(hdr.data, cell, LaneOp.MIN, wrapped);
+                    } else {
+                        lanes.apply(hdr.data, cell, LaneOp.MAX, wrapped);
                     }
                 }
-                slot_overflow.write(cell, overflow);
                 bitmap = bitmap | hdr.ina.pbm;
-                set_bitmap.write(set_index, bitmap);
-                set_gen.write(set_index, gen);
                 if (bitmap == meta.abm) {
                     done = done + 1;  // this set is full
                 }
-                slot_sets_done.write(cell, done);
+                bitmap_t cell_bitmap = bitmap;
+                if (meta.sets != 1) {
+                    set_bitmaps.write(set_index, gen ++ bitmap);
+                    cell_bitmap = 0;
+                }
+                cells.write(cell, cell_bitmap ++ meta.epoch ++ hdr.ina.seq ++ gen
+                                  ++ hdr.ina.count ++ hdr.ina.op ++ (bit<1>)overflow ++ done);
                 if (done == meta.sets) {
                     emit = true;  // complete: the cell keeps the aggregate for resends
                     all_sets = true;
+                    if (meta.job_role == ROLE_ROOT) {
+                        bit<64> done_up_to;
+                        progress.read(done_up_to, job_index);
+                        if (done_up_to[63:32] != meta.epoch
+                                || (int<32>)(hdr.ina.seq - done_up_to[31:0]) > 0) {
+                            progress.write(job_index, meta.epoch ++ hdr.ina.seq);
+                        }
+                    }
                 } else {
                     meta.consumed = true;
                 }
@@ -175,8 +198,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
 
         if (emit) {
             hdr.ina.pbm = meta.abm;
-            hdr.ina.flags = hdr.ina.flags & ~(bit<8>)FLAG_OVERFLOW;
-            if (overflow == 1) {
+            hdr.ina.flags = hdr.ina.flags & ~FLAG_OVERFLOW;
+            if (overflow) {
                 hdr.ina.flags = hdr.ina.flags | FLAG_OVERFLOW;
             }
             hdr.ipv4.src_addr = meta.node_ip;
@@ -203,17 +226,20 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 hdr.bier.bitstring = bier_bits;
                 hdr.ethernet.ether_type = ETHERTYPE_BIER;
                 if (all_sets) {
-                    // One copy per (port, set); bier_egress.p4 writes each set's A-BM.
-                    std.mcast_grp = BIER_RESULT_GROUP;
-                    meta.bier_result = true;
+                    // The job's group: a copy per port toward its workers, or, for a
+                    // job spanning sets, per such (port, set), where bier_egress.p4
+                    // writes each set's A-BM.
+                    std.mcast_grp = meta.job_group;
+                    meta.bier_result = meta.sets != 1;
                 } else {
-                    std.mcast_grp = BIER_MCAST_GROUP;  // a resend, to the packet's set
+                    // A resend, to the packet's set.
+                    std.mcast_grp = BIER_MCAST_GROUP;
                 }
                 meta.multicast = true;
-                JOB_EVENT(MULTICAST)
+                meta.job_stat2 = JOB_STAT_MULTICAST;
             } else {
                 hdr.ipv4.dst_addr = meta.parent_ip;
-                JOB_EVENT(EMITTED)
+                meta.job_stat2 = JOB_STAT_EMITTED;
             }
         }
     }

@@ -1,22 +1,28 @@
 // BIER forwarding, ingress half: check the header (its BIFT-id names one of our
-// sets), spend one TTL, and hand the packet to the group of all BIER ports.
-// Egress masks each copy with the F-BM of its port in the packet's set.
+// sets), spend one TTL, and hand the packet to a multicast group: its job's on
+// this switch (the ports toward its workers), or that of every BIER port. Egress
+// masks each copy with the F-BM of its port in the packet's set.
 control BierIngress(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t std) {
     apply {
         if (meta.from_host && meta.membership != MEMBER_ROOT) {
             // Hosts are BFERs behind this switch; only a job's server root injects.
-            DROP(DROP_BIER_FROM_HOST)
+            meta.drop_reason = SWITCH_STAT_DROP_BIER_FROM_HOST;
         } else if (hdr.bier.nibble != BIER_NIBBLE || hdr.bier.version != BIER_VERSION
                    || hdr.bier.bsl != BIER_BSL_CODE || hdr.bier.bift_id < BIER_BIFT_ID
-                   || hdr.bier.bift_id >= BIER_BIFT_ID + BIER_SETS
+                   || hdr.bier.bift_id >= BIER_BIFT_ID + (bit<20>)BIER_SETS
                    || hdr.bier.bitstring == 0) {
-            DROP(DROP_BIER_MALFORMED)
+            meta.drop_reason = SWITCH_STAT_DROP_BIER_MALFORMED;
         } else if (hdr.bier.ttl <= 1) {
-            DROP(DROP_BIER_TTL)
+            meta.drop_reason = SWITCH_STAT_DROP_BIER_TTL;
         } else {
             hdr.bier.ttl = hdr.bier.ttl - 1;
-            std.mcast_grp = BIER_MCAST_GROUP;
+            if (meta.job_role == ROLE_TRANSIT || meta.job_role == ROLE_AGGREGATOR) {
+                // The job's group: copies only toward its workers.
+                std.mcast_grp = meta.job_group;
+            } else {
+                std.mcast_grp = BIER_MCAST_GROUP;
+            }
             meta.multicast = true;
         }
     }

@@ -10,15 +10,14 @@ control InaEgress(inout headers_t hdr, inout metadata_t meta,
         if (hdr.bier.isValid()) {
             bier.apply(hdr, meta, std);
             if (meta.bier_out == BIER_OUT_PRUNED) {
-                switch_stats.count(SWITCH_STAT_BIER_COPY_PRUNED);
+                switch_stats.count((bit<32>)SWITCH_STAT_BIER_COPY_PRUNED);
                 mark_to_drop(std);
             } else if (meta.bier_out == BIER_OUT_SENT) {
-                switch_stats.count(SWITCH_STAT_BIER_COPY_SENT);
+                switch_stats.count((bit<32>)SWITCH_STAT_BIER_COPY_SENT);
             } else {
-                switch_stats.count(SWITCH_STAT_BIER_COPY_DELIVERED);
+                switch_stats.count((bit<32>)SWITCH_STAT_BIER_COPY_DELIVERED);
                 if (meta.job_role != ROLE_NONE) {
-                    job_stats.count(((bit<32>)meta.job_index << JOB_STAT_STRIDE_LOG2)
-                                    + JOB_STAT_DELIVERED);
+                    job_stats.count(meta.job_stat_base + (bit<32>)JOB_STAT_DELIVERED);
                 }
             }
         }

@@ -2,71 +2,99 @@
 #ifndef INA_GENERATED_P4
 #define INA_GENERATED_P4
 
-#define BITSTRING_BITS 256              // P-BM, A-BM and BIER BitString width
-#define BIER_BSL_CODE 3                 // RFC 8296 BSL code of BITSTRING_BITS
-#define ELEMS_PER_PACKET 64             // int32 values per INA packet
-#define ELEMS_LOG2 6
-#define ETHERTYPE_IPV4 0x0800
-#define ETHERTYPE_BIER 0xab37           // RFC 8296
-#define IP_PROTO_UDP 17
-#define INA_UDP_PORT 18753
-#define INA_VERSION 1
-#define BIER_NIBBLE 5
-#define BIER_VERSION 0
-#define BIER_PROTO_IPV4 4
-#define BIER_BIFT_ID 1                  // BIFT-id of set 0; set s has BIER_BIFT_ID + s
-#define BIER_SETS 16                    // RFC 8279 set identifiers
-#define BIER_SETS_LOG2 4
-#define BIER_INITIAL_TTL 64
-#define IPV4_INITIAL_TTL 64
-#define AGG_SLOTS 1024                  // aggregation slots per switch
-#define MAX_JOBS 64
-#define IPV4_ROUTES 4096
-#define MAX_PORTS 64
-#define BIER_MCAST_GROUP 1              // one copy per port
-#define BIER_RESULT_GROUP 2             // one copy per (port, set), rid = set
-#define JOB_STAT_STRIDE 16
-#define JOB_STAT_STRIDE_LOG2 4
-#define SWITCH_STATS 18
-#define OP_SUM 1
-#define OP_MIN 2
-#define OP_MAX 3
-#define FLAG_RESULT 1
-#define FLAG_OVERFLOW 2
-#define JOB_STAT_ABSORBED 0
-#define JOB_STAT_PASSED 1
-#define JOB_STAT_TRANSIT 2
-#define JOB_STAT_EMITTED 3
-#define JOB_STAT_MULTICAST 4
-#define JOB_STAT_BIER_RECEIVED 5
-#define JOB_STAT_DELIVERED 6
-#define JOB_STAT_RESENT 7
-#define JOB_STAT_DROP_FOREIGN_PBM 8
-#define JOB_STAT_DROP_DUPLICATE 9
-#define JOB_STAT_DROP_STALE 10
-#define JOB_STAT_DROP_COUNT_MISMATCH 11
-#define JOB_STAT_DROP_OP_MISMATCH 12
-#define SWITCH_STAT_DROP_PARSER_ERROR 0
-#define SWITCH_STAT_DROP_BAD_VERSION 1
-#define SWITCH_STAT_DROP_BAD_COUNT 2
-#define SWITCH_STAT_DROP_BAD_OP 3
-#define SWITCH_STAT_DROP_BAD_PBM 4
-#define SWITCH_STAT_DROP_UNKNOWN_JOB 5
-#define SWITCH_STAT_DROP_FORGED_PBM 6
-#define SWITCH_STAT_DROP_NOT_MEMBER 7
-#define SWITCH_STAT_DROP_NO_ROUTE 8
-#define SWITCH_STAT_DROP_TTL 9
-#define SWITCH_STAT_DROP_BIER_MALFORMED 10
-#define SWITCH_STAT_DROP_BIER_TTL 11
-#define SWITCH_STAT_DROP_BIER_FROM_HOST 12
-#define SWITCH_STAT_DROP_NOT_SUPPORTED 13
-#define SWITCH_STAT_DROP_IP_CHECKSUM 14
-#define SWITCH_STAT_BIER_COPY_PRUNED 15
-#define SWITCH_STAT_BIER_COPY_SENT 16
-#define SWITCH_STAT_BIER_COPY_DELIVERED 17
+// Widths.
+typedef bit<256> bitmap_t;  // P-BM, A-BM, F-BM and BIER BitString
+typedef bit<2048> lane_t;  // 64 int32 values side by side
+typedef bit<381> cell_t;  // a cell's scalars (CELL_* slices)
+typedef bit<288> set_cell_t;  // a (cell, set) bitmap (SET_* slices)
 
-// X-macros: M(i) for every element of the array, for every job statistic.
-#define INA_FOR_EACH_ELEM(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15) M(16) M(17) M(18) M(19) M(20) M(21) M(22) M(23) M(24) M(25) M(26) M(27) M(28) M(29) M(30) M(31) M(32) M(33) M(34) M(35) M(36) M(37) M(38) M(39) M(40) M(41) M(42) M(43) M(44) M(45) M(46) M(47) M(48) M(49) M(50) M(51) M(52) M(53) M(54) M(55) M(56) M(57) M(58) M(59) M(60) M(61) M(62) M(63)
-#define INA_FOR_EACH_JOB_STAT(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12)
+// Wire format.
+const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<16> ETHERTYPE_BIER = 0xab37;  // RFC 8296
+const bit<8> IP_PROTO_UDP = 17;
+const bit<16> INA_UDP_PORT = 18753;
+const bit<4> INA_VERSION = 2;
+const bit<16> ELEMS_PER_PACKET = 256;
+const bit<4> BIER_NIBBLE = 5;
+const bit<4> BIER_VERSION = 0;
+const bit<4> BIER_BSL_CODE = 3;  // of BITSTRING_BITS
+const bit<6> BIER_PROTO_IPV4 = 4;
+const bit<20> BIER_BIFT_ID = 1;  // of set 0; set s has BIER_BIFT_ID + s
+const int BIER_SETS = 16;  // RFC 8279 set identifiers
+const bit<8> BIER_INITIAL_TTL = 64;
+const bit<8> IPV4_INITIAL_TTL = 64;
+const bit<4> OP_SUM = 1;
+const bit<4> OP_MIN = 2;
+const bit<4> OP_MAX = 3;
+const bit<8> FLAG_RESULT = 1;
+const bit<8> FLAG_OVERFLOW = 2;
+const bit<8> FLAG_SYNC = 4;
+const bit<8> FLAG_REPLY = 8;
+const bit<8> FLAG_ABORT = 16;
+
+// SWAR masks: the top bit of every 32-bit element of a lane, and the other 31.
+const lane_t LANE_HIGH = 2048w0x80000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000;
+const lane_t LANE_LOW = 2048w0x7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff;
+
+// Sizes.
+const int AGG_SLOTS = 1024;  // aggregation slots per switch, two cells each
+const int MAX_JOBS = 64;
+const int IPV4_ROUTES = 4096;
+const int MAX_PORTS = 64;
+const int BIER_SETS_LOG2 = 4;
+const int JOB_STAT_STRIDE = 16;
+const int JOB_STAT_STRIDE_LOG2 = 4;
+const int SWITCH_STATS = 18;
+const bit<16> BIER_MCAST_GROUP = 1;  // one copy per port
+const bit<16> JOB_GROUP_BASE = 256;  // + job index: the ports toward the job's workers
+
+// Counter indices: per job (job_index * JOB_STAT_STRIDE + stat) and per switch.
+const bit<8> JOB_STAT_NONE = 255;
+const bit<8> JOB_STAT_ABSORBED = 0;
+const bit<8> JOB_STAT_PASSED = 1;
+const bit<8> JOB_STAT_TRANSIT = 2;
+const bit<8> JOB_STAT_EMITTED = 3;
+const bit<8> JOB_STAT_MULTICAST = 4;
+const bit<8> JOB_STAT_BIER_RECEIVED = 5;
+const bit<8> JOB_STAT_DELIVERED = 6;
+const bit<8> JOB_STAT_RESENT = 7;
+const bit<8> JOB_STAT_DROP_FOREIGN_PBM = 8;
+const bit<8> JOB_STAT_DROP_DUPLICATE = 9;
+const bit<8> JOB_STAT_DROP_STALE = 10;
+const bit<8> JOB_STAT_DROP_COUNT_MISMATCH = 11;
+const bit<8> JOB_STAT_DROP_OP_MISMATCH = 12;
+const bit<8> JOB_STAT_SYNCED = 13;
+const bit<8> JOB_STAT_ABORTED = 14;
+const bit<8> SWITCH_STAT_NONE = 255;
+const bit<8> SWITCH_STAT_DROP_PARSER_ERROR = 0;
+const bit<8> SWITCH_STAT_DROP_BAD_VERSION = 1;
+const bit<8> SWITCH_STAT_DROP_BAD_COUNT = 2;
+const bit<8> SWITCH_STAT_DROP_BAD_OP = 3;
+const bit<8> SWITCH_STAT_DROP_BAD_PBM = 4;
+const bit<8> SWITCH_STAT_DROP_UNKNOWN_JOB = 5;
+const bit<8> SWITCH_STAT_DROP_FORGED_PBM = 6;
+const bit<8> SWITCH_STAT_DROP_NOT_MEMBER = 7;
+const bit<8> SWITCH_STAT_DROP_NO_ROUTE = 8;
+const bit<8> SWITCH_STAT_DROP_TTL = 9;
+const bit<8> SWITCH_STAT_DROP_BIER_MALFORMED = 10;
+const bit<8> SWITCH_STAT_DROP_BIER_TTL = 11;
+const bit<8> SWITCH_STAT_DROP_BIER_FROM_HOST = 12;
+const bit<8> SWITCH_STAT_DROP_NOT_SUPPORTED = 13;
+const bit<8> SWITCH_STAT_DROP_IP_CHECKSUM = 14;
+const bit<8> SWITCH_STAT_BIER_COPY_PRUNED = 15;
+const bit<8> SWITCH_STAT_BIER_COPY_SENT = 16;
+const bit<8> SWITCH_STAT_BIER_COPY_DELIVERED = 17;
+
+// Slices of cell_t and set_cell_t.
+#define CELL_BITMAP 380:125
+#define CELL_EPOCH 124:93
+#define CELL_SEQ 92:61
+#define CELL_GEN 60:29
+#define CELL_COUNT 28:13
+#define CELL_OP 12:9
+#define CELL_OVERFLOW 8:8
+#define CELL_DONE 7:0
+#define SET_GEN 287:256
+#define SET_BITMAP 255:0
 
 #endif

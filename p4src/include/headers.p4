@@ -62,12 +62,6 @@ header ina_h {
     bitmap_t pbm;
 }
 
-// The array: ELEMS_PER_PACKET signed 32-bit values, v0 .. v(N-1).
-#define INA_ELEM_FIELD(i) bit<32> v##i;
-header ina_data_h {
-    INA_FOR_EACH_ELEM(INA_ELEM_FIELD)
-}
-
 struct headers_t {
     ethernet_h ethernet;
     bier_h     bier;
@@ -77,34 +71,37 @@ struct headers_t {
     ina_data_h data;
 }
 
+// Every field ingress reads before a path may set it is initialised by
+// InaIngress.init_metadata; the rest is set before it is read.
 struct metadata_t {
     // edge.p4
     bool        from_host;
     bitmap_t    host_bit;
     bit<8>      host_si;
-    bit<2>      membership;   // MEMBER_*
+    bit<2>      membership;     // MEMBER_*
     // addresses.p4
     bool        to_me;
     // jobs.p4: the job's entry on this switch
-    bit<2>      job_role;
-    bit<8>      job_index;
-    bit<8>      sets;         // BIER sets the node's A-BM spans (1 below the root)
-    bitmap_t    abm;          // the A-BM's bits in the packet's set
+    bit<2>      job_role;       // ROLE_*
+    bit<32>     job_stat_base;  // the job's block in the job_stats counters
+    bit<16>     job_group;      // the job's BIER group: ports toward its workers
+    bit<8>      sets;           // BIER sets the node's A-BM spans (1 below the root)
+    bitmap_t    abm;            // the A-BM's bits in the packet's set
     bit<16>     slot_base;
     bit<16>     slot_mask;
     bit<32>     epoch;
     ipv4_addr_t node_ip;
     ipv4_addr_t parent_ip;
     // outcome of ingress
-    bit<16>     job_events;   // one bit per JOB_STAT_*
-    bool        drop;
-    bit<8>      drop_reason;  // SWITCH_STAT_*
-    bool        consumed;     // absorbed into a slot, or refused by a job check
-    bool        multicast;    // leaves by BIER replication
-    bool        bier_result;  // a root's result: egress fills in each copy's set
+    bit<8>      job_stat;       // the packet's event for its job (JOB_STAT_*), or NONE
+    bit<8>      job_stat2;      // a second one: what a VAT node then sent; or NONE
+    bit<8>      drop_reason;    // dropped and counted for this SWITCH_STAT_*, or NONE
+    bool        consumed;       // absorbed into a cell, or refused by a job check
+    bool        multicast;      // leaves by BIER replication
+    bool        bier_result;    // a root's result for several sets: egress writes each
     // egress
-    bit<8>      bier_si;      // the copy's set
-    bit<2>      bier_out;
+    bit<8>      bier_si;        // the copy's set
+    bit<2>      bier_out;       // BIER_OUT_*
 }
 
 #endif

@@ -3,20 +3,26 @@
 control InaValidate(in headers_t hdr, inout metadata_t meta) {
     apply {
         if (hdr.ina.version != INA_VERSION) {
-            DROP(DROP_BAD_VERSION)
-        } else if (hdr.ina.count == 0 || hdr.ina.count > ELEMS_PER_PACKET) {
-            DROP(DROP_BAD_COUNT)
+            meta.drop_reason = SWITCH_STAT_DROP_BAD_VERSION;
+        } else if ((hdr.ina.count == 0 || hdr.ina.count > ELEMS_PER_PACKET)
+                   && (hdr.ina.flags & FLAG_SYNC) == 0) {
+            meta.drop_reason = SWITCH_STAT_DROP_BAD_COUNT;
         } else if (hdr.ina.op != OP_SUM && hdr.ina.op != OP_MIN && hdr.ina.op != OP_MAX) {
-            DROP(DROP_BAD_OP)
-        } else if (hdr.ina.pbm == 0 || hdr.ina.si >= BIER_SETS
+            meta.drop_reason = SWITCH_STAT_DROP_BAD_OP;
+        } else if (hdr.ina.pbm == 0 || hdr.ina.si >= (bit<8>)BIER_SETS
                    || (hdr.ina.flags & FLAG_RESULT) != 0) {
             // Results travel in BIER only; a plain IPv4 "result" is forged.
-            DROP(DROP_BAD_PBM)
+            meta.drop_reason = SWITCH_STAT_DROP_BAD_PBM;
         } else if (meta.from_host) {
-            if (hdr.ina.pbm != meta.host_bit || hdr.ina.si != meta.host_si) {
-                DROP(DROP_FORGED_PBM)
+            if ((hdr.ina.flags & FLAG_REPLY) != 0) {
+                // Only a job's server root answers its workers' SYNCs.
+                if (meta.membership != MEMBER_ROOT) {
+                    meta.drop_reason = SWITCH_STAT_DROP_FORGED_PBM;
+                }
+            } else if (hdr.ina.pbm != meta.host_bit || hdr.ina.si != meta.host_si) {
+                meta.drop_reason = SWITCH_STAT_DROP_FORGED_PBM;
             } else if (meta.membership != MEMBER_WORKER) {
-                DROP(DROP_NOT_MEMBER)
+                meta.drop_reason = SWITCH_STAT_DROP_NOT_MEMBER;
             }
         }
     }

@@ -8,7 +8,8 @@ control Jobs(in bit<16> job_id, in bit<8> si, inout metadata_t meta) {
     action vat_node(bit<8> job_index, bit<16> slot_base, bit<16> slot_mask,
                     bit<32> epoch, ipv4_addr_t node_ip, ipv4_addr_t parent_ip) {
         meta.job_role = ROLE_AGGREGATOR;
-        meta.job_index = job_index;
+        meta.job_stat_base = (bit<32>)job_index << JOB_STAT_STRIDE_LOG2;
+        meta.job_group = JOB_GROUP_BASE + (bit<16>)job_index;
         meta.sets = 1;
         meta.slot_base = slot_base;
         meta.slot_mask = slot_mask;
@@ -20,7 +21,8 @@ control Jobs(in bit<16> job_id, in bit<8> si, inout metadata_t meta) {
     action vat_root(bit<8> job_index, bit<8> sets, bit<16> slot_base,
                     bit<16> slot_mask, bit<32> epoch, ipv4_addr_t node_ip) {
         meta.job_role = ROLE_ROOT;
-        meta.job_index = job_index;
+        meta.job_stat_base = (bit<32>)job_index << JOB_STAT_STRIDE_LOG2;
+        meta.job_group = JOB_GROUP_BASE + (bit<16>)job_index;
         meta.sets = sets;
         meta.slot_base = slot_base;
         meta.slot_mask = slot_mask;
@@ -31,7 +33,8 @@ control Jobs(in bit<16> job_id, in bit<8> si, inout metadata_t meta) {
     // Not a VAT node here, but the job's packets cross: count them per job.
     action transit(bit<8> job_index) {
         meta.job_role = ROLE_TRANSIT;
-        meta.job_index = job_index;
+        meta.job_stat_base = (bit<32>)job_index << JOB_STAT_STRIDE_LOG2;
+        meta.job_group = JOB_GROUP_BASE + (bit<16>)job_index;
     }
 
     action no_job() {

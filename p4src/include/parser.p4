@@ -36,8 +36,16 @@ parser InaParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
         }
     }
 
+    // A call's SYNC and its REPLY carry no array (their count is the worker's nonce).
     state parse_ina {
         packet.extract(hdr.ina);
+        transition select(hdr.ina.flags) {
+            FLAG_SYNC &&& FLAG_SYNC: accept;
+            default: parse_data;
+        }
+    }
+
+    state parse_data {
         packet.extract(hdr.data);
         transition accept;
     }

@@ -8,7 +8,7 @@ control Routing(inout headers_t hdr, inout metadata_t meta, inout standard_metad
     }
 
     action no_route() {
-        DROP(DROP_NO_ROUTE)
+        meta.drop_reason = SWITCH_STAT_DROP_NO_ROUTE;
     }
 
     table ipv4_routes {
@@ -20,7 +20,7 @@ control Routing(inout headers_t hdr, inout metadata_t meta, inout standard_metad
 
     apply {
         if (hdr.ipv4.ttl <= 1) {
-            DROP(DROP_TTL)
+            meta.drop_reason = SWITCH_STAT_DROP_TTL;
         } else {
             ipv4_routes.apply();
         }

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from ina.constants import ELEMS_PER_PACKET as P
 from ina.constants import JobStat, SwitchStat
 from ina.controller import SwitchStatus
 from ina.job import JobSpec
@@ -29,7 +30,7 @@ CASES = {
     "leaf-spine-2x4-sets": {"job_id": 13, "op": "sum",
                             "workers": ["h1_1", "h1_2", "h2_1", "h3_2", "h4_1", "h4_2"]},
 }
-SIZE = 64 * 7 + 5
+SIZE = P * 7 + 5
 
 
 def _counters(status: dict[str, SwitchStatus], job_id: int
@@ -61,9 +62,9 @@ def test_bmv2_and_the_model_agree(labs: Labs, name: str) -> None:
     path = lab.workdir / f"job{job_id}.yaml"
     path.write_text(yaml.safe_dump(job.to_spec()))
     try:
-        # A long RTO: no retransmission, so both see exactly the same packets.
+        # A least RTO of 10 s: no retransmission, so both see exactly the same packets.
         bmv2_results = lab.finish_workers(
-            job, lab.start_workers(path, job, SIZE, seed=1000, extra=["--rto", "10"]))
+            job, lab.start_workers(path, job, SIZE, seed=1000, extra=["--min-rto", "10"]))
         bmv2 = _delta(_counters(lab.controller_call(lambda ctl: ctl.status()), job_id), before)
     finally:
         lab.teardown(job_id)

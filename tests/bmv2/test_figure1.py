@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from scapy.all import IP, UDP, Ether, raw
 
+from ina.constants import ELEMS_PER_PACKET as P
 from ina.constants import INA_UDP_PORT, JobStat, SwitchStat
 from ina.controller import Controller
 from ina.scapy_layers import INA
@@ -26,7 +27,9 @@ FIGURE1_SPEC = {"job_id": 1, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "
                 "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}}
 SECOND_SPEC = {"job_id": 2, "op": "sum", "workers": ["w2", "w5", "w7"], "root": "s7",
                "aggregators": {"s6": ["w5", "w7"]}}
-SIZE = 64 * 5 + 7  # six packets per worker, the last one partial
+SIZE = P * 5 + 7  # six packets per worker, the last one partial
+# Packet rounds of one call: the call's descriptor (its barrier), then the array.
+ROUNDS = 1 + -(-SIZE // P)
 
 
 def _job_stats(lab: NetLab, job_id: int) -> dict[str, dict[JobStat, int]]:
@@ -66,15 +69,15 @@ def test_every_worker_gets_the_exact_result_and_others_nothing(
     job = figure1_lab.deploy(path)
     try:
         listeners = {h: figure1_lab.listen(h) for h in ("w5", "w6", "w7", "w8")}
-        # A long RTO: no retransmission, so "once" is checked by the counters below.
-        results, expected = figure1_lab.allreduce(path, job, SIZE, seed=10, extra=["--rto", "10"])
+        # A least RTO of 10 s: no retransmission, so "once" is checked by the counters below.
+        results, expected = figure1_lab.allreduce(path, job, SIZE, seed=10,
+                                                  extra=["--min-rto", "10"])
         for w in job.workers:
             assert np.array_equal(results[w], expected), w
         stats = _job_stats(figure1_lab, 1)
-        packets = -(-SIZE // 64)
-        # Each worker got each result once: two deliveries per packet on s1 and s2.
-        assert stats["s1"][JobStat.DELIVERED] == 2 * packets
-        assert stats["s2"][JobStat.DELIVERED] == 2 * packets
+        # Each worker got each result once: two deliveries per round on s1 and s2.
+        assert stats["s1"][JobStat.DELIVERED] == 2 * ROUNDS
+        assert stats["s2"][JobStat.DELIVERED] == 2 * ROUNDS
         assert {h: figure1_lab.stop_listening(p) for h, p in listeners.items()} == {
             "w5": 0, "w6": 0, "w7": 0, "w8": 0}
         switch = _switch_stats(figure1_lab)
@@ -87,19 +90,24 @@ def test_every_worker_gets_the_exact_result_and_others_nothing(
 def test_counters_show_absorption_transit_and_the_pass_at_s7(
         figure1_lab: NetLab, deployed: list) -> None:  # type: ignore[type-arg]
     (path, job), = deployed
-    # A long RTO: no retransmission while the workers start up, so the counts are exact.
+    # A least RTO of 10 s: no retransmission while the workers start up, so the counts are exact.
     figure1_lab.finish_workers(job, figure1_lab.start_workers(path, job, SIZE, seed=20,
-                                                              extra=["--rto", "10"]))
+                                                              extra=["--min-rto", "10"]))
     stats = _job_stats(figure1_lab, 1)
-    packets = -(-SIZE // 64)
-    assert stats["s1"][JobStat.ABSORBED] == 2 * packets
-    assert stats["s1"][JobStat.EMITTED] == packets
-    assert stats["s7"][JobStat.ABSORBED] == 2 * packets
-    assert stats["s7"][JobStat.PASSED] == packets  # s1's partial results on their way to s6
-    assert stats["s6"][JobStat.ABSORBED] == 2 * packets
-    assert stats["s6"][JobStat.MULTICAST] == packets
-    assert stats["s5"][JobStat.TRANSIT] == 3 * packets  # w3, w4 and s1's partial result
-    assert stats["s2"][JobStat.TRANSIT] == 2 * packets
+    # Each worker's SYNC crosses the VAT nodes and transit switches on its way to
+    # the root s6 and back, passed on, never absorbed.
+    assert stats["s6"][JobStat.SYNCED] == 4
+    assert stats["s1"][JobStat.ABSORBED] == 2 * ROUNDS
+    assert stats["s1"][JobStat.EMITTED] == ROUNDS
+    assert stats["s1"][JobStat.PASSED] == 2 * 2  # w1's and w2's SYNCs, out and back
+    assert stats["s7"][JobStat.ABSORBED] == 2 * ROUNDS
+    # s1's partial results on their way to s6, and every worker's SYNC out and back.
+    assert stats["s7"][JobStat.PASSED] == ROUNDS + 4 * 2
+    assert stats["s6"][JobStat.ABSORBED] == 2 * ROUNDS
+    assert stats["s6"][JobStat.MULTICAST] == ROUNDS
+    # w3, w4 and s1's partial result; the four SYNCs out and back.
+    assert stats["s5"][JobStat.TRANSIT] == 3 * ROUNDS + 4 * 2
+    assert stats["s2"][JobStat.TRANSIT] == 2 * ROUNDS + 2 * 2
 
 
 @pytest.mark.parametrize("deployed", [[FIGURE1_SPEC, SECOND_SPEC]], indirect=True)
@@ -145,7 +153,7 @@ def test_bad_packets_are_counted_and_change_no_result(
     no_values = _ina_frame("w1", "10.0.100.1", job_id=1, seq=0, count=0, pbm=bit_of(1))
     figure1_lab.send_frames("w1", [unknown_job, truncated, no_values])
     figure1_lab.send_frames("w5", [outsider, forged])
-    results, expected = figure1_lab.allreduce(path, job, 64, seed=60)
+    results, expected = figure1_lab.allreduce(path, job, P, seed=60)
     assert all(np.array_equal(results[w], expected) for w in job.workers)
     after = _switch_stats(figure1_lab)
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from conftest import Labs
 
+from ina.constants import ELEMS_PER_PACKET as P
 from ina.job import JobSpec
 
 from bmv2lab import NetLab
@@ -39,7 +40,7 @@ def test_a_planned_job_is_exact_at_every_worker_and_silent_elsewhere(
     try:
         others = [h for h in sorted(lab.topology.hosts) if h not in workers]
         listeners = {h: lab.listen(h) for h in others}
-        results, expected = lab.allreduce(path, job, 64 * 20 + 3, seed=900)
+        results, expected = lab.allreduce(path, job, P * 20 + 3, seed=900)
         for w in job.workers:
             assert np.array_equal(results[w], expected), w
         assert {h: lab.stop_listening(p) for h, p in listeners.items()} == {h: 0 for h in others}

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 
+from ina.constants import ELEMS_PER_PACKET as P
 from ina.constants import JobStat
 
 from bmv2lab import NetLab
@@ -30,19 +31,20 @@ def test_a_server_rooted_job_is_exact_at_every_worker(figure1_lab: NetLab) -> No
         assert root.stderr is not None
         assert b"root on w5" in root.stderr.readline()  # listening
         listeners = {h: lab.listen(h) for h in ("w6", "w7", "w8")}
-        size = 64 * 10 + 1
-        results, expected = lab.allreduce(path, job, size, seed=1100, extra=["--rto", "10"])
+        size = P * 10 + 1
+        results, expected = lab.allreduce(path, job, size, seed=1100, extra=["--min-rto", "10"])
         for w in job.workers:
             assert np.array_equal(results[w], expected), w
         assert {h: lab.stop_listening(p) for h, p in listeners.items()} == {
             "w6": 0, "w7": 0, "w8": 0}
         status = lab.controller_call(lambda ctl: ctl.status())
-        # s3 takes the server's BIER packets in and passes one copy on per packet.
-        assert status["s3"].job_stats[21][JobStat.BIER_RECEIVED].packets == 11
-        assert status["s1"].job_stats[21][JobStat.DELIVERED].packets == 22
+        # s3 takes the server's BIER packets in and passes one copy on per round
+        # (11 packets of the array and the call's descriptor).
+        assert status["s3"].job_stats[21][JobStat.BIER_RECEIVED].packets == 12
+        assert status["s1"].job_stats[21][JobStat.DELIVERED].packets == 24
     finally:
         root.send_signal(signal.SIGTERM)
         out, _ = root.communicate(timeout=10)
         lab.teardown(21)
     stats = json.loads(out.decode().strip().splitlines()[-1])
-    assert stats["multicast"] == 11 and stats["absorbed"] == 22
+    assert stats["multicast"] == 12 and stats["absorbed"] == 24 and stats["synced"] == 4

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from scapy.all import IP, UDP, Ether, raw
 
+from ina.constants import ELEMS_PER_PACKET as P
 from ina.constants import INA_UDP_PORT, JobStat, Op, SwitchStat
 from ina.job import Job
 from ina.lab import wait_until
@@ -60,7 +61,7 @@ def test_large_allreduce_is_exact_over_lossy_links(
         figure1_lab: NetLab, figure1_job: tuple[Path, Job], loss: float) -> None:
     path, job = figure1_job
     figure1_lab.lab.impair(loss=loss)
-    size = 64 * 500 if loss < 0.05 else 64 * 150
+    size = P * 500 if loss < 0.05 else P * 150
     results, expected = figure1_lab.allreduce(path, job, size, seed=100, timeout=30)
     for w in job.workers:
         assert np.array_equal(results[w], expected), w
@@ -71,7 +72,7 @@ def test_allreduce_is_exact_over_duplicating_links(
         figure1_lab: NetLab, figure1_job: tuple[Path, Job]) -> None:
     path, job = figure1_job
     figure1_lab.lab.impair(duplicate=0.05)
-    results, expected = figure1_lab.allreduce(path, job, 64 * 500, seed=110, timeout=30)
+    results, expected = figure1_lab.allreduce(path, job, P * 500, seed=110, timeout=30)
     for w in job.workers:
         assert np.array_equal(results[w], expected), w
     stats = _stats(figure1_lab, 1)
@@ -88,7 +89,7 @@ def _frame(lab: NetLab, worker: str, job: Job, seq: int, values: list[int]) -> b
                / IP(src=host.ip, dst=job.target_of(worker, lab.topology))
                / UDP(sport=INA_UDP_PORT, dport=INA_UDP_PORT)
                / INA(job_id=job.job_id, seq=seq, count=len(values), pbm=job.worker_bit[worker],
-                     values=values + [0] * (64 - len(values))))
+                     values=values + [0] * (P - len(values))))
 
 
 def test_reordered_and_duplicated_packets_give_exact_results_once(
@@ -124,7 +125,7 @@ def test_two_jobs_sharing_s5_s6_s7_run_at_once(
     path2 = figure1_lab.write_job(**SHARING_SPEC)
     job2 = figure1_lab.deploy(path2)
     try:
-        size = 64 * 400
+        size = P * 400
         procs1 = figure1_lab.start_workers(path1, job1, size, seed=200, timeout=30)
         procs2 = figure1_lab.start_workers(path2, job2, size, seed=300, timeout=30)
         for job, procs, seed in ((job1, procs1, 200), (job2, procs2, 300)):
@@ -142,7 +143,7 @@ def test_two_jobs_sharing_s5_s6_s7_run_at_once(
 def test_ordinary_traffic_flows_during_a_job(
         figure1_lab: NetLab, figure1_job: tuple[Path, Job]) -> None:
     path, job = figure1_job
-    procs = figure1_lab.start_workers(path, job, 64 * 800, seed=400, timeout=30)
+    procs = figure1_lab.start_workers(path, job, P * 800, seed=400, timeout=30)
     out = figure1_lab.lab.host("w5").cmd("ping -c 3 -i 0.2 -W 2 10.0.0.1")
     figure1_lab.finish_workers(job, procs)
     assert " 0% packet loss" in out, out
@@ -151,7 +152,7 @@ def test_ordinary_traffic_flows_during_a_job(
 def test_a_worker_that_stops_mid_job_makes_the_others_fail_with_a_timeout(
         figure1_lab: NetLab, figure1_job: tuple[Path, Job]) -> None:
     path, job = figure1_job
-    procs = figure1_lab.start_workers(path, job, 64 * 3000, seed=500, timeout=2)
+    procs = figure1_lab.start_workers(path, job, P * 3000, seed=500, timeout=2)
     wait_until(lambda: _stats(figure1_lab, 1).get("s6", {}).get(JobStat.MULTICAST, 0) > 20,
                30, "the job to make progress")
     procs.pop("w4").kill()
@@ -170,12 +171,12 @@ def test_outsiders_and_forgers_change_no_result(
     w5, w7 = figure1_lab.topology.hosts["w5"], figure1_lab.topology.hosts["w7"]
     outsider = [raw(Ether(src=w5.mac, dst="02:00:00:00:00:03") / IP(src=w5.ip, dst="10.0.100.6")
                     / UDP(sport=INA_UDP_PORT, dport=INA_UDP_PORT)
-                    / INA(job_id=1, seq=q, count=64, pbm=1 << 4, values=[10**6] * 64))
+                    / INA(job_id=1, seq=q, count=P, pbm=1 << 4, values=[10**6] * P))
                 for q in range(10)]
     forged = [raw(Ether(src=w7.mac, dst="02:00:00:00:00:04") / IP(src=w7.ip, dst="10.0.100.7")
                   / UDP(sport=INA_UDP_PORT, dport=INA_UDP_PORT)
-                  / INA(job_id=1, seq=q, count=64, pbm=job.worker_bit["w3"],
-                        values=[10**6] * 64))
+                  / INA(job_id=1, seq=q, count=P, pbm=job.worker_bit["w3"],
+                        values=[10**6] * P))
               for q in range(10)]
     figure1_lab.send_frames("w5", outsider)
     figure1_lab.send_frames("w7", forged)
@@ -189,7 +190,7 @@ def test_outsiders_and_forgers_change_no_result(
 def test_float32_allreduce_is_within_its_stated_bound(
         figure1_lab: NetLab, figure1_job: tuple[Path, Job]) -> None:
     path, job = figure1_job
-    size = 64 * 100
+    size = P * 100
     results = figure1_lab.finish_workers(
         job, figure1_lab.start_workers(path, job, size, seed=700, timeout=20, extra=["--float"]))
     exact = np.sum([random_floats(size, 700 + i).astype(np.float64) for i in range(4)], axis=0)

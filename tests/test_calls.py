@@ -1,0 +1,196 @@
+"""A deployed job serves any number of AllReduce calls (reference model, real
+Worker objects in threads): each call starts with a SYNC to the root, which
+tells every worker the same first sequence number, and a descriptor barrier
+that fails every worker clearly when they do not make the same call."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from ina.constants import ELEMS_PER_PACKET as P
+from ina.constants import Flag, JobStat, Op
+from ina.job import Job
+from ina.model import reduce_arrays
+from ina.wire import InaHeader, bit_of
+from ina.worker import AllreduceResult, AllreduceTimeout, CallMismatch
+
+from inatest import ModelLab, figure1_job, in_threads, int_arrays, model_workers
+
+
+def _deploy(lab: ModelLab, job: Job) -> None:
+    asyncio.run(lab.ctl.deploy(job))
+
+
+def _call(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray], timeout: float = 5.0,
+          workers: dict | None = None) -> dict[str, AllreduceResult | Exception]:  # type: ignore[type-arg]
+    workers = workers if workers is not None else model_workers(lab, job, timeout)
+    return in_threads({w: lambda w=w: workers[w].allreduce(arrays[w]) for w in arrays})
+
+
+def _exact(outcomes: dict[str, AllreduceResult | Exception], job: Job,
+           arrays: dict[str, np.ndarray]) -> None:
+    expected = reduce_arrays(job.op, list(arrays.values()))
+    for w, outcome in outcomes.items():
+        assert isinstance(outcome, AllreduceResult), (w, outcome)
+        assert np.array_equal(outcome.values, expected), w
+
+
+def test_the_same_workers_make_many_calls_without_a_redeploy(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    workers = model_workers(model_lab, job)
+    for call in range(4):
+        arrays = int_arrays(job, P * 3 + call, seed=call)
+        _exact(_call(model_lab, job, arrays, workers=workers), job, arrays)
+
+
+def test_new_worker_processes_make_the_next_call(model_lab: ModelLab) -> None:
+    # As with one inaworker run per training step: nothing is kept between calls.
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    for call in range(3):
+        arrays = int_arrays(job, P * 2 + 1, seed=10 + call)
+        _exact(_call(model_lab, job, arrays), job, arrays)
+
+
+def test_each_call_starts_past_every_sequence_number_of_the_last(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    workers = model_workers(model_lab, job)
+    arrays = int_arrays(job, P * 40, seed=1)  # 41 packets, the descriptor included
+    _call(model_lab, job, arrays, workers=workers)
+    starts = in_threads({w: workers[w]._start for w in workers})
+    # Every worker is told the same start, the slots (16) + 1 past the last of 41.
+    assert set(starts.values()) == {40 + job.slots + 1}
+
+
+def test_workers_that_disagree_on_the_call_all_fail_saying_so(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    arrays = int_arrays(job, P * 2, seed=2)
+    arrays["w4"] = arrays["w4"][:P]
+    outcomes = _call(model_lab, job, arrays)
+    for w, outcome in outcomes.items():
+        assert isinstance(outcome, CallMismatch), (w, outcome)
+        assert f"array length from {P} to {2 * P}" in str(outcome)
+
+
+def test_a_call_after_an_interrupted_one_is_exact(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    workers = model_workers(model_lab, job, timeout=0.5)
+    # w4 never comes: the others give up on a call that could not start ...
+    first = int_arrays(job, P * 5, seed=3)
+    del first["w4"]
+    assert all(isinstance(o, AllreduceTimeout) for o in _call(model_lab, job, first,
+                                                               workers=workers).values())
+    # ... and the next call, with everyone, is exact.
+    arrays = int_arrays(job, P * 5, seed=4)
+    _exact(_call(model_lab, job, arrays, workers=model_workers(model_lab, job)), job, arrays)
+
+
+def test_a_worker_that_gives_up_tells_the_root_how_far_it_went(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    workers = model_workers(model_lab, job, timeout=0.3)
+    first = int_arrays(job, P * 5, seed=3)
+    del first["w4"]  # the call cannot start: w1..w3 give up at its barrier, seq 0
+    _call(model_lab, job, first, workers=workers)
+    stats = asyncio.run(model_lab.ctl.status())["s6"].job_stats[1]
+    assert stats[JobStat.ABORTED].packets == 3 * 3  # three copies from each
+    starts = in_threads({w: model_workers(model_lab, job)[w]._start for w in job.workers})
+    assert set(starts.values()) == {0 + job.slots + 1}  # past the abandoned barrier
+
+
+def test_a_call_after_one_interrupted_mid_array_is_exact(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    arrays = int_arrays(job, P * 60, seed=5)
+    workers = model_workers(model_lab, job, timeout=0.5)
+    sent = {"count": 0}
+    transport = workers["w4"].transport
+    send = transport.send
+
+    def send_a_few(payload: bytes, dst: str | None = None) -> None:
+        # w4 stops after its SYNC, the descriptor and 20 packets: cells below
+        # the root keep partial sums of the interrupted call.
+        if sent["count"] < 22:
+            sent["count"] += 1
+            send(payload, dst)
+
+    transport.send = send_a_few  # type: ignore[method-assign]
+    outcomes = _call(model_lab, job, arrays, workers=workers)
+    assert all(isinstance(o, AllreduceTimeout) for o in outcomes.values())
+    again = int_arrays(job, P * 60, seed=6)
+    _exact(_call(model_lab, job, again, workers=model_workers(model_lab, job)), job, again)
+
+
+def test_a_worker_alone_in_a_call_times_out_saying_the_call_did_not_start(
+        model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    arrays = int_arrays(job, P, seed=7)
+    _exact(_call(model_lab, job, arrays), job, arrays)
+    (outcome,) = _call(model_lab, job, {"w1": arrays["w1"]}, timeout=0.3).values()
+    assert isinstance(outcome, AllreduceTimeout)
+    assert "the call did not start: not every worker of the job (w1, w2, w3, w4)" in str(outcome)
+
+
+def test_a_float_call_follows_an_integer_call(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    workers = model_workers(model_lab, job)
+    ints = int_arrays(job, P + 3, seed=8)
+    _exact(_call(model_lab, job, ints, workers=workers), job, ints)
+    rng = np.random.default_rng(9)
+    floats = {w: rng.standard_normal(P + 3).astype(np.float32) for w in job.workers}
+    outcomes = _call(model_lab, job, floats, workers=workers)
+    exact = np.sum([floats[w].astype(np.float64) for w in job.workers], axis=0)
+    for w, outcome in outcomes.items():
+        assert isinstance(outcome, AllreduceResult) and outcome.error_bound is not None, w
+        assert np.all(np.abs(outcome.values - exact) <= outcome.error_bound), w
+
+
+def _sync(job_id: int, worker_bit: int, flags: Flag = Flag.SYNC) -> bytes:
+    return InaHeader(job_id=job_id, seq=0, pbm=worker_bit, count=1234, op=Op.SUM,
+                     flags=flags).pack()
+
+
+def test_a_sync_crosses_the_vat_nodes_below_the_root_unabsorbed(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    model_lab.net.host_send_payload("w1", "10.0.100.6", _sync(1, bit_of(1)))
+    stats = asyncio.run(model_lab.ctl.status())
+    assert stats["s1"].job_stats[1][JobStat.PASSED].packets == 2  # there and back
+    assert stats["s6"].job_stats[1][JobStat.SYNCED].packets == 1
+    ((src, reply),) = model_lab.net.received_datagrams("w1")
+    header = InaHeader.unpack(reply)
+    assert src == "10.0.100.6" and header.flags == Flag.SYNC | Flag.REPLY and header.seq == 0
+
+
+@pytest.mark.parametrize("target", ["10.0.100.1", "10.0.100.7"])
+def test_a_sync_for_a_node_that_is_not_the_root_is_refused(model_lab: ModelLab,
+                                                           target: str) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    model_lab.net.host_send_payload("w1", target, _sync(1, bit_of(1)))
+    node = {"10.0.100.1": "s1", "10.0.100.7": "s7"}[target]
+    stats = asyncio.run(model_lab.ctl.status())
+    assert stats[node].job_stats[1][JobStat.DROP_FOREIGN_PBM].packets == 1
+    assert not model_lab.net.inbox["w1"]
+
+
+def test_a_reply_forged_by_a_worker_is_dropped_at_its_edge(model_lab: ModelLab) -> None:
+    from ina.constants import SwitchStat
+
+    from inatest import switch_stat
+
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    model_lab.net.host_send_payload("w1", "10.0.0.2", _sync(1, bit_of(1),
+                                                            Flag.SYNC | Flag.REPLY))
+    assert switch_stat(model_lab, "s1", SwitchStat.DROP_FORGED_PBM) == 1
+    assert not model_lab.net.inbox["w2"]
