@@ -10,9 +10,8 @@ APT_PACKAGES := mininet iputils-ping iproute2 ethtool util-linux nftables
 P4C ?= p4c-bm2-ss
 P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
 
-SIZE ?= 262144
 
-.PHONY: help setup build run deploy teardown status demo bench bench-deploy simulate test lint clean
+.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy simulate test lint clean
 
 help:
 	@echo "make setup     Debian packages (as root) and the Python venv ($(VENV))"
@@ -22,7 +21,9 @@ help:
 	@echo "make status    per-switch entries and counters of the running lab"
 	@echo "make teardown  remove JOB_ID=$(JOB_ID) from the running lab"
 	@echo "make demo      the Figure 1 AllReduce end to end (BMv2 if present, else the model)"
-	@echo "make bench     INA vs parameter server vs ring on Mininet + BMv2 (SIZE=$(SIZE))"
+	@echo "make bench     INA vs parameter server vs ring, CPU- and link-bound (Figure 1, fat-tree)"
+	@echo "make bench-dataplane  one switch: aggregation vs plain forwarding, packets/s"
+	@echo "make bench-loss    INA under 1% and 5% loss per link against no loss"
 	@echo "make bench-deploy  deploy time on the k=4 fat-tree, concurrent vs one by one"
 	@echo "make simulate  planned jobs on k=4..16 fat-trees on the reference model"
 	@echo "make test      every test tier the machine can run"
@@ -36,7 +37,7 @@ setup:
 	else echo "setup: not root or no apt-get: install $(APT_PACKAGES) yourself"; fi
 	$(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,bench]'
 	@command -v $(P4C) >/dev/null || echo "setup: $(P4C) not found: the BMv2 tiers will skip (see README, 'Toolchain')"
 	@command -v simple_switch_grpc >/dev/null || echo "setup: simple_switch_grpc not found: the BMv2 tiers will skip (see README, 'Toolchain')"
 
@@ -68,10 +69,16 @@ demo:
 	$(VENV)/bin/inalab -t $(TOPO) --build $(BUILD) demo --job $(JOB)
 
 bench: build
-	$(VENV)/bin/inalab -t $(TOPO) --build $(BUILD) bench --job $(JOB) --size $(SIZE)
+	$(VENV)/bin/inabench --build $(BUILD) allreduce --json docs/allreduce.json --png docs/allreduce.png
+
+bench-dataplane: build
+	$(PY) -m ina.bench_dataplane --build $(BUILD) --json docs/dataplane.json --png docs/dataplane.png
+
+bench-loss: build
+	$(VENV)/bin/inabench --build $(BUILD) loss --json docs/loss.json
 
 bench-deploy: build
-	$(VENV)/bin/inalab -t topologies/fat-tree-4.yaml --build $(BUILD) bench-deploy --job jobs/fat-tree-4-all.yaml
+	$(VENV)/bin/inabench --build $(BUILD) deploy
 
 simulate:
 	$(PY) -m ina.simulate --k 4 6 8 16

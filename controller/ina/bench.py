@@ -1,47 +1,142 @@
-"""Benchmark: one AllReduce three ways on the same Mininet + BMv2 network.
+"""Benchmarks on Mininet + BMv2, each measured side by side in one run.
 
-INA (the switches aggregate), a parameter server on a host outside the job, and
-a ring among the workers (both over TCP, through the same switches doing plain
-IPv4 forwarding). It prints values per second for each, the ratios INA/PS and
-INA/ring measured in this one run, and the bytes each link carried per value,
-next to what theory predicts: for INA the reference model's count of the very
-frames the job sends, for PS and ring DESIGN-NOTES section 4 (PS: N x S in and
-out of the server's link; ring: 2(N-1)/N x S each way on a worker's link).
+    inabench allreduce [--case figure1 --case fat-tree] [--rate 4] [--json F] [--png F]
+    inabench loss [--losses 0 0.01 0.05] [--size 65536]
+    inabench deploy
 
-    inalab -t topologies/figure1.yaml bench --job jobs/figure1-sum.yaml --size 262144
+``allreduce``: one AllReduce three ways on the same network: INA (the switches
+aggregate), a parameter server on a host outside the job, and a ring among the
+workers (both over TCP, through the same switches doing plain IPv4
+forwarding), in two regimes: links unlimited (the emulation is CPU-bound: every
+switch is a BMv2 process on the machine's cores) and every link limited with
+tc (htb) to a rate low enough that BMv2 is not the bottleneck, as links are in
+a real cluster. For each: values per second, the ratios INA/PS and INA/ring,
+and the bytes each method put on its busiest link per value of the array
+(measured on the switch interfaces). Cases: Figure 1 (4 workers, the VAT the
+planner chooses) and the k=4 fat-tree (8 workers over 4 pods).
+
+``loss``: the INA AllReduce of Figure 1 with frames dropped (nftables) on every
+link, against the same AllReduce without loss, in one run.
+
+``deploy``: deploy time on the k=4 fat-tree, all switches at once vs one by one.
+
+``inabench host`` runs alone what every allreduce run also measures first: one
+worker against a loopback reflector (no switch), to show the worker library is
+not what limits the figures.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import logging
+import os
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ina.controller import Controller
-from ina.job import Job, JobSpec, validate_job
-from ina.model import allreduce_on_model, deployed_network
-from ina.topology import Topology
-from ina.worker_cli import random_array
+import yaml
 
+from ina import sandbox
+from ina.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, Op
+from ina.controller import Controller
+from ina.job import Job, JobError, JobSpec
+from ina.topology import Topology, TopologyError
+
+LOG = logging.getLogger(__name__)
 Link = tuple[str, str]  # (from node, to node)
 Procs = dict[str, "subprocess.Popen[bytes]"]
 PS_PORT = 7100
 RING_PORT = 7200
 #: TCP/IP on Ethernet: a full segment carries 1448 payload bytes in a 1514-byte frame.
 TCP_WIRE_PER_BYTE = 1514 / 1448
+#: An INA packet on a host link, and inside BIER between switches: bytes per value.
+INA_WIRE_PER_VALUE = (14 + 20 + 8 + INA_PAYLOAD_BYTES) / ELEMS_PER_PACKET
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Case:
+    """A network and a job to benchmark on it."""
+
+    name: str
+    topology: Path
+    job: Path  # without aggregators: the controller plans the VAT
+    size: int  # values per worker
+    ps_host: str  # the parameter server's host (no worker of the job)
+
+
+CASES = {
+    "figure1": Case("figure1", ROOT / "topologies" / "figure1.yaml",
+                    ROOT / "jobs" / "figure1-planned.yaml", 262144, "w5"),
+    "fat-tree": Case("fat-tree", ROOT / "topologies" / "fat-tree-4.yaml",
+                     ROOT / "jobs" / "fat-tree-4-bench.yaml", 131072, "h0_0_1"),
+}
 
 
 @dataclass
-class Run:
-    name: str
+class MethodRun:
+    method: str  # INA, PS or ring
     seconds: float
-    link_bytes: dict[Link, int]
+    values_per_s: float
+    busiest_link: Link
+    busiest_bytes_per_value: float  # on the busiest link direction
+    all_links_bytes_per_value: float
+    retransmissions: int = 0
+
+
+@dataclass
+class RegimeResult:
+    regime: str  # "cpu" or "link"
+    rate_mbit: float | None  # every link's rate in the link-bound regime
+    runs: list[MethodRun]
+
+    def rate(self, method: str) -> float:
+        return next(r.values_per_s for r in self.runs if r.method == method)
+
+    @property
+    def ina_over_ps(self) -> float:
+        return self.rate("INA") / self.rate("PS")
+
+    @property
+    def ina_over_ring(self) -> float:
+        return self.rate("INA") / self.rate("ring")
+
+
+@dataclass
+class CaseResult:
+    case: str
+    topology: str
+    workers: list[str]
+    vat: str  # how the job aggregates
+    ps_host: str
+    size: int
+    slots: int
+    regimes: list[RegimeResult] = field(default_factory=list)
+
+
+@dataclass
+class HostRate:
+    """One worker against a loopback reflector (no switch)."""
+
+    packets_per_s: float
+    values_per_s: float
+
+
+def describe_vat(job: Job) -> str:
+    below = [f"{sw} aggregates {', '.join(n.covers)}" for sw, n in sorted(job.nodes.items())
+             if not n.is_root]
+    return f"root {job.root}" + (f"; {'; '.join(below)}" if below else "; no node below it")
+
+
+# --- Measuring inside a lab --------------------------------------------------------
 
 
 def _intf_bytes(topology: Topology) -> dict[Link, int]:
@@ -61,143 +156,299 @@ def _intf_bytes(topology: Topology) -> dict[Link, int]:
     return out
 
 
-def _delta(after: dict[Link, int], before: dict[Link, int]) -> dict[Link, int]:
-    return {k: after[k] - before.get(k, 0) for k in after}
-
-
 def _wait_all(workers: Procs, others: Procs, timeout: float) -> dict[str, Any]:
     """Wait for every process; the workers' last output line is their JSON report."""
     results = {}
-    for name, proc in {**workers, **others}.items():
-        out, err = proc.communicate(timeout=timeout)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{name} failed ({proc.returncode}): {err.decode().strip()}")
-        if name in workers:
-            results[name] = json.loads(out.decode().strip().splitlines()[-1])
+    try:
+        for name, proc in {**workers, **others}.items():
+            out, err = proc.communicate(timeout=timeout)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{name} failed ({proc.returncode}): {err.decode().strip()}")
+            if name in workers:
+                results[name] = json.loads(out.decode().strip().splitlines()[-1])
+    finally:
+        for proc in {**workers, **others}.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return results
 
 
-def predicted_ina_bytes(topology: Topology, job: Job, size: int) -> dict[Link, int]:
-    """The bytes per link the reference model carries for this AllReduce."""
-    net, _ = deployed_network(topology, job)
-    allreduce_on_model(net, job, {w: random_array(size, i) for i, w in enumerate(job.workers)})
-    return dict(net.bytes_on_link)
+class Bench:
+    """A lab with a job deployed, and the three methods to run on it."""
+
+    def __init__(self, lab: Any, topology: Topology, topology_path: Path, job: Job,
+                 job_path: Path, ps_host: str):
+        self.lab, self.topology, self.topology_path = lab, topology, topology_path
+        self.job, self.job_path, self.ps_host = job, job_path, ps_host
+
+    def measure(self, name: str, start: Callable[[int], tuple[Procs, Procs]],
+                size: int) -> MethodRun:
+        before = _intf_bytes(self.topology)
+        main, helpers = start(size)
+        results = _wait_all(main, helpers, timeout=1800)
+        after = _intf_bytes(self.topology)
+        link_bytes = {k: after[k] - before.get(k, 0) for k in after}
+        busiest = max(link_bytes, key=lambda k: link_bytes[k])
+        seconds = max(r["elapsed"] for r in results.values())
+        return MethodRun(name, seconds, size / seconds, busiest, link_bytes[busiest] / size,
+                         sum(link_bytes.values()) / size,
+                         sum(r.get("retransmissions", 0) for r in results.values()))
+
+    def ina(self, size: int, seed: int = 0, extra: tuple[str, ...] = ()) -> tuple[Procs, Procs]:
+        return {w: self.lab.host(w).popen(
+            [sys.executable, "-m", "ina.worker_cli", "-t", str(self.topology_path), "--job",
+             str(self.job_path), "--worker", w, "--random", str(size), "--seed", str(seed + i),
+             "--timeout", "60", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for i, w in enumerate(self.job.workers)}, {}
+
+    def ps(self, size: int) -> tuple[Procs, Procs]:
+        py = sys.executable
+        server = self.lab.host(self.ps_host).popen(
+            [py, "-m", "ina.baselines", "ps-server", "--port", str(PS_PORT),
+             "--workers", str(len(self.job.workers))],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        ip = self.topology.hosts[self.ps_host].ip
+        return {w: self.lab.host(w).popen(
+            [py, "-m", "ina.baselines", "ps-worker", "--server", ip, "--port", str(PS_PORT),
+             "--random", str(size), "--seed", str(i)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for i, w in enumerate(self.job.workers)}, {"ps-server": server}
+
+    def ring(self, size: int) -> tuple[Procs, Procs]:
+        hosts = ",".join(self.topology.hosts[w].ip for w in self.job.workers)
+        return {w: self.lab.host(w).popen(
+            [sys.executable, "-m", "ina.baselines", "ring", "--rank", str(i), "--hosts", hosts,
+             "--port", str(RING_PORT), "--random", str(size), "--seed", str(i)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for i, w in enumerate(self.job.workers)}, {}
 
 
-def run_bench(topology_path: Path, job_path: Path, size: int, build_dir: Path,
-              ps_host: str | None = None) -> str:
-    """Inside the sandbox: run the three AllReduces and return the report."""
-    from ina.lab import Lab, LabOptions
+def _deploy(lab: Any, topology: Topology, spec: JobSpec, workdir: Path) -> tuple[Job, Path]:
+    """Deploy (planning it if the spec has no VAT); the explicit job file for workers."""
     from ina.p4rt import connect
 
-    topology = Topology.load(topology_path)
-    job = validate_job(JobSpec.load(job_path), topology)
-    ps_host = ps_host or next(h for h in sorted(topology.hosts) if h not in job.workers)
-    workers = list(job.workers)
-    n = len(workers)
-    py = sys.executable
-    runs: list[Run] = []
-    with Lab(topology, LabOptions(build_dir=build_dir)) as lab:
+    async def deploy() -> Job:
+        async with connect(topology, lab.p4info) as clients:
+            return (await Controller(topology, clients).deploy(spec)).job
+
+    job = asyncio.run(deploy())
+    path = workdir / f"job{job.job_id}.yaml"
+    path.write_text(yaml.safe_dump(job.to_spec(), sort_keys=False))
+    return job, path
+
+
+def run_allreduce_case(case: Case, build_dir: Path, rate_mbit: float,
+                       regimes: tuple[str, ...]) -> CaseResult:
+    """Inside the sandbox: the three methods in each regime, on one lab."""
+    from ina.lab import Lab, LabOptions
+
+    topology = Topology.load(case.topology)
+    with Lab(topology, LabOptions(build_dir=build_dir)) as lab, \
+            tempfile.TemporaryDirectory() as tmp:
         lab.init_switches_sync()
-
-        async def deploy() -> None:
-            async with connect(topology, lab.p4info) as clients:
-                await Controller(topology, clients).deploy(job)
-
-        asyncio.run(deploy())
-
-        def measure(name: str, start: Callable[[], tuple[Procs, Procs]]) -> None:
-            before = _intf_bytes(topology)
-            main, helpers = start()
-            results = _wait_all(main, helpers, timeout=600)
-            runs.append(Run(name, max(r["elapsed"] for r in results.values()),
-                            _delta(_intf_bytes(topology), before)))
-
-        def start_ina() -> tuple[Procs, Procs]:
-            return {w: lab.host(w).popen(
-                [py, "-m", "ina.worker_cli", "-t", str(topology_path), "--job", str(job_path),
-                 "--worker", w, "--random", str(size), "--seed", str(i), "--timeout", "30"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                for i, w in enumerate(workers)}, {}
-
-        def start_ps() -> tuple[Procs, Procs]:
-            server = lab.host(ps_host).popen(
-                [py, "-m", "ina.baselines", "ps-server", "--port", str(PS_PORT),
-                 "--workers", str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            procs = {w: lab.host(w).popen(
-                [py, "-m", "ina.baselines", "ps-worker", "--server", topology.hosts[ps_host].ip,
-                 "--port", str(PS_PORT), "--random", str(size), "--seed", str(i)],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i, w in enumerate(workers)}
-            return procs, {"ps-server": server}
-
-        def start_ring() -> tuple[Procs, Procs]:
-            hosts = ",".join(topology.hosts[w].ip for w in workers)
-            return {w: lab.host(w).popen(
-                [py, "-m", "ina.baselines", "ring", "--rank", str(i), "--hosts", hosts,
-                 "--port", str(RING_PORT), "--random", str(size), "--seed", str(i)],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                for i, w in enumerate(workers)}, {}
-
-        measure("INA", start_ina)
-        measure("PS", start_ps)
-        measure("ring", start_ring)
-    return _report(topology, job, size, ps_host, runs,
-                   predicted_ina_bytes(topology, job, size))
+        job, job_path = _deploy(lab, topology, JobSpec.load(case.job), Path(tmp))
+        bench = Bench(lab, topology, case.topology, job, job_path, case.ps_host)
+        result = CaseResult(case.name, topology.name, list(job.workers), describe_vat(job),
+                            case.ps_host, case.size, job.slots)
+        for regime in regimes:
+            rate = rate_mbit if regime == "link" else None
+            lab.limit_links(rate)
+            runs = [bench.measure("INA", bench.ina, case.size),
+                    bench.measure("PS", bench.ps, case.size),
+                    bench.measure("ring", bench.ring, case.size)]
+            result.regimes.append(RegimeResult(regime, rate, runs))
+        lab.limit_links(None)
+    return result
 
 
-def _report(topology: Topology, job: Job, size: int, ps_host: str, runs: list[Run],
-            predicted: dict[Link, int]) -> str:
-    n = len(job.workers)
-    by = {r.name: r for r in runs}
-    lines = [f"AllReduce of {size} int32 values from {n} workers ({', '.join(job.workers)}) "
-             f"on {topology.name}, BMv2 switches; PS on {ps_host}.", ""]
-    lines.append(f"{'method':<6} {'seconds':>8} {'values/s':>12}")
-    for r in runs:
-        lines.append(f"{r.name:<6} {r.seconds:>8.2f} {size / r.seconds:>12,.0f}")
-    ina, ps, ring = by["INA"].seconds, by["PS"].seconds, by["ring"].seconds
-    lines.append(f"ratios (same run): INA/PS {ps / ina:.2f}x, INA/ring {ring / ina:.2f}x "
-                 "(values/s of INA over values/s of the other)")
-    lines.append("")
-    lines.append("Bytes carried per value (measured on the switch interfaces | theory):")
-    root_links = [(a, b) for (a, b) in by["INA"].link_bytes if job.root in (a, b)]
-    ps_edge, _ = topology.host_attachment(ps_host)
+# --- The host side -----------------------------------------------------------------
 
-    def per_value(run: Run, link: Link) -> float:
-        return run.link_bytes.get(link, 0) / size
 
-    def busiest(run: Run) -> tuple[Link, float]:
-        link = max(run.link_bytes, key=lambda k: run.link_bytes[k])
-        return link, per_value(run, link)
+def host_rate(size: int = 1 << 20) -> HostRate:
+    """One worker's AllReduce against a loopback reflector in another process, which
+    answers every packet at once as the root would: the worker library's own rate."""
+    from ina.worker import RtoEstimator, UdpTransport, Worker, WorkerConfig
+    from ina.worker_cli import random_array
 
-    for a, b in sorted(root_links):
-        if by["INA"].link_bytes.get((a, b), 0) or predicted.get((a, b), 0):
-            lines.append(f"  INA root link {a}->{b}: {per_value(by['INA'], (a, b)):6.2f} | "
-                         f"{predicted.get((a, b), 0) / size:6.2f} (reference model, same frames)")
-    link, value = busiest(by["INA"])
-    lines.append(f"  INA busiest link {link[0]}->{link[1]}: {value:6.2f} | "
-                 f"{predicted.get(link, 0) / size:6.2f} (reference model)")
-    tcp = 4 * TCP_WIRE_PER_BYTE
-    for direction in ((ps_host, ps_edge), (ps_edge, ps_host)):
-        lines.append(f"  PS server link {direction[0]}->{direction[1]}: "
-                     f"{per_value(by['PS'], direction):6.2f} | {n * tcp:6.2f} (N x S)")
-    link, value = busiest(by["PS"])
-    lines.append(f"  PS busiest link {link[0]}->{link[1]}: {value:6.2f} | {n * tcp:6.2f}")
-    link, value = busiest(by["ring"])
-    lines.append(f"  ring busiest link {link[0]}->{link[1]}: {value:6.2f} | "
-                 f"{2 * (n - 1) / n * tcp:6.2f} (2(N-1)/N x S)")
-    lines.append("")
-    lines.append(f"Theory uses 4-byte values on the wire: INA frames carry 64 values in "
-                 f"342 bytes (5.34 B/value; 6.03 inside BIER), TCP {tcp:.2f} B/value "
-                 "(data segments only; ACKs come on top).")
+    reflector = subprocess.Popen([sys.executable, "-m", "ina.bench", "reflect", "127.0.0.2"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert reflector.stdout is not None
+        if reflector.stdout.readline().strip() != b"ready":
+            raise RuntimeError(f"the reflector did not start: {reflector.stderr}")
+        config = WorkerConfig(job_id=1, op=Op.SUM, pbm=1, target="127.0.0.2", window=16,
+                              root="127.0.0.2")
+        with UdpTransport(config.target, bind="127.0.0.1") as transport:
+            worker = Worker(config, transport, timeout=10, rto=RtoEstimator(initial=0.05))
+            values = random_array(size, 0)
+            worker.allreduce(values[:ELEMS_PER_PACKET])  # warm up
+            started = time.perf_counter()
+            worker.allreduce(values)
+            elapsed = time.perf_counter() - started
+    finally:
+        reflector.terminate()
+        reflector.wait()
+    packets = -(-size // ELEMS_PER_PACKET)
+    return HostRate(packets / elapsed, size / elapsed)
+
+
+def reflect(address: str) -> None:
+    """Answer every INA packet sent to ``address`` as a root would: SYNCs with
+    sequence number 0, contributions with themselves as the result."""
+    import socket
+
+    from ina.constants import INA_UDP_PORT, Flag
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind((address, INA_UDP_PORT))
+        print("ready", flush=True)
+        while True:
+            data, sender = sock.recvfrom(65535)
+            packet = bytearray(data)
+            if packet[1] & Flag.SYNC:
+                packet[1] |= Flag.REPLY
+                packet[4:8] = bytes(4)
+            else:
+                packet[1] |= Flag.RESULT
+            sock.sendto(packet, sender)
+
+
+# --- Loss ----------------------------------------------------------------------------
+
+
+@dataclass
+class LossRun:
+    loss: float  # per link and direction
+    seconds: float
+    values_per_s: float
+    of_lossless: float
+    retransmissions: int
+    early_retransmissions: int
+
+
+def run_loss(build_dir: Path, losses: list[float], size: int, case: Case) -> list[LossRun]:
+    """Inside the sandbox: the INA AllReduce of ``case`` at each loss rate."""
+    from ina.lab import Lab, LabOptions
+    from ina.model import reduce_arrays
+    from ina.worker_cli import random_array
+
+    topology = Topology.load(case.topology)
+    runs: list[LossRun] = []
+    with Lab(topology, LabOptions(build_dir=build_dir)) as lab, \
+            tempfile.TemporaryDirectory() as tmp:
+        lab.init_switches_sync()
+        job, job_path = _deploy(lab, topology, JobSpec.load(case.job), Path(tmp))
+        bench = Bench(lab, topology, case.topology, job, job_path, case.ps_host)
+        expected = reduce_arrays(job.op, [random_array(size, i) for i in range(len(job.workers))])
+        from ina.worker_cli import digest
+
+        for loss in losses:
+            lab.impair(loss=loss)
+            procs, _ = bench.ina(size, extra=())
+            reports = _wait_all(procs, {}, timeout=1800)
+            lab.impair()
+            if any(r["sha256"] != digest(expected) for r in reports.values()):
+                raise RuntimeError(f"a result at loss {loss} is not exact")
+            seconds = max(r["elapsed"] for r in reports.values())
+            lossless = runs[0].values_per_s if runs else size / seconds
+            runs.append(LossRun(loss, seconds, size / seconds, size / seconds / lossless,
+                                sum(r["retransmissions"] for r in reports.values()),
+                                sum(r["early_retransmissions"] for r in reports.values())))
+    return runs
+
+
+# --- Reports -----------------------------------------------------------------------
+
+
+def render_allreduce(results: list[CaseResult], host: HostRate | None, bmv2: str) -> str:
+    lines = [f"AllReduce on Mininet + {bmv2}, one run per case and regime; every method on "
+             "the same network.", ""]
+    if host is not None:
+        lines += [f"Host side: one worker against a loopback reflector (no switch): "
+                  f"{host.packets_per_s:,.0f} packets/s, {host.values_per_s:,.0f} values/s.",
+                  ""]
+    for r in results:
+        lines.append(f"{r.case} ({r.topology}): {len(r.workers)} workers "
+                     f"({', '.join(r.workers)}), {r.size} int32 values each, PS on "
+                     f"{r.ps_host}; INA VAT (planned): {r.vat}; {r.slots} slots.")
+        for g in r.regimes:
+            regime = ("links unlimited (CPU-bound)" if g.rate_mbit is None
+                      else f"every link limited to {g.rate_mbit:g} Mbit/s (htb)")
+            lines.append(f"  {regime}:")
+            lines.append(f"    {'method':<6} {'seconds':>8} {'values/s':>12}   busiest link, "
+                         "bytes per value | all links")
+            for m in g.runs:
+                link = f"{m.busiest_link[0]}->{m.busiest_link[1]}"
+                lines.append(f"    {m.method:<6} {m.seconds:>8.2f} {m.values_per_s:>12,.0f}   "
+                             f"{link:<12} {m.busiest_bytes_per_value:6.2f} | "
+                             f"{m.all_links_bytes_per_value:6.1f}")
+            lines.append(f"    ratios (same run): INA/PS {g.ina_over_ps:.2f}x, "
+                         f"INA/ring {g.ina_over_ring:.2f}x")
+        lines.append("")
+    lines.append(f"Per value on the wire: INA {INA_WIRE_PER_VALUE:.2f} bytes (a packet of "
+                 f"{ELEMS_PER_PACKET} values, +{44 / ELEMS_PER_PACKET:.2f} inside BIER), "
+                 f"TCP {4 * TCP_WIRE_PER_BYTE:.2f} (data segments, ACKs on top); a worker's "
+                 "link carries S each way with INA, 2(N-1)/N x S with the ring, the PS's N x S.")
     return "\n".join(lines)
+
+
+def render_loss(runs: list[LossRun], case: Case, size: int) -> str:
+    lines = [f"INA AllReduce of {size} values per worker on {case.name}, frames dropped on "
+             "every link (each direction) by nftables; one run, results exact.", "",
+             f"{'loss per link':>14} {'seconds':>8} {'values/s':>10} {'of lossless':>12} "
+             f"{'retransmissions':>16} {'(early)':>8}"]
+    for r in runs:
+        lines.append(f"{r.loss:>14.0%} {r.seconds:>8.2f} {r.values_per_s:>10,.0f} "
+                     f"{r.of_lossless:>11.0%} {r.retransmissions:>16} "
+                     f"{r.early_retransmissions:>8}")
+    return "\n".join(lines)
+
+
+def plot_allreduce(results: list[CaseResult], path: Path, bmv2: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = ("INA", "PS", "ring")
+    colors = {"INA": "#1b5e20", "PS": "#b0413e", "ring": "#2a7ab0"}
+    panels = [(r, g) for r in results for g in r.regimes]
+    fig, axes = plt.subplots(2, len(panels), figsize=(3.2 * len(panels), 5.6), squeeze=False)
+    for col, (r, g) in enumerate(panels):
+        title = f"{r.case}, {len(r.workers)} workers\n" + (
+            "links unlimited" if g.rate_mbit is None else f"links {g.rate_mbit:g} Mbit/s")
+        top, bottom = axes[0][col], axes[1][col]
+        rates = [g.rate(m) for m in methods]
+        bars = top.bar(methods, rates, color=[colors[m] for m in methods])
+        for bar, m in zip(bars, methods, strict=True):
+            label = "" if m == "INA" else f"{g.rate('INA') / g.rate(m):.2f}x"
+            top.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                         ha="center", va="bottom", fontsize=8)
+        top.set_title(title, fontsize=9)
+        top.set_ylim(0, max(rates) * 1.2)
+        top.ticklabel_format(axis="y", style="sci", scilimits=(3, 3))
+        per_value = [next(x.busiest_bytes_per_value for x in g.runs if x.method == m)
+                     for m in methods]
+        bottom.bar(methods, per_value, color=[colors[m] for m in methods])
+        if col == 0:
+            top.set_ylabel("values/s (INA over each: x)")
+            bottom.set_ylabel("bytes per value,\nbusiest link")
+    fig.text(0.01, 0.005, bmv2, fontsize=6, color="#555555")
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# --- Deploy time -----------------------------------------------------------------------
 
 
 def run_deploy_bench(topology_path: Path, job_path: Path, build_dir: Path,
                      repeat: int = 5) -> str:
     """Inside the sandbox: deploy and tear down a job ``repeat`` times with all switches
     written at once, and as many times one switch after another; report both."""
-    import statistics
-
     from ina.lab import Lab, LabOptions
     from ina.p4rt import connect
 
@@ -224,3 +475,96 @@ def run_deploy_bench(topology_path: Path, job_path: Path, build_dir: Path,
             f"{repeat}:\n  all switches at once:   {at_once * 1000:7.1f} ms\n"
             f"  one after another:      {serial * 1000:7.1f} ms\n"
             f"  speed-up: {serial / at_once:.2f}x")
+
+
+# --- CLI --------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="inabench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", type=Path, default=Path(os.environ.get("INA_BUILD_DIR", "build")),
+                   help="directory with ina.json and ina.p4info.txtpb (default: %(default)s)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("allreduce", help="INA vs parameter server vs ring, two regimes")
+    a.add_argument("--case", action="append", choices=sorted(CASES),
+                   help="default: every case")
+    a.add_argument("--size", type=int, help="values per worker (default: the case's)")
+    a.add_argument("--rate", type=float, default=4.0,
+                   help="Mbit/s of every link in the link-bound regime (default %(default)s)")
+    a.add_argument("--regimes", default="cpu,link", help="cpu, link or both (default)")
+    a.add_argument("--json", type=Path, help="write the figures here")
+    a.add_argument("--png", type=Path, help="draw them here")
+    lo = sub.add_parser("loss", help="INA under loss on every link, against no loss")
+    lo.add_argument("--losses", type=float, nargs="+", default=[0.0, 0.01, 0.05])
+    lo.add_argument("--size", type=int, default=65536)
+    lo.add_argument("--json", type=Path)
+    d = sub.add_parser("deploy", help="deploy time, all switches at once vs one by one")
+    d.add_argument("--repeat", type=int, default=5)
+    sub.add_parser("host", help="one worker against a loopback reflector")
+    r = sub.add_parser("reflect", help=argparse.SUPPRESS)
+    r.add_argument("address")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.cmd == "reflect":
+        reflect(args.address)
+        return 0
+    from ina.bench_dataplane import bmv2_build
+    from ina.lab import missing_tools
+
+    problems = missing_tools()
+    for f in ("ina.json", "ina.p4info.txtpb"):
+        if not (args.build / f).exists():
+            problems.append(f"{args.build / f} not found: make build")
+    if problems:
+        print("inabench: needs Mininet + BMv2: " + "; ".join(problems), file=sys.stderr)
+        return 2
+    if not sandbox.inside():
+        return sandbox.reexec()
+    try:
+        if args.cmd == "host":
+            rate = host_rate()
+            print(f"one worker against a loopback reflector: {rate.packets_per_s:,.0f} "
+                  f"packets/s, {rate.values_per_s:,.0f} values/s")
+        elif args.cmd == "allreduce":
+            host = host_rate()
+            regimes = tuple(x.strip() for x in args.regimes.split(","))
+            results = []
+            for name in args.case or sorted(CASES, reverse=True):
+                case = CASES[name]
+                if args.size:
+                    case = Case(case.name, case.topology, case.job, args.size, case.ps_host)
+                results.append(run_allreduce_case(case, args.build, args.rate, regimes))
+            bmv2 = bmv2_build()
+            print(render_allreduce(results, host, bmv2))
+            if args.json is not None:
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(
+                    {"bmv2": bmv2, "host": asdict(host), "cases": [asdict(r) for r in results]},
+                    indent=2) + "\n")
+            if args.png is not None:
+                plot_allreduce(results, args.png, bmv2)
+        elif args.cmd == "loss":
+            case = CASES["figure1"]
+            runs = run_loss(args.build, args.losses, args.size, case)
+            print(render_loss(runs, case, args.size))
+            if args.json is not None:
+                args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2) + "\n")
+        else:
+            print(run_deploy_bench(ROOT / "topologies" / "fat-tree-4.yaml",
+                                   ROOT / "jobs" / "fat-tree-4-all.yaml", args.build,
+                                   args.repeat))
+    except (TopologyError, JobError) as exc:
+        print(f"inabench: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

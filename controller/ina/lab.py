@@ -69,6 +69,21 @@ def _port_open(address: str) -> bool:
         return False
 
 
+def bmv2_command(device_id: int, grpc: str, thrift_port: int, interfaces: dict[int, str],
+                 log_file: Path | None = None, pcap_dir: Path | None = None) -> list[str]:
+    """The simple_switch_grpc command line of a switch with no program yet (the
+    controller pushes it) and these ports."""
+    args = [SWITCH_BINARY, "--device-id", str(device_id), "--no-p4",
+            "--thrift-port", str(thrift_port)]
+    for port, intf in sorted(interfaces.items()):
+        args += ["-i", f"{port}@{intf}"]
+    if log_file is not None:
+        args += ["--log-file", str(log_file), "--log-flush"]
+    if pcap_dir is not None:
+        args += ["--pcap", str(pcap_dir)]
+    return [*args, "--", "--grpc-server-addr", grpc]
+
+
 @dataclass
 class LabOptions:
     build_dir: Path = Path("build")
@@ -95,21 +110,19 @@ def _bmv2_switch_class() -> type:
             self.output: Path | None = None
 
         def start(self, controllers: Any) -> None:
-            args = [SWITCH_BINARY, "--device-id", str(self.device_id), "--no-p4",
-                    "--thrift-port", str(self.thrift_port)]
-            for port, intf in sorted(self.intfs.items()):
-                if intf.name != "lo":
-                    args += ["-i", f"{port}@{intf.name}"]
             out: Any = subprocess.DEVNULL
+            log_file = None
             if self.options.log_dir is not None:
                 self.options.log_dir.mkdir(parents=True, exist_ok=True)
-                args += ["--log-file", str(self.options.log_dir / self.name), "--log-flush"]
+                log_file = self.options.log_dir / self.name
                 self.output = self.options.log_dir / f"{self.name}.out"
                 out = self.output.open("wb")
             if self.options.pcap_dir is not None:
                 self.options.pcap_dir.mkdir(parents=True, exist_ok=True)
-                args += ["--pcap", str(self.options.pcap_dir)]
-            args += ["--", "--grpc-server-addr", self.grpc]
+            args = bmv2_command(
+                self.device_id, self.grpc, self.thrift_port,
+                {port: intf.name for port, intf in self.intfs.items() if intf.name != "lo"},
+                log_file, self.options.pcap_dir)
             LOG.info("%s: %s", self.name, " ".join(args))
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
 
@@ -238,6 +251,20 @@ class Lab:
             out = run("nft '" + "; ".join(script) + "'; echo rc=$?")
             if not out.strip().endswith("rc=0"):
                 raise LabError(f"{node}: cannot impair {intf} with nftables: {out.strip()}")
+
+    def limit_links(self, rate_mbit: float | None) -> None:
+        """Limit every link, both ways, to ``rate_mbit`` (an htb class on each
+        interface's egress, as Mininet's TCLink does; this kernel has no netem, so
+        no delay); None removes the limits."""
+        for node, intf, run in self._interfaces():
+            run(f"tc qdisc del dev {intf} root 2>/dev/null; true")
+            if rate_mbit is None:
+                continue
+            out = run(f"tc qdisc add dev {intf} root handle 1: htb default 1 && "
+                      f"tc class add dev {intf} parent 1: classid 1:1 htb "
+                      f"rate {rate_mbit}mbit ceil {rate_mbit}mbit; echo rc=$?")
+            if not out.strip().endswith("rc=0"):
+                raise LabError(f"{node}: cannot limit {intf} with tc htb: {out.strip()}")
 
     def _interfaces(self) -> list[tuple[str, str, Callable[[str], str]]]:
         """(node, interface, run a shell command where it lives) for every link end."""

@@ -4,7 +4,6 @@
     inalab exec -t topologies/figure1.yaml -- inactl -t topologies/figure1.yaml status
     inalab host -t topologies/figure1.yaml w1 -- ping -c1 10.0.0.8
     inalab demo -t topologies/figure1.yaml --job jobs/figure1-sum.yaml
-    inalab bench -t topologies/figure1.yaml --job jobs/figure1-sum.yaml --size 262144
 
 ``run`` records the namespaces it made in .run/<topology>.json so that ``exec``
 (the lab's network, where the switches' gRPC ports are) and ``host`` (one
@@ -116,24 +115,6 @@ def _demo(args: argparse.Namespace, topology: Topology) -> int:
     return 0 if ok else 1
 
 
-def _bench(args: argparse.Namespace, topology: Topology) -> int:
-    from ina.bench import run_bench, run_deploy_bench
-    from ina.lab import missing_tools
-
-    problems = missing_tools()
-    if problems:
-        print("inalab: the benchmark needs Mininet + BMv2: " + "; ".join(problems),
-              file=sys.stderr)
-        return 2
-    if not sandbox.inside():
-        return sandbox.reexec()
-    if args.cmd == "bench":
-        print(run_bench(args.topology, args.job, args.size, args.build, args.ps_host))
-    else:
-        print(run_deploy_bench(args.topology, args.job, args.build, args.repeat))
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="inalab", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -156,13 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--size", type=int, default=1000, help="values per worker")
     d.add_argument("--seed", type=int, default=1)
     d.add_argument("--model", action="store_true", help="use the reference model even with BMv2")
-    b = sub.add_parser("bench", help="INA against a parameter server and a ring, same network")
-    b.add_argument("--job", required=True, type=Path)
-    b.add_argument("--size", type=int, default=262144, help="values per worker")
-    b.add_argument("--ps-host", help="host of the parameter server (default: a non-worker)")
-    bd = sub.add_parser("bench-deploy", help="deploy time, all switches at once vs one by one")
-    bd.add_argument("--job", required=True, type=Path)
-    bd.add_argument("--repeat", type=int, default=5)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -181,8 +155,6 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args, topology)
         if args.cmd == "demo":
             return _demo(args, topology)
-        if args.cmd in ("bench", "bench-deploy"):
-            return _bench(args, topology)
         return _enter(args, topology, args.host if args.cmd == "host" else None)
     except (TopologyError, JobError) as exc:
         print(f"inalab: {exc}", file=sys.stderr)

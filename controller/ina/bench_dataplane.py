@@ -1,0 +1,376 @@
+"""Data-plane benchmark: what one BMv2 switch running the INA program does per second.
+
+    python -m ina.bench_dataplane --build build --json FILE.json --png FILE.png
+
+One simple_switch_grpc with the real program (build/ina.json) and four hosts'
+interfaces, inside private namespaces. A closed loop keeps a fixed number of
+packets in flight through one path of the program at a time and counts what
+comes out:
+
+- ``forward``: plain IPv4 UDP frames h1 -> h2 of the same size as an INA packet,
+  routed by the same program (its IPv4 path: host port, local address, route);
+- ``absorb``: a VAT node below the root (job 1: s1 aggregates h1 and h2 for a
+  root elsewhere): every contribution is absorbed into a cell, every second one
+  completes it and leaves toward the parent;
+- ``root``: the VAT root (job 2: s1 is the root of h1 and h2): the second
+  contribution of each sequence number leaves as a BIER result to both workers.
+
+Rounds alternate the paths (median of the rounds), so a change in the machine's
+load hits all of them alike. Packets per second are input packets the switch
+processed; values per second count ELEMS_PER_PACKET aggregated values per
+contribution. The ratio to ``forward`` is what the wide-lane design is judged by.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import select
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ina import sandbox
+from ina.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, INA_UDP_PORT
+from ina.controller import Controller
+from ina.job import JobSpec, validate_job
+from ina.topology import Topology
+from ina.wire import ina_frame, ina_payload, udp_frame
+
+LOG = logging.getLogger(__name__)
+SWITCH = "s1"
+HOSTS = ("h1", "h2", "h3", "h4")
+#: Frame size of every path: an INA packet (Ethernet, IPv4, UDP, INA header, array).
+FRAME_BYTES = 14 + 20 + 8 + INA_PAYLOAD_BYTES
+#: Offset of the INA sequence number in a frame.
+SEQ_OFFSET = 14 + 20 + 8 + 4
+PACKET_OUTGOING = 4  # socket.PACKET_OUTGOING: our own transmissions, seen by raw sockets
+ETH_P_ALL = 0x0003
+
+
+def rig_topology() -> Topology:
+    """One switch, four hosts on ports 1..4."""
+    return Topology.from_dict({
+        "name": "dataplane-rig",
+        "switches": {SWITCH: {"device_id": 1, "grpc": "127.0.0.1:50001",
+                              "loopback": "10.0.100.1"}},
+        "hosts": {h: {"ip": f"10.0.0.{i}", "mac": f"00:00:00:00:00:0{i}", "bfr_id": i}
+                  for i, h in enumerate(HOSTS, start=1)},
+        "links": [[f"{SWITCH}:{i}", h] for i, h in enumerate(HOSTS, start=1)],
+    })
+
+
+#: Job 1: s1 aggregates h1 and h2 below a server root (h4), which never runs:
+#: s1's partial results are what the loop counts, on h4's link.
+ABSORB_JOB = {"job_id": 1, "op": "sum", "workers": ["h1", "h2", "h3"], "root": "h4",
+              "aggregators": {SWITCH: ["h1", "h2"]}, "slots": 64}
+#: Job 2: s1 is the root of h1 and h2 and multicasts each result to both.
+ROOT_JOB = {"job_id": 2, "op": "sum", "workers": ["h1", "h2"], "root": SWITCH, "slots": 64,
+            "aggregators": {}}
+
+
+@dataclass
+class PathRate:
+    path: str
+    packets_per_s: float  # input packets the switch processed
+    values_per_s: float  # aggregated values (0 for forwarding)
+    rounds: list[float]  # packets/s of each round
+    lost: int  # packets the loop gave up waiting for
+
+
+@dataclass
+class DataplaneReport:
+    bmv2: str
+    frame_bytes: int
+    values_per_packet: int
+    window: int
+    seconds_per_round: float
+    paths: list[PathRate]
+
+    def ratio(self, path: str) -> float:
+        rates = {p.path: p.packets_per_s for p in self.paths}
+        return rates[path] / rates["forward"]
+
+    def render(self) -> str:
+        lines = [f"Data plane of one BMv2 switch ({self.bmv2}), the INA program, closed loop "
+                 f"with {self.window} packets in flight, {self.frame_bytes}-byte frames "
+                 f"({self.values_per_packet} int32 values); median of "
+                 f"{len(self.paths[0].rounds)} rounds of {self.seconds_per_round:g} s.", "",
+                 f"{'path':<40} {'packets/s':>10} {'values/s':>12} {'vs forward':>11}"]
+        names = {"forward": "forward: plain IPv4, same program",
+                 "absorb": "absorb: VAT node below the root",
+                 "root": "root: absorb, then BIER result"}
+        for p in self.paths:
+            values = f"{p.values_per_s / 1e6:10.2f}M" if p.values_per_s else f"{'-':>11}"
+            lines.append(f"{names[p.path]:<40} {p.packets_per_s:>10,.0f} {values:>12} "
+                         f"{self.ratio(p.path):>10.2f}x")
+        lost = sum(p.lost for p in self.paths)
+        if lost:
+            lines.append(f"({lost} packets were lost and waited for: the figures are low)")
+        return "\n".join(lines)
+
+
+def bmv2_build() -> str:
+    """The BMv2 binary's version and its build options, from its installed config.h."""
+    try:
+        version = subprocess.run(["simple_switch_grpc", "--version"], capture_output=True,
+                                 text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        version = "unknown version"
+    options = []
+    for path in (Path("/usr/local/include/bm/config.h"), Path("/usr/include/bm/config.h")):
+        if path.exists():
+            text = path.read_text()
+            logging_on = "#define BM_LOG_DEBUG_ON 1" in text or "#define BM_LOG_TRACE_ON 1" in text
+            elog_on = "#define BM_ELOG_ON 1" in text
+            options.append("default build: logging macros and event logger compiled in"
+                           if logging_on and elog_on else
+                           f"logging macros {'on' if logging_on else 'off'}, "
+                           f"event logger {'on' if elog_on else 'off'}")
+            break
+    return f"simple_switch_grpc {version}" + (f", {options[0]}" if options else "")
+
+
+class Rig:
+    """simple_switch_grpc with the program and four veth pairs, inside the sandbox."""
+
+    def __init__(self, build_dir: Path):
+        self.build_dir = build_dir
+        self.topology = rig_topology()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Rig:
+        from ina.lab import bmv2_command, wait_until
+
+        if not sandbox.inside():
+            raise RuntimeError("the data-plane rig runs only inside the sandbox")
+        subprocess.run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+                        "net.ipv6.conf.default.disable_ipv6=1"], check=True)
+        interfaces = {}
+        for i, host in enumerate(HOSTS, start=1):
+            sw_if, host_if = f"{SWITCH}-eth{i}", f"{host}-eth0"
+            _ip("link", "add", sw_if, "type", "veth", "peer", "name", host_if)
+            for intf in (sw_if, host_if):
+                _ip("link", "set", intf, "up")
+            interfaces[i] = sw_if
+        spec = self.topology.switches[SWITCH]
+        self.proc = subprocess.Popen(
+            bmv2_command(spec.device_id, spec.grpc, 9090, interfaces),
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        wait_until(lambda: _port_open(spec.grpc), 30, "simple_switch_grpc to listen")
+        asyncio.run(self._configure())
+        return self
+
+    async def _configure(self) -> None:
+        from ina.p4rt import connect
+
+        async with connect(self.topology, self.build_dir / "ina.p4info.txtpb",
+                           self.build_dir / "ina.json", push=True) as clients:
+            ctl = Controller(self.topology, clients)
+            await ctl.init()
+            for spec in (ABSORB_JOB, ROOT_JOB):
+                await ctl.deploy(validate_job(JobSpec.from_dict(spec), self.topology))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True)
+
+
+def _port_open(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def _raw(interface: str) -> socket.socket:
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    sock.bind((interface, 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    return sock
+
+
+class Loop:
+    """A closed loop over one path: ``send(unit)`` injects the packets of one unit
+    (a sequence number, or one frame), each arrival on ``out`` completes one."""
+
+    def __init__(self, send: Callable[[int], None], inputs_per_unit: int, out: socket.socket,
+                 is_output: Callable[[bytes], bool]):
+        self.send, self.inputs_per_unit = send, inputs_per_unit
+        self.out, self.is_output = out, is_output
+        self.next_unit = 0
+        self.lost = 0
+
+    def run(self, seconds: float, window: int) -> float:
+        """Input packets per second over ``seconds``, ``window`` packets in flight."""
+        units_in_flight = max(1, window // self.inputs_per_unit)
+        outstanding = done = 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        while True:
+            now = time.perf_counter()
+            if now >= deadline:
+                break
+            while outstanding < units_in_flight:
+                self.send(self.next_unit)
+                self.next_unit += 1
+                outstanding += 1
+            ready, _, _ = select.select([self.out], [], [], 0.5)
+            if not ready:  # a packet went missing: stop waiting for this window
+                self.lost += outstanding
+                outstanding = 0
+                continue
+            while True:
+                try:
+                    data, addr = self.out.recvfrom(4096, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    break
+                if addr[2] != PACKET_OUTGOING and self.is_output(data):
+                    outstanding -= 1
+                    done += 1
+        elapsed = time.perf_counter() - start
+        return done * self.inputs_per_unit / elapsed
+
+
+def _loops(topology: Topology) -> dict[str, Loop]:
+    hosts = topology.hosts
+    s1 = topology.switches[SWITCH]
+    send_socks = {h: _raw(f"{h}-eth0") for h in ("h1", "h2")}
+    out_h2, out_h4, out_h1 = _raw("h2-eth0"), _raw("h4-eth0"), _raw("h1-eth0")
+
+    padding = bytes(FRAME_BYTES - 14 - 20 - 8)
+    plain = udp_frame(hosts["h1"].mac, s1.mac, hosts["h1"].ip, hosts["h2"].ip, 5000, 5001,
+                      padding)
+    assert len(plain) == FRAME_BYTES
+
+    def forward(unit: int) -> None:
+        send_socks["h1"].send(plain)
+
+    def contributions(job_id: int) -> Callable[[int], None]:
+        frames = {h: bytearray(ina_frame(hosts[h].mac, s1.mac, hosts[h].ip, s1.loopback,
+                                         ina_payload(job_id, 0, hosts[h].bit,
+                                                     [i % 1000 for i in range(ELEMS_PER_PACKET)])))
+                  for h in ("h1", "h2")}
+        for frame in frames.values():
+            assert len(frame) == FRAME_BYTES
+
+        def send(unit: int) -> None:
+            for h, frame in frames.items():
+                frame[SEQ_OFFSET:SEQ_OFFSET + 4] = (unit & 0xFFFFFFFF).to_bytes(4, "big")
+                send_socks[h].send(frame)
+
+        return send
+
+    def udp_to(port: int) -> Callable[[bytes], bool]:
+        def check(frame: bytes) -> bool:
+            return len(frame) >= 38 and int.from_bytes(frame[36:38], "big") == port
+        return check
+
+    return {
+        "forward": Loop(forward, 1, out_h2, udp_to(5001)),
+        "absorb": Loop(contributions(1), 2, out_h4, udp_to(INA_UDP_PORT)),
+        "root": Loop(contributions(2), 2, out_h1, udp_to(INA_UDP_PORT)),
+    }
+
+
+def run(build_dir: Path, rounds: int, seconds: float, window: int) -> DataplaneReport:
+    """Inside the sandbox: measure every path ``rounds`` times, alternating."""
+    with Rig(build_dir) as rig:
+        loops = _loops(rig.topology)
+        for loop in loops.values():  # warm up every path (and check it works)
+            if loop.run(0.5, window) == 0:
+                raise RuntimeError("a path of the rig carries nothing: is the program built?")
+        for loop in loops.values():
+            loop.lost = 0
+        samples: dict[str, list[float]] = {name: [] for name in loops}
+        for _ in range(rounds):
+            for name, loop in loops.items():
+                samples[name].append(loop.run(seconds, window))
+    paths = []
+    for name, rates in samples.items():
+        pps = statistics.median(rates)
+        paths.append(PathRate(name, pps, 0.0 if name == "forward" else pps * ELEMS_PER_PACKET,
+                              rates, loops[name].lost))
+    return DataplaneReport(bmv2_build(), FRAME_BYTES, ELEMS_PER_PACKET, window, seconds, paths)
+
+
+def plot(report: DataplaneReport, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    names = [p.path for p in report.paths]
+    rates = [p.packets_per_s for p in report.paths]
+    bars = ax.bar(names, rates, color=["#888888", "#2a7ab0", "#1b5e20"])
+    for bar, p in zip(bars, report.paths, strict=True):
+        ax.annotate(f"{p.packets_per_s:,.0f}/s\n{report.ratio(p.path):.2f}x",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("input packets per second")
+    ax.set_ylim(0, max(rates) * 1.3)
+    ax.set_title(f"One BMv2 switch, {report.frame_bytes}-byte frames, "
+                 f"{report.values_per_packet} values per INA packet", fontsize=9)
+    fig.text(0.01, 0.01, report.bmv2, fontsize=6, color="#555555")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ina.bench_dataplane", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", type=Path, default=Path("build"))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=4.0, help="per path and round")
+    p.add_argument("--window", type=int, default=16, help="packets in flight")
+    p.add_argument("--json", type=Path, help="write the figures here")
+    p.add_argument("--png", type=Path, help="draw them here")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    from ina.lab import missing_tools
+
+    problems = missing_tools()
+    for f in ("ina.json", "ina.p4info.txtpb"):
+        if not (args.build / f).exists():
+            problems.append(f"{args.build / f} not found: make build")
+    if problems:
+        print("bench_dataplane: " + "; ".join(problems), file=sys.stderr)
+        return 2
+    if not sandbox.inside():
+        return sandbox.reexec()
+    report = run(args.build, args.rounds, args.seconds, args.window)
+    print(report.render())
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        data: dict[str, Any] = asdict(report)
+        data["ratios"] = {path.path: report.ratio(path.path) for path in report.paths}
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    if args.png is not None:
+        plot(report, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
