@@ -120,8 +120,9 @@ async def _run(args: argparse.Namespace, topology: Topology, spec: JobSpec | Non
 
 
 async def _init(ctl: Controller) -> int:
-    for sw, (inserted, deleted) in sorted((await ctl.init()).items()):
-        print(f"{sw}: base state ready ({inserted} entries written, {deleted} stale removed)")
+    for sw, changes in sorted((await ctl.init()).items()):
+        print(f"{sw}: base state " + ("already right: nothing written" if not changes.written
+                                      else "ready") + f" ({changes.describe()})")
     return 0
 
 
