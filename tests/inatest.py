@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,3 +62,26 @@ def int_arrays(job: Job, size: int, seed: int = 0) -> dict[str, np.ndarray]:
 def switch_stat(lab: ModelLab, switch: str, stat: SwitchStat) -> int:
     """Packets a switch-wide counter of the model lab has counted."""
     return asyncio.run(lab.ctl.status())[switch].switch_stats.get(stat, CounterValue()).packets
+
+
+# --- processes and sandboxes -----------------------------------------------------------
+
+def children(pid: int) -> list[int]:
+    """The PIDs of a process's children (none if it is gone)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def processes_in(namespace: str) -> list[int]:
+    """Every process (as this test sees it) whose PID namespace is ``namespace``."""
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and pid_namespace(int(p.name)) == namespace]

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
@@ -241,11 +243,13 @@ def test_inaworker_and_inaroot_refuse_a_bad_topology_with_exit_2(workdir: Path, 
 @given(_documents(VALID_TOPOLOGY))
 def test_inalab_refuses_a_bad_topology_with_exit_2(workdir: Path, doc: bytes) -> None:
     topo = _write(workdir, "topology.yaml", doc)
-    for argv in (["exec", "--", "true"], ["host", "w1", "--", "true"],
-                 ["bench", "--job", str(FIGURE1_JOB)]):
-        code, err = _run(lab_cli.main, ["-t", str(topo), "--build", str(workdir / "none"),
-                                        *argv])
-        _assert_refused_clearly(code, err, {2})
+    # No lab runs in this run directory, and the build is missing: nothing starts.
+    with mock.patch.dict(os.environ, {"INA_RUN_DIR": str(workdir / "run")}):
+        for argv in (["exec", "--", "true"], ["host", "w1", "--", "true"], ["run", "--no-cli"],
+                     ["bench", "--job", str(FIGURE1_JOB)]):
+            code, err = _run(lab_cli.main, ["-t", str(topo), "--build", str(workdir / "none"),
+                                            *argv])
+            _assert_refused_clearly(code, err, {2})
 
 
 # --- named cases ---------------------------------------------------------------------
