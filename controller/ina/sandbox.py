@@ -226,7 +226,9 @@ def _pass_on(unshare_pid: int, signum: int) -> None:
 
 
 def reexec(argv: Sequence[str] | None = None, keep: Sequence[str | Path] = ()) -> int:
-    """Run this program again inside a sandbox and return its exit code."""
+    """Run this program (a CLI) again inside a sandbox and return its exit code; it
+    ends with this process, also when this process's parent dies."""
+    die_with_parent()
     return run(list(argv) if argv is not None else [sys.executable, *sys.argv], keep=keep)
 
 
