@@ -88,9 +88,7 @@ class JobSpec:
     source: str | None = field(default=None, compare=False)  # the file, for messages
 
     def __post_init__(self) -> None:
-        given = {k for k in KEYS if getattr(self, k) is not None or k == "aggregators"}
-        if self.aggregators is None:
-            given.discard("aggregators")
+        given = {k for k in KEYS if getattr(self, k) is not None}
         problems = _field_problems({k: getattr(self, k) for k in KEYS}, given)
         if problems:
             raise JobError(problems, self.source)
