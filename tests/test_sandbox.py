@@ -94,6 +94,21 @@ def test_a_stop_signal_to_its_maker_ends_every_process_in_the_sandbox(
     assert sleepers.processes() == []
 
 
+def test_a_stop_signal_right_after_the_start_ends_the_sandbox() -> None:
+    # Perhaps before the sandbox's PID 1 runs: the signal must not be lost.
+    outer = _launch(SLEEPERS, stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: bool(children(outer.pid)), 20.0, "unshare to start")
+        outer.terminate()
+        # run() returns only once unshare has, and unshare once every process of the
+        # sandbox has ended.
+        assert outer.wait(timeout=30) != 0
+    finally:
+        if outer.poll() is None:
+            outer.kill()
+            outer.wait()
+
+
 def test_sigkill_of_its_maker_ends_the_sandbox_by_itself(sleepers: Sandbox) -> None:
     sleepers.outer.kill()
     sleepers.outer.wait()

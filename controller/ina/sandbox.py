@@ -129,7 +129,7 @@ def die_with_parent(sig: int = signal.SIGHUP) -> None:
 
 
 def _child_setup(prctl: Callable[..., int]) -> Callable[[], None]:
-    def setup() -> None:  # in the child, between fork and exec: no Python objects made
+    def setup() -> None:  # in the child, between fork and exec: keep it to two calls
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     return setup
@@ -143,11 +143,12 @@ def run(argv: Sequence[str], *, keep: Sequence[str | Path] = (),
 
     Nothing outlives it. SIGTERM, SIGINT and SIGHUP sent to this process are passed
     on to the sandbox (its PID 1 passes them to ``argv``'s process; see
-    sandbox_init.py), and the sandbox ends at the latest ``grace`` seconds after a
-    SIGTERM or SIGHUP. If this process dies without passing a signal on (SIGKILL),
-    ``unshare`` dies with it (PR_SET_PDEATHSIG) and the sandbox learns it from a
-    pipe whose writer was this process, and ends the same way. A signal the terminal
-    sent (Ctrl-C) reached the sandbox's processes directly and is not passed on.
+    sandbox_init.py), and the sandbox ends at the latest ``grace`` seconds later.
+    If this process dies without passing a signal on (SIGKILL), ``unshare`` dies
+    with it (PR_SET_PDEATHSIG) and the sandbox learns it from a pipe whose writer
+    was this process, and ends the same way. A Ctrl-C typed in the terminal reached
+    the sandbox's processes directly and is not passed on. When this returns,
+    every process of the sandbox has ended.
 
     ``on_start(pid)`` is called once the sandbox runs, with the PID of its
     ``unshare`` process (see ``init_pid``). With ``on_ready``, ``argv``'s process
@@ -182,9 +183,16 @@ def run(argv: Sequence[str], *, keep: Sequence[str | Path] = (),
             reader.start()
         while proc.poll() is None:
             info = signal.sigtimedwait(waited, 1.0)  # SIGCHLD wakes it when proc ends
-            if (info is not None and info.si_signo in STOP_SIGNALS
-                    and info.si_code != _SI_KERNEL):
+            if (info is None or info.si_signo not in STOP_SIGNALS
+                    or (info.si_code == _SI_KERNEL and info.si_signo == signal.SIGINT)):
+                continue  # a Ctrl-C typed in the terminal reached the sandbox directly
+            if info.si_code != _SI_KERNEL:
                 _pass_on(proc.pid, info.si_signo)
+            if lifeline_w >= 0:
+                # Also a stop for a PID 1 not yet running (a signal to the shell
+                # before it is would be lost): it reads end-of-file when it runs.
+                os.close(lifeline_w)
+                lifeline_w = -1
         return proc.returncode
     finally:
         if lifeline_w >= 0:
