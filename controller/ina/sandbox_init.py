@@ -13,12 +13,14 @@ process's. It ends:
   SIGHUP on to CMD (SIGTERM for SIGINT and the lifeline) and waits GRACE seconds for
   CMD to end cleanly; then it exits, and the kernel kills what is left.
 
-A signal the terminal sent (Ctrl-C, a hangup) went to the whole foreground process
-group, CMD included, so it is not passed on again: CMD handles its own Ctrl-C (an
-interactive Mininet CLI interrupts the command running on a host), and only a
-terminal's hangup starts the deadline. A SIGINT sent to the sandbox (by the
-program that made it, which passes on what it is sent) means "stop", hence
-SIGTERM. Signals are taken with sigtimedwait, which tells who sent them.
+Only the first stop is passed on (the program that made the sandbox may report one
+stop twice: by a signal and by closing the lifeline). A signal the terminal sent
+(Ctrl-C, a hangup) went to the whole foreground process group, CMD included, so it
+is not passed on again: CMD handles its own Ctrl-C (an interactive Mininet CLI
+interrupts the command running on a host), and only a terminal's hangup counts as
+a stop. A SIGINT sent to the sandbox (by the program that made it, which passes on
+what it is sent) means "stop", hence SIGTERM. Signals are taken with sigtimedwait,
+which tells who sent them.
 
 It runs before anything else in the sandbox and imports only the standard library
 (run with -I -S, it does not even see the ina package).
@@ -91,12 +93,13 @@ def main(argv: list[str]) -> int:
                 else signal.sigtimedwait(WAITED, timeout))
         if info is not None and info.si_signo != signal.SIGCHLD:
             from_terminal = info.si_code == SI_KERNEL
-            if not from_terminal:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child, signal.SIGTERM if info.si_signo == signal.SIGINT
-                            else info.si_signo)
-            if deadline is None and not (from_terminal and info.si_signo == signal.SIGINT):
+            typed_ctrl_c = from_terminal and info.si_signo == signal.SIGINT
+            if deadline is None and not typed_ctrl_c:  # the first stop; later ones add nothing
                 deadline = time.monotonic() + grace
+                if not from_terminal:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(child, signal.SIGTERM if info.si_signo == signal.SIGINT
+                                else info.si_signo)
         status = _reap(child)
     code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code
