@@ -266,8 +266,11 @@ def outer_pid(sandbox_init: int, inner: int) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """python -m ina.sandbox [--if-available] -- CMD...: run CMD in a fresh sandbox.
 
-    With --if-available, run CMD directly when the sandbox cannot be made (not
-    root, no unshare); tests that need it then skip and say why.
+    Already inside one (``make test`` run from a sandboxed shell, say), CMD runs
+    directly in it. With --if-available, CMD also runs directly when the sandbox
+    cannot be made (not root, no unshare); tests that need it then skip and say
+    why. (The lab commands do nest: ``inalab run`` always makes a sandbox of its
+    own, also inside the one the tests run in.)
     """
     args = list(sys.argv[1:] if argv is None else argv)
     optional = "--if-available" in args
