@@ -121,8 +121,11 @@ async def _run(args: argparse.Namespace, topology: Topology, spec: JobSpec | Non
 
 async def _init(ctl: Controller) -> int:
     for sw, changes in sorted((await ctl.init()).items()):
-        print(f"{sw}: base state " + ("already right: nothing written" if not changes.written
-                                      else "ready") + f" ({changes.describe()})")
+        if changes.written:
+            print(f"{sw}: base state: {changes.describe()}")
+        else:
+            print(f"{sw}: base state unchanged ({changes.unchanged} entries and groups "
+                  "already right)")
     return 0
 
 
