@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -93,3 +94,26 @@ def in_threads(calls: dict[str, Callable[[], T]]) -> dict[str, T | Exception]:
     for t in threads:
         t.join(120)
     return outcomes
+
+
+# --- processes and sandboxes -----------------------------------------------------------
+
+def children(pid: int) -> list[int]:
+    """The PIDs of a process's children (none if it is gone)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def processes_in(namespace: str) -> list[int]:
+    """Every process (as this test sees it) whose PID namespace is ``namespace``."""
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and pid_namespace(int(p.name)) == namespace]

@@ -21,7 +21,7 @@ def test_invalid_job_exits_2_with_the_problem(tmp_path: Path,
     job = tmp_path / "job.yaml"
     job.write_text("job_id: 1\nop: sum\nworkers: [w1, w9]\nroot: s6\n")
     assert cli.main(["-t", str(FIGURE1), "check", str(job)]) == cli.EXIT_INVALID
-    assert "['w9'] are not hosts" in capsys.readouterr().err
+    assert "worker 'w9' is not a host" in capsys.readouterr().err
 
 
 def test_deploy_refuses_an_invalid_job_before_anything_else(

@@ -3,15 +3,16 @@
 import asyncio
 
 import pytest
+import yaml
 
 from ina import p4names as n
 from ina.controller import Controller, ControllerError, DeployError
 from ina.job import JobError
-from ina.plan import TableEntry
+from ina.plan import Entity, Lpm, McastGroup, TableEntry, base_plan
 from ina.switchapi import MemorySwitch
 from ina.topology import Topology
 
-from inatest import ModelLab, figure1_job
+from inatest import FIGURE1, ModelLab, figure1_job
 
 
 def _job_entries(lab: ModelLab) -> dict[str, list[TableEntry]]:
@@ -19,18 +20,89 @@ def _job_entries(lab: ModelLab) -> dict[str, list[TableEntry]]:
             for sw, s in lab.stores.items() if s.tables.get(n.VAT_JOBS.name)}
 
 
+def _writes(lab: ModelLab) -> dict[str, list[tuple[str, Entity]]]:
+    """What the controller wrote on each switch since the last call."""
+    result = {sw: list(s.writes) for sw, s in lab.stores.items() if s.writes}
+    for s in lab.stores.values():
+        s.writes.clear()
+    return result
+
+
+def _with_switch_mac(topology: Topology, switch: str, mac: str) -> Topology:
+    data = yaml.safe_load(FIGURE1.read_text())
+    data["switches"][switch]["mac"] = mac
+    return Topology.from_dict(data)
+
+
 def test_init_twice_writes_nothing_the_second_time(model_lab: ModelLab) -> None:
+    _writes(model_lab)
     again = asyncio.run(model_lab.ctl.init())
-    assert set(again.values()) == {(0, 0)}
+    assert {c.written for c in again.values()} == {0}
+    assert _writes(model_lab) == {}
 
 
-def test_init_replaces_stale_base_entries(model_lab: ModelLab) -> None:
+def test_init_modifies_a_changed_route_in_place(model_lab: ModelLab) -> None:
     routes = model_lab.stores["s1"].tables[n.IPV4_ROUTES.name]
     key, entry = next(iter(routes.items()))
     routes[key] = TableEntry(entry.table, entry.match, entry.action,
                              tuple((p, 63 if p == "port" else v) for p, v in entry.params))
-    assert asyncio.run(model_lab.ctl.init())["s1"] == (1, 1)
+    _writes(model_lab)
+    changes = asyncio.run(model_lab.ctl.init())["s1"]
+    assert (len(changes.inserted), len(changes.modified), len(changes.deleted)) == (0, 1, 0)
+    assert _writes(model_lab) == {"s1": [("modify", entry)]}
     assert routes[key] == entry
+
+
+def test_a_changed_switch_mac_modifies_entries_and_never_deletes_or_inserts(
+        model_lab: ModelLab) -> None:
+    before = {sw: {(e.table, e.match): e for e in base_plan(model_lab.topology, sw)
+                   if isinstance(e, TableEntry)} for sw in model_lab.stores}
+    changed = _with_switch_mac(model_lab.topology, "s5", "02:aa:00:00:00:05")
+    _writes(model_lab)
+    asyncio.run(Controller(changed, model_lab.stores).init())
+    writes = _writes(model_lab)
+    expected = {sw: {e for e in base_plan(changed, sw)
+                     if isinstance(e, TableEntry) and before[sw][(e.table, e.match)] != e}
+                for sw in model_lab.stores}
+    assert {sw: {op for op, _ in w} for sw, w in writes.items()} == {
+        sw: {"modify"} for sw, es in expected.items() if es}
+    assert {sw: {e for _, e in w} for sw, w in writes.items()} == {
+        sw: es for sw, es in expected.items() if es}
+    assert sorted(writes) == ["s1", "s2", "s5", "s7"]  # s5 and its neighbours
+
+
+def test_init_modifies_a_multicast_group_in_place(model_lab: ModelLab) -> None:
+    groups = model_lab.stores["s7"].groups
+    gid, group = next(iter(groups.items()))
+    groups[gid] = McastGroup(gid, group.replicas[:1])
+    _writes(model_lab)
+    asyncio.run(model_lab.ctl.init())
+    assert _writes(model_lab) == {"s7": [("modify", group)]}
+    assert groups[gid] == group
+
+
+def test_init_inserts_what_is_missing_and_deletes_what_is_stale(model_lab: ModelLab) -> None:
+    routes = model_lab.stores["s3"].tables[n.IPV4_ROUTES.name]
+    key, entry = next(iter(routes.items()))
+    del routes[key]
+    stale = TableEntry(entry.table, (("dst_addr", Lpm(0x0A0A0A0A, 32)),), entry.action,
+                       entry.params)
+    routes[stale.match] = stale
+    _writes(model_lab)
+    asyncio.run(model_lab.ctl.init())
+    assert _writes(model_lab) == {"s3": [("insert", entry), ("delete", stale)]}
+
+
+def test_init_leaves_deployed_job_entries_alone(model_lab: ModelLab) -> None:
+    asyncio.run(model_lab.ctl.deploy(figure1_job(model_lab.topology)))
+    jobs = _job_entries(model_lab)
+    _writes(model_lab)
+    changed = _with_switch_mac(model_lab.topology, "s7", "02:bb:00:00:00:07")
+    asyncio.run(Controller(changed, model_lab.stores).init())
+    written_tables = {e.table for w in _writes(model_lab).values() for _, e in w
+                      if isinstance(e, TableEntry)}
+    assert written_tables and not written_tables & {t.name for t in n.JOB_TABLES}
+    assert _job_entries(model_lab) == jobs
 
 
 def test_deploy_writes_one_entry_on_each_switch_of_the_job(model_lab: ModelLab) -> None:

@@ -4,7 +4,8 @@ from typing import Any
 
 import pytest
 
-from ina.job import JobError, JobSpec, validate_job
+from ina.constants import Op
+from ina.job import JobError, JobSpec, RouteConflict, validate_job
 from ina.topology import Topology
 from ina.wire import format_bitmap
 
@@ -96,3 +97,23 @@ def test_unknown_key_in_a_job_file_is_refused() -> None:
     with pytest.raises(JobError, match="unknown key 'roots'"):
         JobSpec.from_dict({"job_id": 1, "op": "sum", "workers": ["w1"], "root": "s1",
                            "roots": "s2"})
+
+
+def test_a_routing_conflict_is_reported_as_data_too(figure1: Topology) -> None:
+    crossing = {"job_id": 2, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s5",
+                "aggregators": {"s1": ["w1", "w2"], "s6": ["w3", "w4"]}}
+    with pytest.raises(JobError) as err:
+        validate_job(JobSpec.from_dict(crossing), figure1)
+    assert err.value.conflicts == (RouteConflict("w3", "s6", "s5"),
+                                   RouteConflict("w4", "s6", "s5"))
+
+
+def test_a_job_spec_built_in_code_is_checked_like_a_job_file() -> None:
+    with pytest.raises(JobError, match="slots 3 is not a power of two"):
+        JobSpec(1, Op.SUM, ("w1", "w2"), slots=3)
+
+
+def test_a_job_files_fields_are_parsed_into_typed_values() -> None:
+    spec = JobSpec.from_dict({"job_id": 1, "op": "MAX", "workers": ["w1", "w2"], "root": "s1",
+                              "aggregators": None})
+    assert (spec.op, spec.workers, spec.aggregators) == (Op.MAX, ("w1", "w2"), {})

@@ -526,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
         print("inabench: needs Mininet + BMv2: " + "; ".join(problems), file=sys.stderr)
         return 2
     if not sandbox.inside():
-        return sandbox.reexec()
+        return sandbox.reexec(keep=[args.build.resolve()])
+    sandbox.stop_on()  # SystemExit: the labs stop their switches and hosts
     try:
         if args.cmd == "host":
             rate = host_rate()

@@ -359,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_dataplane: " + "; ".join(problems), file=sys.stderr)
         return 2
     if not sandbox.inside():
-        return sandbox.reexec()
+        return sandbox.reexec(keep=[args.build.resolve()])
+    sandbox.stop_on()  # SystemExit: the labs stop their switches and hosts
     report = run(args.build, args.rounds, args.seconds, args.window)
     print(report.render())
     if args.json is not None:

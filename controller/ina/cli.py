@@ -22,7 +22,7 @@ import yaml
 from ina import p4names
 from ina.bier import bift
 from ina.controller import Controller, ControllerError, SwitchStatus
-from ina.job import JobError, JobSpec
+from ina.job import Job, JobError, JobSpec
 from ina.plan import CapacityError
 from ina.planner import resolve, root_only, stream_cost
 from ina.report import render_status
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return EXIT_P4INFO
         return asyncio.run(_run(args, topology, spec))
-    except (TopologyError, JobError, CapacityError) as exc:
+    except (TopologyError, JobError, CapacityError, OutputError) as exc:
         print(f"inactl: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except (SwitchError, ControllerError) as exc:
@@ -120,8 +120,12 @@ async def _run(args: argparse.Namespace, topology: Topology, spec: JobSpec | Non
 
 
 async def _init(ctl: Controller) -> int:
-    for sw, (inserted, deleted) in sorted((await ctl.init()).items()):
-        print(f"{sw}: base state ready ({inserted} entries written, {deleted} stale removed)")
+    for sw, changes in sorted((await ctl.init()).items()):
+        if changes.written:
+            print(f"{sw}: base state: {changes.describe()}")
+        else:
+            print(f"{sw}: base state unchanged ({changes.unchanged} entries and groups "
+                  "already right)")
     return 0
 
 
@@ -129,7 +133,7 @@ async def _deploy(ctl: Controller, spec: JobSpec | None, save_plan: Path | None)
     assert spec is not None
     d = await ctl.deploy(spec)
     if save_plan is not None:
-        save_plan.write_text(yaml.safe_dump(d.job.to_spec(), sort_keys=False))
+        _save(save_plan, d.job, f"job {d.job.job_id} is deployed, but its plan was not saved: ")
     print(f"job {d.job.job_id} ({d.job.op.name.lower()}) deployed:")
     for sw, a in sorted(d.allocations.items()):
         node = d.job.nodes.get(sw)
@@ -212,9 +216,21 @@ def _check(topology: Topology, path: Path, output: Path | None = None) -> int:
 
     show(job.root, 1)
     if output is not None:
-        output.write_text(yaml.safe_dump(job.to_spec(), sort_keys=False))
+        _save(output, job)
         print(f"explicit job written to {output}")
     return 0
+
+
+class OutputError(Exception):
+    """A file this command was asked to write could not be written."""
+
+
+def _save(path: Path, job: Job, context: str = "") -> None:
+    """Write ``job`` as an explicit job file."""
+    try:
+        path.write_text(yaml.safe_dump(job.to_spec(), sort_keys=False))
+    except OSError as exc:
+        raise OutputError(f"{context}cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def _bitmap_text(topology: Topology) -> Callable[[int], str]:

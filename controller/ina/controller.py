@@ -63,6 +63,34 @@ class DeployError(ControllerError):
 
 
 @dataclass(frozen=True)
+class BaseChanges:
+    """What ``Controller.init`` wrote on one switch."""
+
+    inserted: tuple[Entity, ...] = ()
+    modified: tuple[Entity, ...] = ()
+    deleted: tuple[Entity, ...] = ()
+    unchanged: int = 0  # entries and groups that were already right
+
+    @property
+    def written(self) -> int:
+        return len(self.inserted) + len(self.modified) + len(self.deleted)
+
+    def describe(self) -> str:
+        """``2 modified (ipv4_routes 2), 0 inserted, 0 deleted, 25 unchanged``."""
+        parts = []
+        for what, entities in (("inserted", self.inserted), ("modified", self.modified),
+                               ("deleted", self.deleted)):
+            by_kind: dict[str, int] = {}
+            for e in entities:
+                kind = "multicast group" if isinstance(e, McastGroup) \
+                    else e.table.rpartition(".")[2]
+                by_kind[kind] = by_kind.get(kind, 0) + 1
+            detail = ", ".join(f"{kind} {count}" for kind, count in sorted(by_kind.items()))
+            parts.append(f"{len(entities)} {what}" + (f" ({detail})" if detail else ""))
+        return ", ".join(parts) + f", {self.unchanged} unchanged"
+
+
+@dataclass(frozen=True)
 class Deployment:
     job: Job
     allocations: dict[str, Allocation]
@@ -150,13 +178,17 @@ class Controller:
 
     # --- base state ----------------------------------------------------------------
 
-    async def init(self) -> dict[str, tuple[int, int]]:
-        """Make every switch hold exactly its base plan: (inserted, deleted) per switch.
+    async def init(self) -> dict[str, BaseChanges]:
+        """Make every switch hold exactly its base plan, changing only what differs:
+        insert what is missing, modify in place (P4Runtime MODIFY) an entry or
+        multicast group whose key exists with other content, delete what is stale.
+        An entry that is already right is not written, so routes and groups keep
+        forwarding while init runs.
 
         Job entries are left alone, so init can run again while jobs are deployed.
         """
 
-        async def reconcile(sw: str, client: SwitchClient) -> tuple[int, int]:
+        async def reconcile(sw: str, client: SwitchClient) -> BaseChanges:
             desired: dict[object, Entity] = {_key(e): e for e in base_plan(self.topology, sw)}
             current: dict[object, Entity] = {}
             for spec in n.BASE_TABLES:
@@ -165,12 +197,20 @@ class Controller:
             for g in await client.read_groups():
                 if g.group_id < JOB_GROUP_BASE:  # jobs' groups are not base state
                     current[_key(g)] = g
-            stale = [e for k, e in current.items() if desired.get(k) != e]
-            missing = [e for k, e in desired.items() if current.get(k) != e]
-            await client.delete(stale)
-            await client.insert(missing)
-            LOG.info("%s: base state: %d inserted, %d deleted", sw, len(missing), len(stale))
-            return len(missing), len(stale)
+            changes = BaseChanges(
+                inserted=tuple(e for k, e in desired.items() if k not in current),
+                modified=tuple(e for k, e in desired.items()
+                               if k in current and current[k] != e),
+                deleted=tuple(e for k, e in current.items() if k not in desired),
+                unchanged=sum(1 for k, e in desired.items() if current.get(k) == e),
+            )
+            # Missing state first, stale state last: nothing that is still right
+            # disappears at any moment.
+            await client.insert(changes.inserted)
+            await client.modify(changes.modified)
+            await client.delete(changes.deleted)
+            LOG.info("%s: base state: %s", sw, changes.describe())
+            return changes
 
         results = await self._each(reconcile)
         self._raise_failures("initialising switches", results)

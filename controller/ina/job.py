@@ -22,62 +22,173 @@ parent's address; a partial result carries ``P-BM = A-BM`` of its sender.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from ina.constants import AGG_SLOTS, Op
 from ina.errors import InputError
 from ina.topology import Topology
 from ina.wire import split_sets
-from ina.yamlfile import load_yaml
+from ina.yamlfile import YamlFileError, load_yaml
 
 DEFAULT_SLOTS = 16
 MAX_JOB_ID = 0xFFFF
 
 
 class JobError(InputError):
-    """An invalid job; ``problems`` lists every problem found."""
+    """An invalid job; ``problems`` lists every problem found. ``conflicts`` are
+    those problems that are routing conflicts (also in ``problems``, as text), for
+    programs (the planner) to act on."""
 
     what = "job"
+
+    def __init__(self, problems: list[str], source: str | None = None,
+                 conflicts: Sequence[RouteConflict] = ()):
+        super().__init__(problems, source)
+        self.conflicts = tuple(conflicts)
+
+
+@dataclass(frozen=True)
+class RouteConflict:
+    """A child's packets to its parent cross ``switch``, another VAT node of the job
+    whose A-BM overlaps the child's: that switch would absorb them (the draft's AND
+    test) and the parent would wait forever."""
+
+    child: str  # a worker or a VAT node's switch
+    parent: str
+    switch: str
+
+    def __str__(self) -> str:
+        return (f"{self.child}'s packets to its parent {self.parent} cross {self.switch}, "
+                f"a VAT node that covers some of the same workers: {self.switch} would "
+                "absorb them")
+
+
+KEYS = ("job_id", "op", "workers", "root", "aggregators", "slots")
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A job as the user wrote it, not yet checked."""
+    """A job's own fields, parsed and checked: types, ranges, duplicates. What
+    depends on a topology (names, coverage, routes) is checked by ``validate_job``,
+    or by the planner for a job without aggregators.
 
-    job_id: Any
-    op: Any
-    workers: Any
-    root: Any = None
-    aggregators: Any = None  # None: plan the VAT (ina.planner)
-    slots: Any = DEFAULT_SLOTS
+    ``from_dict`` and ``load`` parse a job file and report every problem at once;
+    constructing one directly checks the same things.
+    """
+
+    job_id: int
+    op: Op
+    workers: tuple[str, ...]
+    root: str | None = None  # None: the planner chooses (only without aggregators)
+    aggregators: Mapping[str, tuple[str, ...]] | None = None  # None: plan the VAT
+    slots: int = DEFAULT_SLOTS
+    source: str | None = field(default=None, compare=False)  # the file, for messages
+
+    def __post_init__(self) -> None:
+        given = {k for k in KEYS if getattr(self, k) is not None}
+        problems = _field_problems({k: getattr(self, k) for k in KEYS}, given)
+        if problems:
+            raise JobError(problems, self.source)
+        # Plain values in, typed values kept: "sum" -> Op.SUM, lists -> tuples.
+        if isinstance(self.op, str):
+            object.__setattr__(self, "op", Op[self.op.upper()])
+        object.__setattr__(self, "workers", tuple(self.workers))
+        if self.aggregators is not None:
+            object.__setattr__(self, "aggregators",
+                               {sw: tuple(ws) for sw, ws in self.aggregators.items()})
 
     @classmethod
     def load(cls, path: str | Path) -> JobSpec:
         try:
             data = load_yaml(path)
-        except (OSError, yaml.YAMLError) as exc:
-            raise JobError([f"{path}: cannot read: {exc}"]) from exc
+        except YamlFileError as exc:
+            raise JobError([f"cannot read it: {exc}"], str(path)) from exc
         return cls.from_dict(data, str(path))
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "job") -> JobSpec:
+    def from_dict(cls, data: Any, source: str | None = None) -> JobSpec:
+        """Parse a job document (the YAML mapping); JobError lists every problem."""
         if not isinstance(data, dict):
-            raise JobError([f"{source}: expected a mapping"])
-        known = {"job_id", "op", "workers", "root", "aggregators", "slots"}
-        problems = [f"{source}: unknown key {k!r}" for k in sorted(set(data) - known, key=str)]
-        required = ("job_id", "op", "workers") + (("root",) if "aggregators" in data else ())
-        problems += [f"{source}: missing {k!r}" for k in required if k not in data]
+            raise JobError([f"expected a mapping of {', '.join(KEYS)}, got {_show(data)}"],
+                           source)
+        problems = [f"unknown key {_show(k)} (a job has {', '.join(KEYS)})"
+                    for k in data if k not in KEYS]
+        # `root:` left empty is no root; `aggregators:` left empty is a VAT of the root only.
+        given = {k for k in KEYS if k in data and not (k == "root" and data[k] is None)}
+        problems += _field_problems(data, given)
         if problems:
-            raise JobError(problems)
-        return cls(
-            job_id=data["job_id"], op=data["op"], workers=data["workers"], root=data.get("root"),
-            aggregators=(data["aggregators"] or {}) if "aggregators" in data else None,
-            slots=data.get("slots", DEFAULT_SLOTS),
-        )
+            raise JobError(problems, source)
+        fields = {k: data[k] for k in given}
+        if "aggregators" in fields:
+            fields["aggregators"] = fields["aggregators"] or {}
+        return cls(**fields, source=source)
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """A value for a message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 5] + " ...)"
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+def _name_list(value: Any, what: str, problems: list[str]) -> None:
+    if not isinstance(value, (list, tuple)) or not value:
+        problems.append(f"{what}: expected a non-empty list of names, got {_show(value)}")
+        return
+    bad = [v for v in value if not _is_name(v)]
+    if bad:
+        problems.append(f"{what}: {', '.join(_show(v) for v in bad[:3])}"
+                        f"{' ...' if len(bad) > 3 else ''} "
+                        f"{'is not a name' if len(bad) == 1 else 'are not names'}")
+        return
+    dups = sorted(n for n, k in Counter(value).items() if k > 1)
+    if dups:
+        problems.append(f"{what} lists {dups} more than once")
+
+
+def _field_problems(data: Mapping[str, Any], given: set[str]) -> list[str]:
+    """What is wrong with a job's own fields (``given``: the keys it has)."""
+    problems = [f"missing {k!r}" for k in ("job_id", "op", "workers") if k not in given]
+    if "aggregators" in given and "root" not in given:
+        problems.append("missing 'root' (a job with aggregators names its root)")
+    if "job_id" in given:
+        job_id = data["job_id"]
+        if (not isinstance(job_id, int) or isinstance(job_id, bool)
+                or not 1 <= job_id <= MAX_JOB_ID):
+            problems.append(f"job_id {_show(job_id)} is not an integer in 1..{MAX_JOB_ID}")
+    if "op" in given:
+        op = data["op"]
+        if not isinstance(op, Op) and not (isinstance(op, str)
+                                           and op.upper() in Op.__members__):
+            problems.append(f"op {_show(op)} is not one of "
+                            f"{', '.join(o.name.lower() for o in Op)}")
+    if "workers" in given:
+        _name_list(data["workers"], "workers", problems)
+    if "root" in given and data["root"] is not None and not _is_name(data["root"]):
+        problems.append(f"root {_show(data['root'])} is not a name (a switch or a host)")
+    if "aggregators" in given:
+        aggregators = data["aggregators"]
+        if aggregators is not None and not isinstance(aggregators, Mapping):
+            problems.append("aggregators: expected a mapping of switch to the workers it "
+                            f"covers, got {_show(aggregators)}")
+        elif aggregators:
+            for sw, covers in aggregators.items():
+                if not _is_name(sw):
+                    problems.append(f"aggregators: {_show(sw)} is not a switch name")
+                else:
+                    _name_list(covers, f"aggregator {sw}", problems)
+    if "slots" in given:
+        slots = data["slots"]
+        if (not isinstance(slots, int) or isinstance(slots, bool) or slots < 1
+                or slots & (slots - 1) or slots > AGG_SLOTS):
+            problems.append(f"slots {_show(slots)} is not a power of two in 1..{AGG_SLOTS}")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -135,83 +246,62 @@ class Job:
         return result
 
 
-def _op(value: Any, problems: list[str]) -> Op:
-    if isinstance(value, str) and value.upper() in Op.__members__:
-        return Op[value.upper()]
-    problems.append(f"op {value!r} is not one of {[o.name.lower() for o in Op]}")
-    return Op.SUM
-
-
-def _names(value: Any, what: str, problems: list[str]) -> list[str]:
-    if not isinstance(value, list) or not value:
-        problems.append(f"{what} must be a non-empty list of names")
-        return []
-    names = [str(v) for v in value]
-    dups = sorted(n for n, k in Counter(names).items() if k > 1)
-    if dups:
-        problems.append(f"{what} lists {dups} more than once")
-    return list(dict.fromkeys(names))
-
-
-def validate_job(spec: JobSpec, topology: Topology) -> Job:
-    """Check a job against the topology and the draft; all problems at once."""
-    if spec.aggregators is None:
-        raise JobError(["the job has no aggregators: plan it (ina.planner.resolve)"])
-    problems: list[str] = []
-    job_id = spec.job_id
-    if not isinstance(job_id, int) or isinstance(job_id, bool) or not 1 <= job_id <= MAX_JOB_ID:
-        problems.append(f"job_id {job_id!r} is not an integer in 1..{MAX_JOB_ID}")
-    op = _op(spec.op, problems)
-    slots = spec.slots
-    if (not isinstance(slots, int) or isinstance(slots, bool) or slots < 1
-            or slots & (slots - 1) or slots > AGG_SLOTS):
-        problems.append(f"slots {slots!r} is not a power of two in 1..{AGG_SLOTS}")
-
-    workers = _names(spec.workers, "workers", problems)
-    worker_set = set(workers)
-    for w in workers:
+def check_names(spec: JobSpec, topology: Topology) -> list[str]:
+    """What is wrong with the names a job uses, on this topology: its workers must
+    be hosts, its root a switch or a host that is no worker."""
+    problems = []
+    for w in spec.workers:
         if w not in topology.hosts:
             problems.append(
                 f"worker {w!r} is not a host of topology {topology.name!r}"
                 + (" (it is a switch)" if w in topology.switches else "")
             )
-    root = str(spec.root)
-    if root in topology.hosts:
-        if root in workers:
-            problems.append(f"root {root} is a worker too: a server root only aggregates")
-    elif root not in topology.switches:
-        problems.append(f"root {root!r} is neither a switch nor a host of topology "
-                        f"{topology.name!r}")
+    root = spec.root
+    if root is not None:
+        if root in topology.hosts:
+            if root in spec.workers:
+                problems.append(f"root {root} is a worker too: a server root only aggregates")
+        elif root not in topology.switches:
+            problems.append(f"root {root!r} is neither a switch nor a host of topology "
+                            f"{topology.name!r}")
+    return problems
 
-    if not isinstance(spec.aggregators, dict):
-        problems.append("aggregators must map switch names to lists of workers")
-        aggregators: dict[str, list[str]] = {}
-    else:
-        aggregators = {}
-        for sw, covers in spec.aggregators.items():
-            sw = str(sw)
-            if sw == root:
-                problems.append(
-                    f"aggregator {sw} is the root; the root covers every worker, do not list it"
-                )
-                continue
-            if sw not in topology.switches:
-                problems.append(f"aggregator {sw!r} is not a switch of topology {topology.name!r}")
-                continue
-            names = _names(covers, f"aggregator {sw}", problems)
-            outside = [w for w in names if w not in worker_set]
-            if outside:
-                problems.append(
-                    f"aggregator {sw} covers {outside}, which are not workers of the job")
-            aggregators[sw] = [w for w in names if w in worker_set]
+
+def validate_job(spec: JobSpec, topology: Topology) -> Job:
+    """Check a job with aggregators against the topology and the draft; all
+    problems at once. Routing conflicts are also in ``JobError.conflicts``."""
+    if spec.aggregators is None:
+        raise JobError(["the job has no aggregators (no VAT): plan it first "
+                        "(inactl plan JOB -o FILE, or ina.planner.resolve)"], spec.source)
+    assert spec.root is not None  # JobSpec requires it with aggregators
+    problems = check_names(spec, topology)
+    workers = list(spec.workers)
+    worker_set = set(workers)
+    root = spec.root
+    aggregators: dict[str, list[str]] = {}
+    for sw, names in spec.aggregators.items():
+        if sw == root:
+            problems.append(
+                f"aggregator {sw} is the root; the root covers every worker, do not list it"
+            )
+            continue
+        if sw not in topology.switches:
+            problems.append(f"aggregator {sw!r} is not a switch of topology {topology.name!r}"
+                            + (" (it is a host)" if sw in topology.hosts else ""))
+            continue
+        outside = [w for w in names if w not in worker_set]
+        if outside:
+            problems.append(
+                f"aggregator {sw} covers {outside}, which are not workers of the job")
+        aggregators[sw] = [w for w in names if w in worker_set]
     if problems:
-        raise JobError(problems)
+        raise JobError(problems, spec.source)
 
     covers = {sw: frozenset(ws) for sw, ws in aggregators.items()}
     covers[root] = frozenset(workers)
-    names = sorted(covers)
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
+    nodes_by_name = sorted(covers)
+    for i, a in enumerate(nodes_by_name):
+        for b in nodes_by_name[i + 1:]:
             ca, cb = covers[a], covers[b]
             common = ca & cb
             if ca == cb:
@@ -223,7 +313,7 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
                     "workers: a worker's contributions would be split between two subtrees"
                 )
     if problems:
-        raise JobError(problems)
+        raise JobError(problems, spec.source)
 
     def smallest_cover(workers_needed: frozenset[str], exclude: str | None) -> str:
         candidates = [s for s in covers if s != exclude and workers_needed <= covers[s]]
@@ -252,8 +342,8 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
         for sw in covers
     }
     job = Job(
-        job_id=job_id, op=op, workers=tuple(workers), root=root, nodes=nodes,
-        worker_parent=worker_parent, worker_bit=worker_bit, slots=slots,
+        job_id=spec.job_id, op=spec.op, workers=tuple(workers), root=root, nodes=nodes,
+        worker_parent=worker_parent, worker_bit=worker_bit, slots=spec.slots,
     )
     for sw, node in sorted(nodes.items()):
         sets = sorted(split_sets(node.abm))
@@ -261,9 +351,10 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
             problems.append(
                 f"aggregator {sw} covers workers in BIER sets {sets}: a node below the root "
                 "must lie within one set (its result travels in one packet with one P-BM)")
-    _check_routes(job, topology, problems)
+    conflicts = route_conflicts(job, topology)
+    problems += [str(c) for c in conflicts]
     if problems:
-        raise JobError(problems)
+        raise JobError(problems, spec.source, conflicts)
     return job
 
 
@@ -274,16 +365,14 @@ def _abm(workers: frozenset[str], worker_bit: dict[str, int]) -> int:
     return result
 
 
-def _check_routes(job: Job, topology: Topology, problems: list[str]) -> None:
-    """A child's packets to its parent must not cross another VAT node of the job
-    whose A-BM overlaps the child's: that switch would absorb them (the draft's
-    AND test) and the parent would wait forever."""
+def route_conflicts(job: Job, topology: Topology) -> list[RouteConflict]:
+    """Every child whose packets to its parent cross another VAT node of the job
+    whose A-BM overlaps the child's (see RouteConflict)."""
+    conflicts = []
     for child, parent in job.edges():
         child_bits = job.worker_bit[child] if child in job.worker_bit else job.nodes[child].abm
         for hop in topology.path(child, parent)[1:-1]:
             node = job.nodes.get(hop)
             if node is not None and node.abm & child_bits:
-                problems.append(
-                    f"{child}'s packets to its parent {parent} cross {hop}, a VAT node that "
-                    f"covers some of the same workers: {hop} would absorb them"
-                )
+                conflicts.append(RouteConflict(child, parent, hop))
+    return conflicts

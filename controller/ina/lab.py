@@ -124,7 +124,10 @@ def _bmv2_switch_class() -> type:
                 {port: intf.name for port, intf in self.intfs.items() if intf.name != "lo"},
                 log_file, self.options.pcap_dir)
             LOG.info("%s: %s", self.name, " ".join(args))
-            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+            # Its own session: a Ctrl-C typed in the Mininet CLI is for the CLI, not
+            # for the switches (they stop when the Lab stops, or with the sandbox).
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
 
         def connected(self) -> bool:
             if self.proc is None:
@@ -165,7 +168,14 @@ class Lab:
         return self.options.build_dir / "ina.json"
 
     def __enter__(self) -> Lab:
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # a half-built network (or a stop signal while building)
+            try:
+                self.stop()
+            except Exception:  # noqa: BLE001 (the first error is the one to report)
+                LOG.exception("stopping a half-started lab failed")
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

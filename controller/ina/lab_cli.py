@@ -5,9 +5,15 @@
     inalab host -t topologies/figure1.yaml w1 -- ping -c1 10.0.0.8
     inalab demo -t topologies/figure1.yaml --job jobs/figure1-sum.yaml
 
-``run`` records the namespaces it made in .run/<topology>.json so that ``exec``
-(the lab's network, where the switches' gRPC ports are) and ``host`` (one
-host's network) can reach them from another terminal.
+``run`` records the sandbox it made in .run/<topology>.pid and, once the lab is
+up, its hosts in .run/<topology>.json, so that ``exec`` (the lab's network, where
+the switches' gRPC ports are) and ``host`` (one host's network) can reach them
+from another terminal; a second ``run`` of the same topology is refused while
+the first runs. ``run`` and ``demo`` end every process they started on
+SIGTERM, SIGINT or SIGHUP, and when their parent dies (in the Mininet CLI, Ctrl-C
+interrupts the command on a host, as in Mininet: leave with ``exit``).
+
+Exit codes: 0 done, 2 invalid topology or job, or refused (the message says why).
 """
 
 from __future__ import annotations
@@ -19,75 +25,154 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ina import sandbox
 from ina.job import JobError, JobSpec, validate_job
+from ina.labstate import LabRecord, SandboxProcess
 from ina.topology import Topology, TopologyError
 
 LOG = logging.getLogger(__name__)
-RUN_DIR = Path(os.environ.get("INA_RUN_DIR", ".run"))
+EXIT_INVALID = 2
 
 
-def _state_file(topology: Topology) -> Path:
-    return RUN_DIR / f"{topology.name}.json"
+class _Refused(Exception):
+    """The request cannot be done; the message says why (exit 2)."""
 
 
-def _pid_file(topology: Topology) -> Path:
-    return RUN_DIR / f"{topology.name}.pid"
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
+def _tell_ready(line: str) -> None:
+    """Hand the line to the `inalab` that made this sandbox (see sandbox.run)."""
+    fd = os.environ.pop(sandbox.READY_FD_ENV, None)
+    if fd is None:
+        return
+    try:
+        os.write(int(fd), (line + "\n").encode())
+        os.close(int(fd))
+    except (OSError, ValueError) as exc:
+        LOG.warning("cannot report that the lab is up: %s", exc)
 
 
 def _run(args: argparse.Namespace, topology: Topology) -> int:
+    """Inside the sandbox: the lab, until a signal (or the CLI's exit) stops it."""
     from ina.lab import Lab, LabOptions
 
-    signal.signal(signal.SIGTERM, _terminate)  # PID 1 ignores it unless handled
+    # The CLI keeps Mininet's Ctrl-C (interrupt the command running on a host).
+    sandbox.stop_on((signal.SIGTERM, signal.SIGHUP) if not args.no_cli
+             else (signal.SIGTERM, signal.SIGHUP, signal.SIGINT))
     options = LabOptions(build_dir=args.build, log_dir=args.logs, pcap_dir=args.pcap)
-    state = _state_file(topology)
     with Lab(topology, options) as lab:
         lab.init_switches_sync()
-        RUN_DIR.mkdir(exist_ok=True)
         # PIDs as the sandbox sees them; `inalab exec/host` map them to the machine's.
-        state.write_text(json.dumps({h: lab.host(h).pid for h in topology.hosts}))
-        try:
-            print(f"{topology.name}: {len(topology.switches)} BMv2 switches and "
-                  f"{len(topology.hosts)} hosts up; pipeline and routes installed.")
-            print(f"From another terminal: inalab exec -t {args.topology} -- inactl "
-                  f"-t {args.topology} deploy <job.yaml>")
-            if args.no_cli:
+        _tell_ready(json.dumps({h: lab.host(h).pid for h in topology.hosts}))
+        print(f"{topology.name}: {len(topology.switches)} BMv2 switches and "
+              f"{len(topology.hosts)} hosts up; pipeline and routes installed.", flush=True)
+        print(f"From another terminal: inalab exec -t {args.topology} -- inactl "
+              f"-t {args.topology} deploy <job.yaml>", flush=True)
+        if args.no_cli:
+            while True:
                 signal.pause()
-            else:
-                from mininet.cli import CLI
+        else:
+            from mininet.cli import CLI
 
-                CLI(lab.net)
-        finally:
-            state.unlink(missing_ok=True)
+            CLI(lab.net)
     return 0
 
 
+def _start(args: argparse.Namespace, topology: Topology, argv: list[str]) -> int:
+    """Outside: start the lab's sandbox, record it, and remove the record when it ends."""
+    record = LabRecord(topology.name)
+    owned: list[SandboxProcess] = []
+    lock = record.lock()  # held until the new sandbox is recorded: no two runs race
+    try:
+        running = record.running()
+        if running is not None:
+            raise _Refused(
+                f"a lab of {topology.name} is already running (inalab run PID "
+                f"{running.owner}, sandbox PID {running.pid}; recorded in "
+                f"{record.pid_file}): stop it first (Ctrl-C in its terminal, or "
+                f"kill {running.owner})")
+        _need_lab_tools(args.build)
+
+        def started(pid: int) -> None:
+            try:
+                owned.append(SandboxProcess.of(pid, os.getpid()))
+                record.claim(owned[0])
+            except ProcessLookupError:  # it ended at once; sandbox.run reports how
+                pass
+            finally:
+                lock.release()  # recorded: another run now sees this one
+
+        def ready(line: str) -> None:
+            record.publish({str(h): int(p) for h, p in json.loads(line).items()})
+
+        return _in_sandbox(args, argv, on_start=started, on_ready=ready)
+    finally:
+        lock.release()
+        if owned:
+            record.release(owned[0])
+
+
+def _in_sandbox(args: argparse.Namespace, argv: list[str],
+                on_start: Callable[[int], None] | None = None,
+                on_ready: Callable[[str], None] | None = None) -> int:
+    """This command again, in a fresh sandbox (see sandbox.run), until it ends."""
+    # What the sandbox runs ends when this process ends, even by its parent's death.
+    sandbox.die_with_parent()
+    return sandbox.run([sys.executable, "-m", "ina.lab_cli", "--sandboxed", *argv],
+                       keep=_paths(args), on_start=on_start, on_ready=on_ready)
+
+
+def _paths(args: argparse.Namespace) -> list[Path]:
+    """What the command reads or writes: it must stay visible in the sandbox, even
+    under /tmp (which the sandbox replaces)."""
+    paths = [args.topology, args.build]
+    for attr in ("logs", "pcap"):
+        directory = getattr(args, attr, None)
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            paths.append(directory)
+    if getattr(args, "job", None) is not None:
+        paths.append(args.job)
+    return paths
+
+
+def _need_lab_tools(build: Path) -> None:
+    from ina.lab import missing_tools
+
+    problems = missing_tools()
+    missing = [str(p) for p in (build / "ina.json", build / "ina.p4info.txtpb")
+               if not p.exists()]
+    if missing:
+        problems.append(f"{', '.join(missing)} not found: compile the P4 program first "
+                        "(make build)")
+    if problems:
+        raise _Refused("Mininet + BMv2 cannot run here: " + "; ".join(problems))
+
+
 def _enter(args: argparse.Namespace, topology: Topology, host: str | None) -> int:
-    state, pidfile = _state_file(topology), _pid_file(topology)
-    if not state.exists() or not pidfile.exists():
-        print(f"inalab: no lab of {topology.name} is running (start one with inalab run)",
-              file=sys.stderr)
-        return 2
-    hosts = json.loads(state.read_text())
+    record = LabRecord(topology.name)
+    with record.lock():
+        running = record.running()
+    hosts = record.hosts()
+    if running is None:
+        raise _Refused(f"no lab of {topology.name} is running (start one with inalab run)")
+    if not running.comparable():
+        raise _Refused(f"the lab of {topology.name} was started in another PID namespace "
+                       f"({record.pid_file}): run this command there")
+    if hosts is None:
+        raise _Refused(f"the lab of {topology.name} is still starting: try again once "
+                       "inalab run says it is up")
     if host is not None and host not in hosts:
-        print(f"inalab: {host} is not a host of {topology.name}", file=sys.stderr)
-        return 2
+        raise _Refused(f"{host} is not a host of {topology.name}")
     if not args.command:
-        print("inalab: give a command after --", file=sys.stderr)
-        return 2
-    init = sandbox.init_pid(int(pidfile.read_text()))
+        raise _Refused("give a command after --")
+    init = sandbox.init_pid(running.pid)
     target = init if host is None else sandbox.outer_pid(init, hosts[host])
     os.execvp("nsenter", ["nsenter", "--target", str(target), "--net", "--", *args.command])
 
 
-def _demo(args: argparse.Namespace, topology: Topology) -> int:
+def _demo(args: argparse.Namespace, topology: Topology, argv: list[str]) -> int:
     from ina.demo import run_on_bmv2, run_on_model
     from ina.lab import missing_tools
 
@@ -106,9 +191,10 @@ def _demo(args: argparse.Namespace, topology: Topology) -> int:
     if reason:
         print(f"Running on the reference model (pure Python), not BMv2: {reason}.")
         ok = run_on_model(topology, job, args.size, args.seed)
-    elif not sandbox.inside():
-        return sandbox.reexec()
+    elif not args.sandboxed:
+        return _in_sandbox(args, argv)
     else:
+        sandbox.stop_on((signal.SIGTERM, signal.SIGHUP, signal.SIGINT))
         print("Running on Mininet + BMv2 (simple_switch_grpc), in private namespaces.")
         ok = run_on_bmv2(args.topology, args.job, args.size, args.seed, args.build, args.logs)
     print("\nAllReduce " + ("correct at every worker." if ok else "FAILED."))
@@ -137,28 +223,23 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--size", type=int, default=1000, help="values per worker")
     d.add_argument("--seed", type=int, default=1)
     d.add_argument("--model", action="store_true", help="use the reference model even with BMv2")
+    p.add_argument("--sandboxed", action="store_true", help=argparse.SUPPRESS)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    for attr in ("command",):
-        if getattr(args, attr, None) and args.command[0] == "--":
-            args.command = args.command[1:]
+    if getattr(args, "command", None) and args.command[0] == "--":
+        args.command = args.command[1:]
     try:
         topology = Topology.load(args.topology)
         if args.cmd == "run":
-            if not sandbox.inside():
-                reason = sandbox.why_not_available()
-                if reason:
-                    print(f"inalab: {reason}", file=sys.stderr)
-                    return 2
-                return sandbox.reexec(pidfile=_pid_file(topology))
-            return _run(args, topology)
+            return _run(args, topology) if args.sandboxed else _start(args, topology, argv)
         if args.cmd == "demo":
-            return _demo(args, topology)
+            return _demo(args, topology, argv)
         return _enter(args, topology, args.host if args.cmd == "host" else None)
-    except (TopologyError, JobError) as exc:
+    except (TopologyError, JobError, _Refused) as exc:
         print(f"inalab: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_INVALID
 
 
 if __name__ == "__main__":

@@ -116,6 +116,12 @@ class P4RuntimeSwitch:
         if entities:
             await self._write("insert", self._switch.insert([self._to_fy(e) for e in entities]))
 
+    async def modify(self, entities: Sequence[Entity]) -> None:
+        # P4Runtime MODIFY: the entry keeps its key and gets new action data (a
+        # multicast group new replicas) in one step; nothing is missing meanwhile.
+        if entities:
+            await self._write("modify", self._switch.modify([self._to_fy(e) for e in entities]))
+
     async def delete(self, entities: Sequence[Entity]) -> None:
         if entities:
             await self._write(

@@ -25,12 +25,13 @@ The naive plan for comparison sends every worker straight to the root.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ina.job import DEFAULT_SLOTS, Job, JobError, JobSpec, validate_job
+from ina.constants import Op
+from ina.job import DEFAULT_SLOTS, Job, JobError, JobSpec, check_names, validate_job
 from ina.plan import Capacity
 from ina.topology import Topology
 from ina.wire import set_of
@@ -51,8 +52,8 @@ class Plan:
 
 def root_only(job: Job, topology: Topology) -> Job:
     """The naive plan: the same workers and root, every worker sending to the root."""
-    return validate_job(JobSpec(job.job_id, job.op.name, list(job.workers), job.root, {},
-                                job.slots), topology)
+    return validate_job(JobSpec(job.job_id, job.op, job.workers, job.root, {}, job.slots),
+                        topology)
 
 
 def stream_cost(job: Job, topology: Topology) -> int:
@@ -61,7 +62,7 @@ def stream_cost(job: Job, topology: Topology) -> int:
 
 
 def _tree_plan(topology: Topology, workers: list[str], root: str,
-               usable: set[str], banned: set[str]) -> dict[str, list[str]]:
+               usable: set[str], banned: set[str]) -> dict[str, tuple[str, ...]]:
     """Aggregators (switch -> covered workers) at the branching switches of the
     workers' routes toward ``root``."""
     below: dict[str, set[str]] = {}  # switch -> the route nodes just below it
@@ -71,15 +72,18 @@ def _tree_plan(topology: Topology, workers: list[str], root: str,
         for lower, upper in zip(path, path[1:], strict=False):
             below.setdefault(upper, set()).add(lower)
             covers.setdefault(upper, set()).add(w)
-    return {sw: sorted(covers[sw]) for sw, children in below.items()
+    return {sw: tuple(sorted(covers[sw])) for sw, children in below.items()
             if sw != root and len(children) >= 2 and sw in usable and sw not in banned
             and len({set_of(topology.hosts[w].bfr_id) for w in covers[sw]}) == 1}
 
 
-def plan_job(topology: Topology, job_id: int, workers: list[str], op: str = "sum",
+def plan_job(topology: Topology, job_id: int, workers: Sequence[str], op: Op | str = Op.SUM,
              root: str | None = None, slots: int = DEFAULT_SLOTS,
              capacity: Mapping[str, Capacity] | None = None) -> Plan:
-    """The cheapest valid plan, or PlanError saying why there is none."""
+    """The cheapest valid plan, or PlanError saying why there is none (JobError,
+    once, if the job's own fields are invalid)."""
+    spec = JobSpec(job_id, Op[op.upper()] if isinstance(op, str) else op, tuple(workers),
+                   root, None, slots)
     capacity = capacity or {}
 
     def fits(sw: str) -> bool:
@@ -104,7 +108,7 @@ def plan_job(topology: Topology, job_id: int, workers: list[str], op: str = "sum
     reasons = []
     for r in candidates:
         try:
-            plan = _plan_for_root(topology, job_id, workers, op, r, slots, usable)
+            plan = _plan_for_root(topology, spec, r, usable)
         except JobError as exc:
             reasons.append(f"root {r}: {exc.problems[0]}")
             continue
@@ -116,17 +120,21 @@ def plan_job(topology: Topology, job_id: int, workers: list[str], op: str = "sum
     return best
 
 
-def _plan_for_root(topology: Topology, job_id: int, workers: list[str], op: str, root: str,
-                   slots: int, usable: set[str]) -> Plan:
+def _plan_for_root(topology: Topology, spec: JobSpec, root: str, usable: set[str]) -> Plan:
     banned: set[str] = set()
+    workers = list(spec.workers)
     while True:
         aggregators = _tree_plan(topology, workers, root, usable, banned)
         try:
-            job = validate_job(JobSpec(job_id, op, workers, root, aggregators, slots), topology)
+            job = validate_job(dataclasses.replace(spec, root=root, aggregators=aggregators),
+                               topology)
         except JobError as exc:
-            # Drop a node named in a routing conflict and try again; others stay.
-            offenders = [sw for sw in sorted(aggregators)
-                         if any(re.search(rf"\b{re.escape(sw)}\b", p) for p in exc.problems)]
+            # Only routing conflicts can be fixed here: drop one node that takes part
+            # in one (the first by name) and try again; the others stay.
+            if len(exc.conflicts) < len(exc.problems):
+                raise
+            involved = {sw for c in exc.conflicts for sw in (c.child, c.parent, c.switch)}
+            offenders = sorted(sw for sw in aggregators if sw in involved)
             if not offenders:
                 raise
             banned.add(offenders[0])
@@ -138,21 +146,16 @@ def _plan_for_root(topology: Topology, job_id: int, workers: list[str], op: str,
 def resolve(spec: JobSpec, topology: Topology,
             capacity: Mapping[str, Capacity] | None = None) -> Job:
     """The job a spec describes: validated as given, or planned when it has no
-    ``aggregators`` (then ``root`` is optional)."""
+    ``aggregators`` (then ``root`` is optional). The names it uses are checked
+    once, before any planning."""
     if spec.aggregators is not None:
         return validate_job(spec, topology)
-    problems = []
-    if not isinstance(spec.workers, list) or not spec.workers:
-        problems.append("workers must be a non-empty list of names")
-    else:
-        unknown = [str(w) for w in spec.workers if str(w) not in topology.hosts]
-        if unknown:
-            problems.append(f"workers {unknown} are not hosts of topology {topology.name!r}")
+    problems = check_names(spec, topology)
     if problems:
-        raise JobError(problems)
+        raise JobError(problems, spec.source)
     try:
-        plan = plan_job(topology, spec.job_id, [str(w) for w in spec.workers], spec.op,
-                        None if spec.root is None else str(spec.root), spec.slots, capacity)
+        plan = plan_job(topology, spec.job_id, spec.workers, spec.op, spec.root, spec.slots,
+                        capacity)
     except PlanError as exc:
-        raise JobError([str(exc)]) from exc
+        raise JobError([str(exc)], spec.source) from exc
     return plan.job

@@ -40,6 +40,11 @@ class SwitchClient(Protocol):
     async def insert(self, entities: Sequence[Entity]) -> None:
         """Insert entities; raises SwitchError (some may have been written)."""
 
+    async def modify(self, entities: Sequence[Entity]) -> None:
+        """Replace entities that exist (matched by key) with these: a table entry's
+        action and parameters, a multicast group's replicas. Raises SwitchError when
+        one does not exist (the others may have been written)."""
+
     async def delete(self, entities: Sequence[Entity]) -> None:
         """Delete entities (matched by key); missing ones are ignored."""
 
@@ -54,9 +59,14 @@ class SwitchClient(Protocol):
         """Set cells of an indirect counter to zero."""
 
 
+Write = tuple[str, Entity]  # ("insert" | "modify" | "delete", what was written)
+
+
 @dataclass
 class MemorySwitch:
-    """A switch held in memory. ``fail_insert`` lets tests make a write fail."""
+    """A switch held in memory. ``fail_insert`` lets tests make a write fail;
+    ``writes`` records every insert, modify and delete, in order, so tests can
+    assert what the controller wrote."""
 
     name: str
     tables: dict[str, dict[object, TableEntry]] = field(default_factory=dict)
@@ -64,6 +74,7 @@ class MemorySwitch:
     counters: dict[str, dict[int, CounterValue]] = field(default_factory=dict)
     registers: dict[str, dict[int, object]] = field(default_factory=dict)
     fail_insert: Callable[[Entity], bool] | None = None
+    writes: list[Write] = field(default_factory=list)
 
     async def insert(self, entities: Sequence[Entity]) -> None:
         # Like a P4Runtime batch: every update is tried, failures are reported together.
@@ -76,21 +87,44 @@ class MemorySwitch:
                     errors.append(f"multicast group {ent.group_id} already exists")
                 else:
                     self.groups[ent.group_id] = ent
+                    self.writes.append(("insert", ent))
             else:
                 table = self.tables.setdefault(ent.table, {})
                 if ent.match in table:
                     errors.append(f"{ent.table} entry {ent.match} already exists")
                 else:
                     table[ent.match] = ent
+                    self.writes.append(("insert", ent))
+        if errors:
+            raise SwitchError(self.name, "; ".join(errors))
+
+    async def modify(self, entities: Sequence[Entity]) -> None:
+        errors = []
+        for ent in entities:
+            if isinstance(ent, McastGroup):
+                if ent.group_id not in self.groups:
+                    errors.append(f"multicast group {ent.group_id} does not exist")
+                    continue
+                self.groups[ent.group_id] = ent
+            else:
+                table = self.tables.setdefault(ent.table, {})
+                if ent.match not in table:
+                    errors.append(f"{ent.table} entry {ent.match} does not exist")
+                    continue
+                table[ent.match] = ent
+            self.writes.append(("modify", ent))
         if errors:
             raise SwitchError(self.name, "; ".join(errors))
 
     async def delete(self, entities: Sequence[Entity]) -> None:
         for ent in entities:
+            gone: Entity | None
             if isinstance(ent, McastGroup):
-                self.groups.pop(ent.group_id, None)
+                gone = self.groups.pop(ent.group_id, None)
             else:
-                self.tables.get(ent.table, {}).pop(ent.match, None)
+                gone = self.tables.get(ent.table, {}).pop(ent.match, None)
+            if gone is not None:
+                self.writes.append(("delete", ent))
 
     async def read_table(self, table: str) -> list[TableEntry]:
         return list(self.tables.get(table, {}).values())

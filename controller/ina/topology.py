@@ -28,12 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ina.constants import MAX_BFR_ID, MAX_PORTS
 from ina.errors import InputError
 from ina.wire import bit_of
-from ina.yamlfile import load_yaml
+from ina.yamlfile import YamlFileError, load_yaml
 
 
 class TopologyError(InputError):
@@ -86,8 +84,16 @@ class Neighbor:
     is_host: bool
 
 
-_MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
-_ENDPOINT = re.compile(r"^([A-Za-z_][\w.-]*)(?::(\d+))?$")
+_MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
+_GRPC = re.compile(r"[\w.\-\[\]:]+:\d+", re.ASCII)
+_NAME = re.compile(r"[A-Za-z_][\w.-]*", re.ASCII)
+_ENDPOINT = re.compile(r"([A-Za-z_][\w.-]*)(?::(\d+))?", re.ASCII)
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """A value for a message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 5] + " ...)"
 
 
 @dataclass
@@ -107,29 +113,35 @@ class Topology:
         path = Path(path)
         try:
             data = load_yaml(path)
-        except (OSError, yaml.YAMLError) as exc:
-            raise TopologyError([f"{path}: cannot read: {exc}"]) from exc
+        except YamlFileError as exc:
+            raise TopologyError([f"cannot read it: {exc}"], str(path)) from exc
         return cls.from_dict(data, source=str(path))
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "topology") -> Topology:
         problems: list[str] = []
+        where = None if source == "topology" else source
         if not isinstance(data, dict):
-            raise TopologyError([f"{source}: expected a mapping with switches, hosts, links"])
+            raise TopologyError(["expected a mapping with name, switches, hosts, links, got "
+                                 + _show(data)], where)
         unknown = set(data) - {"name", "switches", "hosts", "links"}
         if unknown:
-            problems.append(f"unknown top-level keys: {sorted(unknown)}")
+            problems.append(f"unknown top-level keys: {sorted(map(str, unknown))}")
+        name = data.get("name", Path(source).stem)
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            problems.append(f"name {_show(name)} is not a name (letters, digits, _ . -, "
+                            "starting with a letter or _): state files are named after it")
         switches = _parse_switches(data.get("switches"), problems)
         hosts = _parse_hosts(data.get("hosts"), problems)
-        for name in set(switches) & set(hosts):
-            problems.append(f"{name!r} is both a switch and a host")
+        for both in set(switches) & set(hosts):
+            problems.append(f"{both!r} is both a switch and a host")
         links = _parse_links(data.get("links"), problems)
         if problems:
-            raise TopologyError(problems)
-        topo = cls(str(data.get("name", Path(source).stem)), switches, hosts, links)
+            raise TopologyError(problems, where)
+        topo = cls(name, switches, hosts, links)
         topo._validate(problems)
         if problems:
-            raise TopologyError(problems)
+            raise TopologyError(problems, where)
         topo._compute_routes()
         return topo
 
@@ -306,6 +318,14 @@ def _unique(problems: list[str], what: str, pairs: Iterable[tuple[str, object]])
             seen[value] = name
 
 
+def _is_node_name(name: Any, what: str, problems: list[str]) -> bool:
+    if isinstance(name, str) and _NAME.fullmatch(name):
+        return True
+    problems.append(f"{what} {_show(name)}: not a name (letters, digits, _ . -, starting "
+                    "with a letter or _)")
+    return False
+
+
 def _mapping(value: Any, what: str, problems: list[str]) -> dict[str, Any]:
     if value is None:
         problems.append(f"no {what}")
@@ -326,7 +346,7 @@ def _fields(name: str, attrs: Any, required: set[str], optional: set[str],
     if missing:
         problems.append(f"{name}: missing {sorted(missing)}")
     if extra:
-        problems.append(f"{name}: unknown attributes {sorted(extra)}")
+        problems.append(f"{name}: unknown attributes {sorted(map(str, extra))}")
     return None if missing else attrs
 
 
@@ -334,20 +354,20 @@ def _ipv4(name: str, value: Any, problems: list[str]) -> str:
     try:
         return str(ipaddress.IPv4Address(str(value)))
     except ValueError:
-        problems.append(f"{name}: {value!r} is not an IPv4 address")
+        problems.append(f"{name}: {_show(value)} is not an IPv4 address")
         return "0.0.0.0"
 
 
 def _mac(name: str, value: Any, problems: list[str]) -> str:
-    if not isinstance(value, str) or not _MAC.match(value):
-        problems.append(f"{name}: {value!r} is not a MAC address (aa:bb:cc:dd:ee:ff)")
+    if not isinstance(value, str) or not _MAC.fullmatch(value):
+        problems.append(f"{name}: {_show(value)} is not a MAC address (aa:bb:cc:dd:ee:ff)")
         return "00:00:00:00:00:00"
     return value.lower()
 
 
 def _int(name: str, value: Any, low: int, high: int, problems: list[str]) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        problems.append(f"{name}: {value!r} is not an integer in {low}..{high}")
+        problems.append(f"{name}: {_show(value)} is not an integer in {low}..{high}")
         return low
     return value
 
@@ -355,15 +375,19 @@ def _int(name: str, value: Any, low: int, high: int, problems: list[str]) -> int
 def _parse_switches(value: Any, problems: list[str]) -> dict[str, SwitchSpec]:
     result = {}
     for name, attrs in _mapping(value, "switches", problems).items():
-        name = str(name)
+        if not _is_node_name(name, "switch", problems):
+            continue
         f = _fields(name, attrs, {"device_id", "grpc", "loopback"}, {"mac"}, problems)
         if f is None:
             continue
         device_id = _int(f"{name}.device_id", f["device_id"], 0, 2**40 - 1, problems)
-        grpc = str(f["grpc"])
-        if not re.match(r"^[\w.\-\[\]:]+:\d+$", grpc):
-            problems.append(f"{name}.grpc: {grpc!r} is not host:port")
-        default_mac = "02:00:" + ":".join(f"{b:02x}" for b in device_id.to_bytes(4, "big"))
+        grpc = f["grpc"]
+        if not isinstance(grpc, str) or not _GRPC.fullmatch(grpc):
+            problems.append(f"{name}.grpc: {_show(grpc)} is not host:port")
+            grpc = str(grpc)
+        # From the low 32 bits of the device id; the uniqueness check catches clashes.
+        default_mac = "02:00:" + ":".join(
+            f"{b:02x}" for b in (device_id & 0xFFFFFFFF).to_bytes(4, "big"))
         result[name] = SwitchSpec(
             name=name, device_id=device_id, grpc=grpc,
             loopback=_ipv4(f"{name}.loopback", f["loopback"], problems),
@@ -377,7 +401,8 @@ def _parse_switches(value: Any, problems: list[str]) -> dict[str, SwitchSpec]:
 def _parse_hosts(value: Any, problems: list[str]) -> dict[str, HostSpec]:
     result = {}
     for name, attrs in _mapping(value, "hosts", problems).items():
-        name = str(name)
+        if not _is_node_name(name, "host", problems):
+            continue
         f = _fields(name, attrs, {"ip", "mac", "bfr_id"}, set(), problems)
         if f is None:
             continue
@@ -397,13 +422,13 @@ def _parse_links(value: Any, problems: list[str]) -> list[Link]:
     result = []
     for item in value:
         if not isinstance(item, list) or len(item) != 2:
-            problems.append(f"link {item!r}: expected [a, b]")
+            problems.append(f"link {_show(item)}: expected [a, b]")
             continue
         ends = []
         for raw in item:
-            m = _ENDPOINT.match(str(raw))
+            m = _ENDPOINT.fullmatch(raw) if isinstance(raw, str) else None
             if not m:
-                problems.append(f"link {item!r}: {raw!r} is not node or node:port")
+                problems.append(f"link {_show(item)}: {_show(raw)} is not node or node:port")
                 break
             ends.append(Endpoint(m.group(1), int(m.group(2)) if m.group(2) else None))
         if len(ends) == 2:

@@ -1,5 +1,6 @@
 """YAML loading that refuses duplicate keys (PyYAML silently keeps the last one,
-which would hide, say, a switch listed twice)."""
+which would hide, say, a switch listed twice), and turns every way a file can fail
+to load into one error with a short reason."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+
+class YamlFileError(ValueError):
+    """A file that cannot be read or is not YAML; the message says why, briefly."""
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -17,7 +22,11 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
+        try:
+            duplicate = key in seen
+        except TypeError:  # an unhashable key: construct_mapping says so below
+            continue
+        if duplicate:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark
             )
@@ -32,5 +41,22 @@ _StrictLoader.add_constructor(
 
 
 def load_yaml(path: str | Path) -> Any:
-    """Parse a YAML file; raises OSError or yaml.YAMLError (duplicate keys included)."""
-    return yaml.load(Path(path).read_text(), Loader=_StrictLoader)
+    """Parse a YAML file; raises YamlFileError (duplicate keys included)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise YamlFileError(f"not a text file (not UTF-8: {exc.reason} at byte {exc.start})") \
+            from exc
+    except OSError as exc:
+        raise YamlFileError(exc.strerror or str(exc)) from exc
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        raise YamlFileError(f"not valid YAML: {_first_lines(str(exc))}") from exc
+    except RecursionError as exc:
+        raise YamlFileError("not valid YAML: nested too deeply") from exc
+
+
+def _first_lines(text: str, limit: int = 400) -> str:
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return text if len(text) <= limit else text[:limit - 4] + " ..."

@@ -1,0 +1,156 @@
+"""`inalab run` as a service: it ends every process it started (every
+simple_switch_grpc, every host) and removes its state files on SIGTERM, SIGHUP and
+SIGINT;
+after a SIGKILL its sandbox ends by itself and the files it left block nothing; a
+second run of a running topology is refused; exec and host reach the lab.
+
+Each test starts `inalab run --no-cli` as a subprocess, with its own run directory
+and the session's compiled program. Under `make test` its sandbox is nested in the
+test run's. Run with `make test`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ina import sandbox
+from ina.lab import wait_until
+from ina.labstate import LabRecord, SandboxProcess
+
+from bmv2lab import Labs
+from inatest import FIGURE1, ROOT, pid_namespace, processes_in
+
+STARTUP = 180.0  # seconds for seven switches to come up on two busy cores
+
+
+@dataclass
+class RunningLab:
+    proc: subprocess.Popen[bytes]  # `inalab run`
+    record: LabRecord
+    sandbox: SandboxProcess
+    namespace: str  # the sandbox's PID namespace
+    output: Path
+
+    def processes(self) -> list[int]:
+        return processes_in(self.namespace)
+
+    def switches(self) -> list[int]:
+        return [p for p in self.processes() if _argv0(p) == "simple_switch_grpc"]
+
+
+def _argv0(pid: int) -> str:
+    try:
+        return Path(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()).name
+    except OSError:
+        return ""
+
+
+def _inalab(compiled: Path, run_dir: Path, *args: str, **popen: Any
+            ) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, INA_RUN_DIR=str(run_dir))
+    return subprocess.Popen(
+        [sys.executable, "-m", "ina.lab_cli", "-t", str(FIGURE1), "--build", str(compiled),
+         *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, **popen)
+
+
+def _start(compiled: Path, run_dir: Path) -> RunningLab:
+    output = run_dir.parent / "inalab-run.out"
+    with output.open("wb") as out:
+        proc = _inalab(compiled, run_dir, "run", "--no-cli", stdout=out,
+                       stderr=subprocess.STDOUT)
+    record = LabRecord("figure1", run_dir)
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"inalab run exited with {proc.returncode}:\n"
+                                 + output.read_text())
+        return record.hosts() is not None
+
+    wait_until(up, STARTUP, "inalab run to record its lab as up")
+    recorded = record.sandbox()
+    assert recorded is not None
+    namespace = pid_namespace(sandbox.init_pid(recorded.pid))
+    assert namespace is not None
+    lab = RunningLab(proc, record, recorded, namespace, output)
+    assert len(lab.switches()) == 7, lab.output.read_text()
+    return lab
+
+
+@pytest.fixture
+def compiled_alone(labs: Labs, compiled: Path) -> Path:
+    """The compiled program, with the session's lab stopped: two cores, one lab."""
+    labs.stop()
+    return compiled
+
+
+@pytest.fixture
+def running(compiled_alone: Path, tmp_path: Path) -> Iterator[RunningLab]:
+    lab = _start(compiled_alone, tmp_path / "run")
+    yield lab
+    if lab.proc.poll() is None:
+        lab.proc.terminate()
+        lab.proc.wait(timeout=120)
+
+
+def _assert_all_gone(lab: RunningLab) -> None:
+    wait_until(lambda: not lab.processes(), 60.0, "every process of the lab to end")
+    assert not lab.record.pid_file.exists() and not lab.record.state_file.exists()
+
+
+# A SIGINT that no terminal sent reaches the lab as SIGTERM (see sandbox_init.py).
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129),
+                                           (signal.SIGINT, 143)],
+                         ids=["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_stop_signal_ends_every_process_of_the_lab_and_removes_its_state(
+        running: RunningLab, sig: signal.Signals, code: int) -> None:
+    running.proc.send_signal(sig)
+    assert running.proc.wait(timeout=120) == code, running.output.read_text()
+    _assert_all_gone(running)
+    assert "Traceback" not in running.output.read_text()
+
+
+def test_sigkill_of_inalab_run_ends_its_lab_by_itself_and_blocks_nothing(
+        running: RunningLab, compiled_alone: Path, tmp_path: Path) -> None:
+    running.proc.kill()
+    running.proc.wait()
+    wait_until(lambda: not running.processes(), 60.0, "every process of the lab to end")
+    assert running.record.pid_file.exists()  # nobody was left to remove it ...
+    # ... and nothing takes it for a running lab: exec says so and removes it.
+    done = _inalab(compiled_alone, running.record.directory, "exec", "--", "true",
+                   stderr=subprocess.PIPE)
+    _, err = done.communicate(timeout=30)
+    assert done.returncode == 2 and b"no lab of figure1 is running" in err
+    assert not running.record.pid_file.exists()
+
+
+def test_a_second_run_of_a_running_topology_is_refused(
+        running: RunningLab, compiled_alone: Path) -> None:
+    second = _inalab(compiled_alone, running.record.directory, "run", "--no-cli",
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 2
+    assert b"a lab of figure1 is already running" in err
+    assert running.proc.poll() is None and running.record.sandbox() == running.sandbox
+
+
+def test_exec_and_host_reach_the_running_lab(running: RunningLab,
+                                             compiled_alone: Path) -> None:
+    ping = _inalab(compiled_alone, running.record.directory, "host", "w1", "--",
+                   "ping", "-c", "1", "-W", "5", "10.0.0.8", stdout=subprocess.PIPE)
+    out, _ = ping.communicate(timeout=60)
+    assert ping.returncode == 0 and b" 0% packet loss" in out, out
+    status = _inalab(compiled_alone, running.record.directory, "exec", "--",
+                     sys.executable, "-m", "ina.cli", "-t", str(FIGURE1),
+                     "--p4info", str(compiled_alone / "ina.p4info.txtpb"), "status",
+                     stdout=subprocess.PIPE)
+    out, _ = status.communicate(timeout=60)
+    assert status.returncode == 0 and b"s7 (" in out, out
