@@ -11,8 +11,9 @@
  * set: the INA header's si, the BIER BIFT-id); edge switches decapsulate it
  * to the workers.
  *
- * Sizes and codes come from include/generated.p4, the per-lane code from
- * include/lanes.p4 (both written by python -m ina.p4gen).
+ * Sizes and codes come from include/generated.p4, the per-lane registers and
+ * actions of the Aggregation control from include/lanes.p4 (both written by
+ * python -m ina.p4gen).
  * The controller reaches tables and counters by the names in
  * controller/ina/p4names.py, which a test checks against the P4Info.
  */
@@ -22,7 +23,6 @@
 #include "include/generated.p4"
 #include "include/defs.p4"
 #include "include/lane_math.p4"
-#include "include/lanes.p4"
 #include "include/headers.p4"
 #include "include/parser.p4"
 #include "include/verify_checksum.p4"

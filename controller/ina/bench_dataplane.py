@@ -27,6 +27,8 @@ import argparse
 import asyncio
 import json
 import logging
+import os
+import re
 import select
 import socket
 import statistics
@@ -84,6 +86,12 @@ class PathRate:
     values_per_s: float  # aggregated values (0 for forwarding)
     rounds: list[float]  # packets/s of each round
     lost: int  # packets the loop gave up waiting for
+    cpu_us_per_packet: float  # the switch process's CPU time (all threads) per input packet
+    #: CPU time per input packet of the switch's busiest thread, and the packets per
+    #: second that thread could do at most (the switch's capacity, whatever the
+    #: load generator can offer)
+    bottleneck_us_per_packet: float
+    capacity_per_s: float
 
 
 @dataclass
@@ -99,19 +107,29 @@ class DataplaneReport:
         rates = {p.path: p.packets_per_s for p in self.paths}
         return rates[path] / rates["forward"]
 
+    def capacity_ratio(self, path: str) -> float:
+        rates = {p.path: p.capacity_per_s for p in self.paths}
+        return rates[path] / rates["forward"]
+
     def render(self) -> str:
         lines = [f"Data plane of one BMv2 switch ({self.bmv2}), the INA program, closed loop "
                  f"with {self.window} packets in flight, {self.frame_bytes}-byte frames "
                  f"({self.values_per_packet} int32 values); median of "
                  f"{len(self.paths[0].rounds)} rounds of {self.seconds_per_round:g} s.", "",
-                 f"{'path':<40} {'packets/s':>10} {'values/s':>12} {'vs forward':>11}"]
+                 f"{'path':<36} {'packets/s':>9} {'values/s':>9} {'vs fwd':>7}   "
+                 f"{'CPU/pkt':>8} {'busiest thread':>14} {'capacity':>9} {'vs fwd':>7}"]
         names = {"forward": "forward: plain IPv4, same program",
                  "absorb": "absorb: VAT node below the root",
                  "root": "root: absorb, then BIER result"}
         for p in self.paths:
-            values = f"{p.values_per_s / 1e6:10.2f}M" if p.values_per_s else f"{'-':>11}"
-            lines.append(f"{names[p.path]:<40} {p.packets_per_s:>10,.0f} {values:>12} "
-                         f"{self.ratio(p.path):>10.2f}x")
+            values = f"{p.values_per_s / 1e6:8.2f}M" if p.values_per_s else f"{'-':>9}"
+            lines.append(f"{names[p.path]:<36} {p.packets_per_s:>9,.0f} {values:>9} "
+                         f"{self.ratio(p.path):>6.2f}x   {p.cpu_us_per_packet:>5.1f} us "
+                         f"{p.bottleneck_us_per_packet:>11.1f} us {p.capacity_per_s:>9,.0f} "
+                         f"{self.capacity_ratio(p.path):>6.2f}x")
+        lines.append("(packets/s: through the closed loop; CPU/pkt: the switch process, all "
+                     "threads; capacity: 1 / the busiest thread's CPU per packet, what the "
+                     "switch could do whatever the load generator offers)")
         lost = sum(p.lost for p in self.paths)
         if lost:
             lines.append(f"({lost} packets were lost and waited for: the figures are low)")
@@ -129,8 +147,8 @@ def bmv2_build() -> str:
     for path in (Path("/usr/local/include/bm/config.h"), Path("/usr/include/bm/config.h")):
         if path.exists():
             text = path.read_text()
-            logging_on = "#define BM_LOG_DEBUG_ON 1" in text or "#define BM_LOG_TRACE_ON 1" in text
-            elog_on = "#define BM_ELOG_ON 1" in text
+            logging_on = bool(re.search(r"^#define BM_LOG_(DEBUG|TRACE)_ON\b", text, re.M))
+            elog_on = bool(re.search(r"^#define BM_ELOG_ON\b", text, re.M))
             options.append("default build: logging macros and event logger compiled in"
                            if logging_on and elog_on else
                            f"logging macros {'on' if logging_on else 'off'}, "
@@ -202,6 +220,27 @@ def _port_open(address: str) -> bool:
         return False
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system time of a process, all its threads."""
+    return _stat_seconds(Path(f"/proc/{pid}/stat"))
+
+
+def _thread_seconds(pid: int) -> dict[int, float]:
+    """User and system time of each thread of a process."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[int(task.name)] = _stat_seconds(task / "stat")
+        except OSError:
+            continue  # the thread ended
+    return out
+
+
+def _stat_seconds(stat: Path) -> float:
+    fields = stat.read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _raw(interface: str) -> socket.socket:
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     sock.bind((interface, 0))
@@ -219,9 +258,11 @@ class Loop:
         self.out, self.is_output = out, is_output
         self.next_unit = 0
         self.lost = 0
+        self.inputs = 0  # input packets of the last run
 
     def run(self, seconds: float, window: int) -> float:
         """Input packets per second over ``seconds``, ``window`` packets in flight."""
+        self.inputs = 0
         units_in_flight = max(1, window // self.inputs_per_unit)
         outstanding = done = 0
         start = time.perf_counter()
@@ -248,7 +289,8 @@ class Loop:
                     outstanding -= 1
                     done += 1
         elapsed = time.perf_counter() - start
-        return done * self.inputs_per_unit / elapsed
+        self.inputs = done * self.inputs_per_unit
+        return self.inputs / elapsed
 
 
 def _loops(topology: Topology) -> dict[str, Loop]:
@@ -302,14 +344,24 @@ def run(build_dir: Path, rounds: int, seconds: float, window: int) -> DataplaneR
         for loop in loops.values():
             loop.lost = 0
         samples: dict[str, list[float]] = {name: [] for name in loops}
+        cpu: dict[str, list[float]] = {name: [] for name in loops}
+        busiest: dict[str, list[float]] = {name: [] for name in loops}
+        assert rig.proc is not None
         for _ in range(rounds):
             for name, loop in loops.items():
+                before, threads = _cpu_seconds(rig.proc.pid), _thread_seconds(rig.proc.pid)
                 samples[name].append(loop.run(seconds, window))
+                inputs = max(loop.inputs, 1)
+                cpu[name].append((_cpu_seconds(rig.proc.pid) - before) / inputs)
+                after = _thread_seconds(rig.proc.pid)
+                busiest[name].append(max(after[t] - threads.get(t, 0.0) for t in after) / inputs)
     paths = []
     for name, rates in samples.items():
         pps = statistics.median(rates)
+        bottleneck = statistics.median(busiest[name])
         paths.append(PathRate(name, pps, 0.0 if name == "forward" else pps * ELEMS_PER_PACKET,
-                              rates, loops[name].lost))
+                              rates, loops[name].lost, statistics.median(cpu[name]) * 1e6,
+                              bottleneck * 1e6, 1 / bottleneck if bottleneck else 0.0))
     return DataplaneReport(bmv2_build(), FRAME_BYTES, ELEMS_PER_PACKET, window, seconds, paths)
 
 
@@ -367,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         data: dict[str, Any] = asdict(report)
         data["ratios"] = {path.path: report.ratio(path.path) for path in report.paths}
+        data["capacity_ratios"] = {path.path: report.capacity_ratio(path.path)
+                                   for path in report.paths}
         args.json.write_text(json.dumps(data, indent=2) + "\n")
     if args.png is not None:
         plot(report, args.png)

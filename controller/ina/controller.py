@@ -359,13 +359,17 @@ class Controller:
 
 
 def _jobs_on_switch(switch: str, entries: Sequence[TableEntry]) -> list[JobOnSwitch]:
-    """The vat_jobs entries among ``entries``, each with its A-BM from vat_sets."""
+    """The vat_jobs entries among ``entries``, each with its A-BM (over all sets: from
+    the entry for a node in one set, from vat_sets for a root spanning several)."""
     abm: dict[int, int] = {}
     for e in entries:
         if e.table == n.VAT_SETS.name:
             si = e.match_value("si")
             assert isinstance(si, int)
             abm[_job_id(e)] = abm.get(_job_id(e), 0) | join_set(si, e.param("abm"))
+        elif e.table == n.VAT_JOBS.name and e.action != n.TRANSIT.name and e.param("abm"):
+            abm[_job_id(e)] = abm.get(_job_id(e), 0) | join_set(e.param("set_id"),
+                                                                e.param("abm"))
     return [JobOnSwitch(switch, e, abm.get(_job_id(e), 0))
             for e in entries if e.table == n.VAT_JOBS.name]
 

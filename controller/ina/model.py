@@ -185,10 +185,16 @@ class ModelSwitch:
                 meta.membership = member.action if member is not None else None
         if frame.ina is not None:  # looked up once, for BIER and IPv4 alike
             meta.job = self._exact(n.VAT_JOBS, job_id=frame.ina.job_id)
+            if meta.job is not None and frame.ipv4 is not None:
+                meta.to_me = ip_int(frame.ipv4.dst) == meta.job.param("node_ip")
             if meta.job is not None and meta.job.action != n.TRANSIT.name:
                 meta.sets = meta.job.param("sets") if meta.job.action == n.VAT_ROOT.name else 1
-                abm = self._exact(n.VAT_SETS, job_id=frame.ina.job_id, si=frame.ina.si)
-                meta.abm = abm.param("abm") if abm is not None else 0
+                if meta.sets == 1:  # the node's set and its A-BM in the entry
+                    meta.abm = (meta.job.param("abm")
+                                if frame.ina.si == meta.job.param("set_id") else 0)
+                else:
+                    abm = self._exact(n.VAT_SETS, job_id=frame.ina.job_id, si=frame.ina.si)
+                    meta.abm = abm.param("abm") if abm is not None else 0
         if frame.error is not None:
             meta.drop = SwitchStat.DROP_PARSER_ERROR
         elif frame.ipv4 is not None and not frame.ipv4.checksum_ok:
@@ -223,7 +229,8 @@ class ModelSwitch:
     def _ipv4_ingress(self, frame: Frame, meta: _Meta) -> None:
         ipv4 = frame.ipv4
         assert ipv4 is not None
-        meta.to_me = self._exact(n.LOCAL_ADDRESSES, dst_addr=ip_int(ipv4.dst)) is not None
+        if meta.job is None:  # a job's entry told already
+            meta.to_me = self._exact(n.LOCAL_ADDRESSES, dst_addr=ip_int(ipv4.dst)) is not None
         ina = frame.ina
         if ina is not None:
             if ina.version != INA_VERSION:
@@ -291,9 +298,8 @@ class ModelSwitch:
             self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)
             return
         s = self.store
-        slot_mask = job.param("slot_mask")
-        version = 1 if ina.seq & (slot_mask + 1) else 0
-        cell = (job.param("slot_base") + (ina.seq & slot_mask)) * 2 + version
+        # The job's 2W cells from 2 * slot_base on; s and s + W share a slot.
+        cell = 2 * job.param("slot_base") + (ina.seq & (2 * job.param("slot_mask") + 1))
         cs = s.reg_read(REG_CELLS, cell, EMPTY_CELL)
         fresh = cs.epoch != job.param("epoch") or _s32(ina.seq - cs.seq) > 0
         set_index = cell * BIER_SETS + ina.si

@@ -4,9 +4,9 @@
     python -m ina.p4gen --check    # exit 1 if a file is not what this module writes
 
 ``p4src/include/generated.p4`` holds every size, code and counter index as a
-typed constant; ``p4src/include/lanes.p4`` the packet's array as LANES lanes
-and the per-lane register work, one statement per line. P4 and Python cannot
-drift apart.
+typed constant, and the header of the packet's array (LANES lanes);
+``p4src/include/lanes.p4`` the per-lane registers and actions of the
+Aggregation control, one statement per line. P4 and Python cannot drift apart.
 """
 
 from __future__ import annotations
@@ -108,6 +108,8 @@ def render_constants() -> str:
     lines += [f"const bit<8> JOB_STAT_{s.name} = {int(s)};" for s in c.JobStat]
     lines.append(f"const bit<8> SWITCH_STAT_NONE = {c.SWITCH_STAT_NONE};")
     lines += [f"const bit<8> SWITCH_STAT_{s.name} = {int(s)};" for s in c.SwitchStat]
+    lines += ["", f"// The packet's array: {c.ELEMS_PER_PACKET} int32 values as {c.LANES} lanes.",
+              "header ina_data_h {", *(f"    lane_t lane{i};" for i in range(c.LANES)), "}"]
     lines += ["", "// Slices of cell_t and set_cell_t."]
     lines += _slices("CELL", CELL_FIELDS)
     lines += _slices("SET", SET_FIELDS)
@@ -116,54 +118,52 @@ def render_constants() -> str:
 
 
 def render_lanes() -> str:
+    """Registers and actions of the Aggregation control (included in its body): one
+    register per lane holds the cells' aggregates; each action does its work on
+    every lane in one pipeline step. The arithmetic is in lane_math.p4."""
     lanes = range(c.LANES)
     lines = [
         HEADER,
-        f"// The packet's array as {c.LANES} lanes of {c.LANE_BITS} bits, and what a cell does",
-        "// with them: one register per lane holds the cell's aggregate. The arithmetic is",
-        "// in lane_math.p4.",
-        "#ifndef INA_LANES_P4",
-        "#define INA_LANES_P4",
+        f"// Included in the body of the Aggregation control: {c.LANES} lanes of "
+        f"{c.LANE_BITS} bits,",
+        "// hdr.data.lane<i> in the packet and lane<i> in the registers, at cell `cell`.",
         "",
-        "header ina_data_h {",
-        *(f"    lane_t lane{i};" for i in lanes),
+        *(f"register<lane_t>(2 * AGG_SLOTS) lane{i};" for i in lanes),
+        "",
+        "// The packet's lanes become the cell's aggregate.",
+        "action lanes_store() {",
+        *(f"    lane{i}.write(cell, hdr.data.lane{i});" for i in lanes),
         "}",
         "",
-        "enum LaneOp { STORE, LOAD, SUM, MIN, MAX }",
+        "// The cell's aggregate into the packet.",
+        "action lanes_load() {",
+        *(f"    lane{i}.read(hdr.data.lane{i}, cell);" for i in lanes),
+        "}",
         "",
-        "// STORE the packet's lanes in the cell, LOAD the cell's into the packet, or",
-        "// combine them (SUM, MIN, MAX) into both; SUM ORs each element's overflow",
-        "// indicator into `overflow` (see lane_overflow).",
-        "control Lanes(inout ina_data_h data, in bit<32> cell, in LaneOp op, "
-        "inout lane_t overflow) {",
-        *(f"    register<lane_t>(2 * AGG_SLOTS) lane{i};" for i in lanes),
-        "",
-        "    apply {",
-        "        lane_t a;",
-        "        lane_t s;",
-        "        if (op == LaneOp.STORE) {",
-        *(f"            lane{i}.write(cell, data.lane{i});" for i in lanes),
-        "        } else if (op == LaneOp.LOAD) {",
-        *(f"            lane{i}.read(data.lane{i}, cell);" for i in lanes),
-        "        } else if (op == LaneOp.SUM) {",
+        "// The packet's lanes added to the cell's; each element's overflow indicator",
+        "// ORed into `wrapped` (lane_overflow). The packet itself is left as it is.",
+        "action lanes_sum() {",
+        "    lane_t a;",
+        "    lane_t s;",
     ]
     for i in lanes:
         lines += [
-            f"            lane{i}.read(a, cell);",
-            f"            s = lane_sum(a, data.lane{i});",
-            f"            overflow = overflow | lane_overflow(a, data.lane{i}, s);",
-            f"            data.lane{i} = s;",
-            f"            lane{i}.write(cell, s);",
+            f"    lane{i}.read(a, cell);",
+            f"    s = lane_sum(a, hdr.data.lane{i});",
+            f"    wrapped = wrapped | lane_overflow(a, hdr.data.lane{i}, s);",
+            f"    lane{i}.write(cell, s);",
         ]
-    for op, fn in (("MIN", "lane_min"), ("MAX", "lane_max")):
-        lines.append(f"        }} else if (op == LaneOp.{op}) {{")
+    lines.append("}")
+    for op, fn in (("min", "lane_min"), ("max", "lane_max")):
+        lines += ["", f"// The cell's aggregate becomes the elementwise {op} with the packet's.",
+                  f"action lanes_{op}() {{", "    lane_t a;"]
         for i in lanes:
             lines += [
-                f"            lane{i}.read(a, cell);",
-                f"            data.lane{i} = {fn}(a, data.lane{i});",
-                f"            lane{i}.write(cell, data.lane{i});",
+                f"    lane{i}.read(a, cell);",
+                f"    lane{i}.write(cell, {fn}(a, hdr.data.lane{i}));",
             ]
-    lines += ["        }", "    }", "}", "", "#endif", ""]
+        lines.append("}")
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -60,19 +60,20 @@ HOST_PORTS = TableSpec(
 VAT_NODE = ActionSpec(
     "InaIngress.jobs.vat_node",
     (("job_index", 8), ("slot_base", 16), ("slot_mask", 16),
-     ("epoch", 32), ("node_ip", 32), ("parent_ip", 32)),
+     ("epoch", 32), ("node_ip", 32), ("parent_ip", 32), ("set_id", 8), ("abm", BM)),
 )
+# A root's A-BM is in (set_id, abm) when it lies in one set (sets == 1), else in vat_sets.
 VAT_ROOT = ActionSpec(
     "InaIngress.jobs.vat_root",
     (("job_index", 8), ("sets", 8), ("slot_base", 16), ("slot_mask", 16),
-     ("epoch", 32), ("node_ip", 32)),
+     ("epoch", 32), ("node_ip", 32), ("set_id", 8), ("abm", BM)),
 )
-TRANSIT = ActionSpec("InaIngress.jobs.transit", (("job_index", 8),))
+TRANSIT = ActionSpec("InaIngress.jobs.transit", (("job_index", 8), ("node_ip", 32)))
 NO_JOB = ActionSpec("InaIngress.jobs.no_job")
 VAT_JOBS = TableSpec(
     "InaIngress.jobs.vat_jobs", (("job_id", "exact", 16),), (VAT_NODE, VAT_ROOT, TRANSIT), NO_JOB
 )
-# A VAT node's A-BM, per BIER set.
+# The A-BM of a root spanning several BIER sets, per set.
 SET_ABM = ActionSpec("InaIngress.jobs.set_abm", (("abm", BM),))
 NO_SET = ActionSpec("InaIngress.jobs.no_set")
 VAT_SETS = TableSpec(

@@ -243,20 +243,26 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
     for sw, a in alloc.items():
         node = job.nodes.get(sw)
         match = {"job_id": job.job_id}
+        node_ip = ip_int(topology.switches[sw].loopback)
         if node is None:
-            result[sw] = [entry(n.VAT_JOBS, match, n.TRANSIT, job_index=a.job_index)]
+            result[sw] = [entry(n.VAT_JOBS, match, n.TRANSIT, job_index=a.job_index,
+                                node_ip=node_ip)]
             continue
         common = dict(job_index=a.job_index, slot_base=a.slot_base, slot_mask=job.slots - 1,
-                      epoch=epoch, node_ip=ip_int(topology.switches[sw].loopback))
+                      epoch=epoch, node_ip=node_ip)
         sets = split_sets(node.abm)
+        # One set: its A-BM in the entry. Several (a root only): a vat_sets entry each.
+        set_id, bits = next(iter(sets.items())) if len(sets) == 1 else (0, 0)
         if node.parent is None:
-            e = entry(n.VAT_JOBS, match, n.VAT_ROOT, **common, sets=len(sets))
+            e = entry(n.VAT_JOBS, match, n.VAT_ROOT, **common, sets=len(sets), set_id=set_id,
+                      abm=bits)
         else:
-            e = entry(n.VAT_JOBS, match, n.VAT_NODE, **common,
+            e = entry(n.VAT_JOBS, match, n.VAT_NODE, **common, set_id=set_id, abm=bits,
                       parent_ip=ip_int(topology.address(node.parent)))
-        result[sw] = [e] + [entry(n.VAT_SETS, {"job_id": job.job_id, "si": si}, n.SET_ABM,
-                                  abm=bits) for si, bits in sets.items()]
-        if node.parent is None and len(sets) > 1:
+        result[sw] = [e]
+        if len(sets) > 1:
+            result[sw] += [entry(n.VAT_SETS, {"job_id": job.job_id, "si": si}, n.SET_ABM,
+                                 abm=bits) for si, bits in sets.items()]
             # Each (port, set) copy of a result for several sets gets its set's A-BM.
             result[sw] += [entry(n.RESULT_SETS, {"job_id": job.job_id, "si": si}, n.RESULT_SET,
                                  abm=bits) for si, bits in sets.items()]

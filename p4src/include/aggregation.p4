@@ -6,9 +6,10 @@
 // leaves carrying the aggregate with P-BM = A-BM: toward the parent, or, at the
 // root, by BIER to every worker.
 //
-// Loss recovery (SwitchML's scheme, extended to a tree). Sequence number s uses
-// slot slot_base + (s & slot_mask) and, of its two cells, the one chosen by the
-// bit above the mask: consecutive rounds through the pool alternate. Workers
+// Loss recovery (SwitchML's scheme, extended to a tree). A job's W = slots slots
+// have two cells each, 2W cells from 2 * slot_base on; sequence number s uses
+// cell 2 * slot_base + (s mod 2W): s and s + W, consecutive rounds through the
+// pool, use the two cells of one slot. Workers
 // send s only after every result up to s - 2*slots has reached every worker
 // (their sliding window), so a newer s may overwrite its cell; an older s is a
 // late duplicate. A complete cell keeps its aggregate: a retransmission for it
@@ -16,13 +17,17 @@
 // root, by BIER to the retransmitter's bits. A bit already set in an incomplete
 // cell is a duplicate. Nothing is ever added twice.
 //
-// A cell's scalars live in one register (cell_t, CELL_* slices) and its
-// aggregate in one register per lane (lanes.p4), so a packet costs one scalar
-// read and write and one read and write per lane. A node below the root lies in
-// one BIER set and keeps its bitmap in the cell. A root spanning several sets
-// keeps one bitmap per (cell, set) instead, tagged with the cell's generation,
-// so starting a round clears every set at once; it completes a cell when as
-// many sets are full as its job has.
+// Cost. BMv2 pays for every table and every primitive, whatever the width of
+// its operands, and less for a condition (p4c turns a ?: into several
+// primitives): the common paths are conditions and a few actions of
+// straight-line code, one per path, for a node in one BIER set. A cell's scalars live
+// in one register (cell_t, CELL_* slices) and its aggregate in one register per
+// lane (lanes.p4), so a packet costs one scalar read and write and one read and
+// write per lane. A node below the root lies in one BIER set and keeps its
+// bitmap in the cell. A root spanning several sets keeps one bitmap per (cell,
+// set) instead, tagged with the cell's generation, so starting a round clears
+// every set at once; it completes a cell when as many sets are full as its job
+// has.
 //
 // Calls. A job serves any number of AllReduce calls; each starts with a SYNC
 // from every worker to the root, which answers with the call's first sequence
@@ -44,7 +49,21 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     register<set_cell_t>(2 * AGG_SLOTS * BIER_SETS) set_bitmaps;
     // Per job index, at its root: the entry's epoch ++ the highest completed seq.
     register<bit<64>>(MAX_JOBS) progress;
-    Lanes() lanes;
+
+    // The packet's cell and what it holds.
+    bit<32> cell;
+    cell_t cs;
+    lane_t wrapped;        // per element: a SUM overflowed (top bits)
+    bit<64> done_up_to;    // progress of the job, at its root
+    // Only the path of a root spanning several BIER sets:
+    bool fresh;            // the cell holds an older round (or another deployment's)
+    bitmap_t bitmap;       // the round's contributors so far, in the packet's set
+    bit<32> gen;
+    bit<8> done;           // the round's full sets
+    bool complete;         // every set full: the aggregate leaves with this packet
+    bool complete_now;     // this packet completed its cell
+
+#include "lanes.p4"
 
     // A packet a job check refused: counted for the job, then dropped.
     action refuse(bit<8> stat) {
@@ -52,194 +71,274 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.consumed = true;
     }
 
+    // A-BM & P-BM is zero (not for this node: on toward its address), or the P-BM
+    // has bits outside the A-BM (foreign).
+    action pass_on() {
+        meta.job_stat = JOB_STAT_PASSED;
+    }
+
+    // The cell of the packet's sequence number and what it holds.
+    action open_cell() {
+        cell = ((bit<32>)meta.slot_base << 1)
+               + (bit<32>)(hdr.ina.seq[15:0] & ((meta.slot_mask << 1) | 1));
+        cells.read(cs, cell);
+        wrapped = 0;
+        complete_now = false;
+    }
+
+    // A node in one set. The contribution starts the cell's round.
+    action start_round() {
+        lanes_store();
+        cells.write(cell, hdr.ina.pbm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
+                          ++ hdr.ina.count ++ hdr.ina.op
+                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0) ++ 8w0);
+        meta.job_stat = JOB_STAT_ABSORBED;
+        meta.consumed = true;
+    }
+
+    // It joins the round, which lacks more contributions (after lanes_<op>).
+    action join_round() {
+        bit<1> overflow = cs[CELL_OVERFLOW]
+                          | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0
+                                     || (wrapped & LANE_HIGH) != 0);
+        cells.write(cell, (cs[CELL_BITMAP] | hdr.ina.pbm) ++ cs[CELL_EPOCH] ++ cs[CELL_SEQ]
+                          ++ cs[CELL_GEN] ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ overflow
+                          ++ cs[CELL_DONE]);
+        meta.job_stat = JOB_STAT_ABSORBED;
+        meta.consumed = true;
+    }
+
+    // It completes the round (after lanes_<op>, or alone): the cell keeps the
+    // aggregate for resends, the packet carries it on.
+    action complete_round() {
+        bool overflow = (hdr.ina.flags & FLAG_OVERFLOW) != 0 || cs[CELL_OVERFLOW] == 1
+                        || (wrapped & LANE_HIGH) != 0;
+        cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ cs[CELL_GEN]
+                          ++ hdr.ina.count ++ hdr.ina.op ++ (bit<1>)overflow ++ 8w1);
+        lanes_load();
+        hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW)
+                        | (((bit<8>)(bit<1>)overflow) * FLAG_OVERFLOW);
+        meta.job_stat = JOB_STAT_ABSORBED;
+    }
+
+    // A retransmission for a complete cell: something after it was lost.
+    action resend() {
+        lanes_load();
+        hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW)
+                        | (((bit<8>)cs[CELL_OVERFLOW]) * FLAG_OVERFLOW);
+        meta.job_stat = JOB_STAT_RESENT;
+    }
+
+    // A root spanning several sets: the cell's state with the packet's set's bitmap.
+    action open_sets() {
+        fresh = cs[CELL_EPOCH] != meta.epoch || (int<32>)(hdr.ina.seq - cs[CELL_SEQ]) > 0;
+        gen = cs[CELL_GEN];
+        done = fresh ? 8w0 : cs[CELL_DONE];
+        set_cell_t sc;
+        set_bitmaps.read(sc, (cell << BIER_SETS_LOG2) | (bit<32>)hdr.ina.si);
+        bitmap = (!fresh && sc[SET_GEN] == gen) ? sc[SET_BITMAP] : 0;
+    }
+
+    // What to do with the packet, as its job event.
+    action judge() {
+        meta.job_stat =
+            fresh ? JOB_STAT_ABSORBED :
+            ((cs[CELL_SEQ] != hdr.ina.seq) ? JOB_STAT_DROP_STALE :
+            ((cs[CELL_COUNT] != hdr.ina.count) ? JOB_STAT_DROP_COUNT_MISMATCH :
+            ((cs[CELL_OP] != hdr.ina.op) ? JOB_STAT_DROP_OP_MISMATCH :
+            (((bitmap & hdr.ina.pbm) == 0) ? JOB_STAT_ABSORBED :
+            ((done != meta.sets) ? JOB_STAT_DROP_DUPLICATE :
+            JOB_STAT_RESENT)))));  // a retransmission for a complete cell: resend it
+    }
+
+    // The contribution is in (after lanes_<op> or lanes_store): record the state.
+    action record_sets() {
+        bitmap = bitmap | hdr.ina.pbm;
+        gen = fresh ? gen + 1 : gen;
+        done = (bitmap == meta.abm) ? done + 1 : done;  // this set is full
+        complete = done == meta.sets;
+        bool overflow = (hdr.ina.flags & FLAG_OVERFLOW) != 0
+                        || (!fresh && cs[CELL_OVERFLOW] == 1) || (wrapped & LANE_HIGH) != 0;
+        cells.write(cell, 256w0 ++ meta.epoch ++ hdr.ina.seq ++ gen
+                          ++ hdr.ina.count ++ hdr.ina.op ++ (bit<1>)overflow ++ done);
+        set_bitmaps.write((cell << BIER_SETS_LOG2) | (bit<32>)hdr.ina.si, gen ++ bitmap);
+        hdr.ina.flags = overflow ? hdr.ina.flags | FLAG_OVERFLOW
+                                 : hdr.ina.flags & ~FLAG_OVERFLOW;
+        meta.consumed = !complete;
+    }
+
+    // At the root: the highest completed sequence number, for the next call's start.
+    action advance(bit<32> seq) {
+        progress.read(done_up_to, (bit<32>)meta.job_index);
+        bool newer = done_up_to[63:32] != meta.epoch || (int<32>)(seq - done_up_to[31:0]) > 0;
+        progress.write((bit<32>)meta.job_index, newer ? meta.epoch ++ seq : done_up_to);
+    }
+
+    // A call's start: the call's first sequence number, back to the worker.
+    action answer_sync() {
+        progress.read(done_up_to, (bit<32>)meta.job_index);
+        hdr.ina.seq = (done_up_to[63:32] == meta.epoch)
+                      ? done_up_to[31:0] + (bit<32>)meta.slot_mask + 2 : 0;
+        hdr.ina.flags = hdr.ina.flags | FLAG_REPLY;
+        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+        hdr.ipv4.src_addr = meta.node_ip;
+        hdr.ipv4.ttl = IPV4_INITIAL_TTL;
+        hdr.udp.checksum = 0;
+        meta.to_me = false;
+        meta.job_stat = JOB_STAT_SYNCED;
+    }
+
+    // The aggregate leaves toward the parent with P-BM = A-BM.
+    action to_parent() {
+        hdr.ina.pbm = meta.abm;
+        hdr.ipv4.src_addr = meta.node_ip;
+        hdr.ipv4.dst_addr = meta.parent_ip;
+        hdr.udp.checksum = 0;  // payload changed; 0 = none, valid for IPv4
+        meta.to_me = false;
+        meta.consumed = false;
+        meta.job_stat2 = JOB_STAT_EMITTED;
+    }
+
+    // The root's result leaves by BIER: to every worker through the job's group (a
+    // copy per port toward its workers, or per such (port, set) for a job spanning
+    // sets, where bier_egress.p4 writes each set's A-BM); a resend to the
+    // retransmitter's bits through the group of every BIER port.
+    action to_workers(bitmap_t bits, bool is_resend) {
+        hdr.ina.pbm = meta.abm;
+        hdr.ina.flags = hdr.ina.flags | FLAG_RESULT;
+        hdr.ipv4.src_addr = meta.node_ip;
+        hdr.ipv4.dst_addr = 0;  // each edge switch sets its host's address
+        hdr.ipv4.ttl = IPV4_INITIAL_TTL;
+        hdr.udp.checksum = 0;
+        hdr.bier.setValid();
+        hdr.bier.bift_id = BIER_BIFT_ID + (bit<20>)hdr.ina.si;
+        hdr.bier.tc = 0;
+        hdr.bier.s = 1;
+        hdr.bier.ttl = BIER_INITIAL_TTL;
+        hdr.bier.nibble = BIER_NIBBLE;
+        hdr.bier.version = BIER_VERSION;
+        hdr.bier.bsl = BIER_BSL_CODE;
+        hdr.bier.entropy = 0;
+        hdr.bier.oam = 0;
+        hdr.bier.rsv = 0;
+        hdr.bier.dscp = 0;
+        hdr.bier.proto = BIER_PROTO_IPV4;
+        hdr.bier.bfir_id = 0;
+        hdr.bier.bitstring = bits;
+        hdr.ethernet.ether_type = ETHERTYPE_BIER;
+        std.mcast_grp = is_resend ? BIER_MCAST_GROUP : JOB_GROUP_BASE + (bit<16>)meta.job_index;
+        meta.bier_result = !is_resend && meta.sets != 1;
+        meta.to_me = false;
+        meta.consumed = false;
+        meta.job_stat2 = JOB_STAT_MULTICAST;
+    }
+
     apply {
-        bool emit = false;
-        bool all_sets = false;     // the result goes to every set of the job (not a resend)
-        bool overflow = false;
-        lane_t wrapped = 0;        // per element: a SUM overflowed (top bits)
-        bitmap_t bier_bits = meta.abm;
-        bit<32> job_index = meta.job_stat_base >> JOB_STAT_STRIDE_LOG2;
         if ((hdr.ina.flags & FLAG_SYNC) != 0) {
+            // A call's control packet: never absorbed.
             if (!meta.to_me) {
                 meta.job_stat = JOB_STAT_PASSED;  // to the root, or its answer back
-            } else if (meta.job_role == ROLE_ROOT && (hdr.ina.flags & FLAG_ABORT) != 0) {
-                // A worker gave up on its call after sending up to seq: the next call
-                // starts past it, so no cell an interrupted call left half full is
-                // taken for the next call's.
-                bit<64> done_up_to;
-                progress.read(done_up_to, job_index);
-                if (done_up_to[63:32] != meta.epoch
-                        || (int<32>)(hdr.ina.seq - done_up_to[31:0]) > 0) {
-                    progress.write(job_index, meta.epoch ++ hdr.ina.seq);
-                }
-                refuse(JOB_STAT_ABORTED);
-            } else if (meta.job_role == ROLE_ROOT && (hdr.ina.flags & FLAG_REPLY) == 0) {
-                // Answer: the call's first sequence number, to the worker.
-                bit<64> done_up_to;
-                progress.read(done_up_to, job_index);
-                hdr.ina.seq = 0;
-                if (done_up_to[63:32] == meta.epoch) {
-                    hdr.ina.seq = done_up_to[31:0] + (bit<32>)meta.slot_mask + 2;
-                }
-                hdr.ina.flags = hdr.ina.flags | FLAG_REPLY;
-                hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
-                hdr.ipv4.src_addr = meta.node_ip;
-                hdr.ipv4.ttl = IPV4_INITIAL_TTL;
-                hdr.udp.checksum = 0;
-                meta.to_me = false;
-                meta.job_stat = JOB_STAT_SYNCED;
-            } else {
+            } else if (meta.job_role != ROLE_ROOT || (hdr.ina.flags & FLAG_REPLY) != 0) {
                 refuse(JOB_STAT_DROP_FOREIGN_PBM);  // not the job's root
+            } else if ((hdr.ina.flags & FLAG_ABORT) != 0) {
+                // A worker gave up on its call after sending up to seq: the next
+                // call starts past it, whatever the interrupted one left in cells.
+                advance(hdr.ina.seq);
+                refuse(JOB_STAT_ABORTED);
+            } else {
+                answer_sync();
             }
-        } else if ((meta.abm & hdr.ina.pbm) == 0) {
+            return;
+        }
+        if ((meta.abm & hdr.ina.pbm) == 0 || hdr.ina.si != meta.node_si) {
             if (meta.to_me) {
                 refuse(JOB_STAT_DROP_FOREIGN_PBM);
             } else {
-                meta.job_stat = JOB_STAT_PASSED;
+                pass_on();
             }
-        } else if ((hdr.ina.pbm & ~meta.abm) != 0) {
+            return;
+        }
+        if ((hdr.ina.pbm & ~meta.abm) != 0) {
             refuse(JOB_STAT_DROP_FOREIGN_PBM);
-        } else {
-            bit<16> seq_low = hdr.ina.seq[15:0];
-            bit<32> cell = (bit<32>)(meta.slot_base + (seq_low & meta.slot_mask)) << 1;
-            if ((seq_low & (meta.slot_mask + 1)) != 0) {
-                cell = cell | 1;
-            }
-            cell_t cs;
-            cells.read(cs, cell);
-            bool fresh = cs[CELL_EPOCH] != meta.epoch
-                         || (int<32>)(hdr.ina.seq - cs[CELL_SEQ]) > 0;
-            bit<32> set_index = (cell << BIER_SETS_LOG2) | (bit<32>)hdr.ina.si;
-            bit<32> gen = cs[CELL_GEN];
-            bit<8> done = cs[CELL_DONE];
-            bitmap_t bitmap = 0;
-            if (!fresh) {
-                if (meta.sets == 1) {
-                    bitmap = cs[CELL_BITMAP];
+            return;
+        }
+        open_cell();
+        if (meta.sets == 1) {
+            // A node in one BIER set: the common paths, one action each.
+            if (cs[CELL_EPOCH] != meta.epoch || (int<32>)(hdr.ina.seq - cs[CELL_SEQ]) > 0) {
+                if (hdr.ina.pbm == meta.abm) {  // a node with this one contributor
+                    complete_round();
+                    complete_now = true;
                 } else {
-                    set_cell_t sc;
-                    set_bitmaps.read(sc, set_index);
-                    if (sc[SET_GEN] == gen) {
-                        bitmap = sc[SET_BITMAP];
-                    }
+                    start_round();
                 }
-            }
-            bool absorb = false;
-            if (fresh) {
-                absorb = true;
             } else if (cs[CELL_SEQ] != hdr.ina.seq) {
                 refuse(JOB_STAT_DROP_STALE);
             } else if (cs[CELL_COUNT] != hdr.ina.count) {
                 refuse(JOB_STAT_DROP_COUNT_MISMATCH);
             } else if (cs[CELL_OP] != hdr.ina.op) {
                 refuse(JOB_STAT_DROP_OP_MISMATCH);
-            } else if ((bitmap & hdr.ina.pbm) == 0) {
-                absorb = true;
-            } else if (done != meta.sets) {
-                refuse(JOB_STAT_DROP_DUPLICATE);
+            } else if ((cs[CELL_BITMAP] & hdr.ina.pbm) != 0) {
+                if (cs[CELL_DONE] == 0) {
+                    refuse(JOB_STAT_DROP_DUPLICATE);
+                } else {
+                    resend();
+                }
             } else {
-                // A retransmission for a complete cell: something after it was lost.
-                meta.job_stat = JOB_STAT_RESENT;
-                lanes.apply(hdr.data, cell, LaneOp.LOAD, wrapped);
-                overflow = cs[CELL_OVERFLOW] == 1;
-                bier_bits = hdr.ina.pbm;
-                emit = true;
+                if (hdr.ina.op == OP_SUM) {
+                    lanes_sum();
+                } else if (hdr.ina.op == OP_MIN) {
+                    lanes_min();
+                } else {
+                    lanes_max();
+                }
+                if ((cs[CELL_BITMAP] | hdr.ina.pbm) == meta.abm) {
+                    complete_round();
+                    complete_now = true;
+                } else {
+                    join_round();
+                }
             }
-
-            if (absorb) {
-                meta.job_stat = JOB_STAT_ABSORBED;
-                overflow = (hdr.ina.flags & FLAG_OVERFLOW) != 0;
+        } else {
+            // A root spanning several sets: a bitmap per (cell, set).
+            open_sets();
+            judge();
+            if (meta.job_stat == JOB_STAT_ABSORBED) {
                 if (fresh) {
-                    gen = gen + 1;
-                    done = 0;
-                    lanes.apply(hdr.data, cell, LaneOp.STORE, wrapped);
+                    lanes_store();
+                } else if (hdr.ina.op == OP_SUM) {
+                    lanes_sum();
+                } else if (hdr.ina.op == OP_MIN) {
+                    lanes_min();
                 } else {
-                    if (cs[CELL_OVERFLOW] == 1) {
-                        overflow = true;
+                    lanes_max();
+                }
+                record_sets();
+                if (complete) {
+                    if (!fresh) {
+                        lanes_load();
                     }
-                    if (hdr.ina.op == OP_SUM) {
-                        lanes.apply(hdr.data, cell, LaneOp.SUM, wrapped);
-                        if ((wrapped & LANE_HIGH) != 0) {
-                            overflow = true;
-                        }
-                    } else if (hdr.ina.op == OP_MIN) {
-                        lanes.apply(hdr.data, cell, LaneOp.MIN, wrapped);
-                    } else {
-                        lanes.apply(hdr.data, cell, LaneOp.MAX, wrapped);
-                    }
+                    complete_now = true;
                 }
-                bitmap = bitmap | hdr.ina.pbm;
-                if (bitmap == meta.abm) {
-                    done = done + 1;  // this set is full
-                }
-                bitmap_t cell_bitmap = bitmap;
-                if (meta.sets != 1) {
-                    set_bitmaps.write(set_index, gen ++ bitmap);
-                    cell_bitmap = 0;
-                }
-                cells.write(cell, cell_bitmap ++ meta.epoch ++ hdr.ina.seq ++ gen
-                                  ++ hdr.ina.count ++ hdr.ina.op ++ (bit<1>)overflow ++ done);
-                if (done == meta.sets) {
-                    emit = true;  // complete: the cell keeps the aggregate for resends
-                    all_sets = true;
-                    if (meta.job_role == ROLE_ROOT) {
-                        bit<64> done_up_to;
-                        progress.read(done_up_to, job_index);
-                        if (done_up_to[63:32] != meta.epoch
-                                || (int<32>)(hdr.ina.seq - done_up_to[31:0]) > 0) {
-                            progress.write(job_index, meta.epoch ++ hdr.ina.seq);
-                        }
-                    }
-                } else {
-                    meta.consumed = true;
-                }
+            } else if (meta.job_stat == JOB_STAT_RESENT) {
+                resend();
+            } else {
+                meta.consumed = true;
             }
         }
 
-        if (emit) {
-            hdr.ina.pbm = meta.abm;
-            hdr.ina.flags = hdr.ina.flags & ~FLAG_OVERFLOW;
-            if (overflow) {
-                hdr.ina.flags = hdr.ina.flags | FLAG_OVERFLOW;
-            }
-            hdr.ipv4.src_addr = meta.node_ip;
-            hdr.udp.checksum = 0;  // payload changed; 0 = none, valid for IPv4
-            meta.to_me = false;
+        if (complete_now) {
             if (meta.job_role == ROLE_ROOT) {
-                hdr.ina.flags = hdr.ina.flags | FLAG_RESULT;
-                hdr.ipv4.dst_addr = 0;  // each edge switch sets its host's address
-                hdr.ipv4.ttl = IPV4_INITIAL_TTL;
-                hdr.bier.setValid();
-                hdr.bier.bift_id = BIER_BIFT_ID + (bit<20>)hdr.ina.si;
-                hdr.bier.tc = 0;
-                hdr.bier.s = 1;
-                hdr.bier.ttl = BIER_INITIAL_TTL;
-                hdr.bier.nibble = BIER_NIBBLE;
-                hdr.bier.version = BIER_VERSION;
-                hdr.bier.bsl = BIER_BSL_CODE;
-                hdr.bier.entropy = 0;
-                hdr.bier.oam = 0;
-                hdr.bier.rsv = 0;
-                hdr.bier.dscp = 0;
-                hdr.bier.proto = BIER_PROTO_IPV4;
-                hdr.bier.bfir_id = 0;
-                hdr.bier.bitstring = bier_bits;
-                hdr.ethernet.ether_type = ETHERTYPE_BIER;
-                if (all_sets) {
-                    // The job's group: a copy per port toward its workers, or, for a
-                    // job spanning sets, per such (port, set), where bier_egress.p4
-                    // writes each set's A-BM.
-                    std.mcast_grp = meta.job_group;
-                    meta.bier_result = meta.sets != 1;
-                } else {
-                    // A resend, to the packet's set.
-                    std.mcast_grp = BIER_MCAST_GROUP;
-                }
-                meta.multicast = true;
-                meta.job_stat2 = JOB_STAT_MULTICAST;
+                advance(hdr.ina.seq);
+                to_workers(meta.abm, false);
             } else {
-                hdr.ipv4.dst_addr = meta.parent_ip;
-                meta.job_stat2 = JOB_STAT_EMITTED;
+                to_parent();
+            }
+        } else if (meta.job_stat == JOB_STAT_RESENT) {
+            if (meta.job_role == ROLE_ROOT) {
+                to_workers(hdr.ina.pbm, true);
+            } else {
+                to_parent();
             }
         }
     }

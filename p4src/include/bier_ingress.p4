@@ -19,11 +19,11 @@ control BierIngress(inout headers_t hdr, inout metadata_t meta,
             hdr.bier.ttl = hdr.bier.ttl - 1;
             if (meta.job_role == ROLE_TRANSIT || meta.job_role == ROLE_AGGREGATOR) {
                 // The job's group: copies only toward its workers.
-                std.mcast_grp = meta.job_group;
+                std.mcast_grp = JOB_GROUP_BASE + (bit<16>)meta.job_index;
             } else {
                 std.mcast_grp = BIER_MCAST_GROUP;
             }
-            meta.multicast = true;
+            meta.bier_result = false;  // the root's copies per set only (aggregation.p4)
         }
     }
 }

@@ -2,10 +2,12 @@
 // each such host takes part in: a host contributes only as itself to a job it is
 // a worker of, and injects BIER only as the server root of a job.
 control Edge(in headers_t hdr, in port_t port, inout metadata_t meta) {
+    // job_members, applied to a host's INA packets only, overrides the membership.
     action from_host(bitmap_t host_bit, bit<8> host_si) {
         meta.from_host = true;
         meta.host_bit = host_bit;
         meta.host_si = host_si;
+        meta.membership = MEMBER_NONE;
     }
 
     action from_switch() {

@@ -17,7 +17,8 @@ control InaEgress(inout headers_t hdr, inout metadata_t meta,
             } else {
                 switch_stats.count((bit<32>)SWITCH_STAT_BIER_COPY_DELIVERED);
                 if (meta.job_role != ROLE_NONE) {
-                    job_stats.count(meta.job_stat_base + (bit<32>)JOB_STAT_DELIVERED);
+                    job_stats.count(((bit<32>)meta.job_index << JOB_STAT_STRIDE_LOG2)
+                                    | (bit<32>)JOB_STAT_DELIVERED);
                 }
             }
         }

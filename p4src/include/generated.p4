@@ -85,6 +85,14 @@ const bit<8> SWITCH_STAT_BIER_COPY_PRUNED = 15;
 const bit<8> SWITCH_STAT_BIER_COPY_SENT = 16;
 const bit<8> SWITCH_STAT_BIER_COPY_DELIVERED = 17;
 
+// The packet's array: 256 int32 values as 4 lanes.
+header ina_data_h {
+    lane_t lane0;
+    lane_t lane1;
+    lane_t lane2;
+    lane_t lane3;
+}
+
 // Slices of cell_t and set_cell_t.
 #define CELL_BITMAP 380:125
 #define CELL_EPOCH 124:93

@@ -83,10 +83,10 @@ struct metadata_t {
     bool        to_me;
     // jobs.p4: the job's entry on this switch
     bit<2>      job_role;       // ROLE_*
-    bit<32>     job_stat_base;  // the job's block in the job_stats counters
-    bit<16>     job_group;      // the job's BIER group: ports toward its workers
+    bit<8>      job_index;      // its counters' block, its BIER group (JOB_GROUP_BASE + it)
     bit<8>      sets;           // BIER sets the node's A-BM spans (1 below the root)
-    bitmap_t    abm;            // the A-BM's bits in the packet's set
+    bit<8>      node_si;        // the BIER set of abm
+    bitmap_t    abm;            // the A-BM's bits in set node_si
     bit<16>     slot_base;
     bit<16>     slot_mask;
     bit<32>     epoch;
@@ -97,7 +97,6 @@ struct metadata_t {
     bit<8>      job_stat2;      // a second one: what a VAT node then sent; or NONE
     bit<8>      drop_reason;    // dropped and counted for this SWITCH_STAT_*, or NONE
     bool        consumed;       // absorbed into a cell, or refused by a job check
-    bool        multicast;      // leaves by BIER replication
     bool        bier_result;    // a root's result for several sets: egress writes each
     // egress
     bit<8>      bier_si;        // the copy's set

@@ -1,5 +1,8 @@
-// Malformed INA packets are dropped before any job sees them, and a host may
-// only contribute as itself to a job it is a worker of (edge.p4 looked it up).
+// Why an INA packet is refused, if it is: a malformed packet is dropped before any
+// job sees it, and a host may only contribute as itself to a job it is a worker
+// of (edge.p4 looked it up). InaIngress applies this only to packets its quick
+// test of a valid contribution does not pass: control packets (SYNC, REPLY,
+// ABORT) and refused ones.
 control InaValidate(in headers_t hdr, inout metadata_t meta) {
     apply {
         if (hdr.ina.version != INA_VERSION) {
