@@ -263,7 +263,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             return;
         }
         open_cell();
-        if (meta.sets == 1) {
+        if (meta.job_role != ROLE_ROOT || meta.sets == 1) {
             // A node in one BIER set: the common paths, one action each.
             if (cs[CELL_EPOCH] != meta.epoch || (int<32>)(hdr.ina.seq - cs[CELL_SEQ]) > 0) {
                 if (hdr.ina.pbm == meta.abm) {  // a node with this one contributor

@@ -84,7 +84,7 @@ struct metadata_t {
     // jobs.p4: the job's entry on this switch
     bit<2>      job_role;       // ROLE_*
     bit<8>      job_index;      // its counters' block, its BIER group (JOB_GROUP_BASE + it)
-    bit<8>      sets;           // BIER sets the node's A-BM spans (1 below the root)
+    bit<8>      sets;           // BIER sets the root's A-BM spans (set by vat_root only)
     bit<8>      node_si;        // the BIER set of abm
     bitmap_t    abm;            // the A-BM's bits in set node_si
     bit<16>     slot_base;

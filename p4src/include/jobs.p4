@@ -13,7 +13,6 @@ control Jobs(in bit<16> job_id, in bit<8> si, in ipv4_addr_t dst, inout metadata
                     bit<8> set_id, bitmap_t abm) {
         meta.job_role = ROLE_AGGREGATOR;
         meta.job_index = job_index;
-        meta.sets = 1;
         meta.node_si = set_id;
         meta.abm = abm;
         meta.slot_base = slot_base;
