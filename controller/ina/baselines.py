@@ -19,11 +19,12 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
 
-from ina.worker_cli import digest, random_array
+from ina.arrays import digest, random_array
 
 Array = npt.NDArray[np.int32]
 _LEN = struct.Struct("!Q")
@@ -67,46 +68,47 @@ def ps_server(port: int, workers: int) -> None:
             conn.close()
 
 
-def ps_worker(server: str, port: int, values: Array, timeout: float = 60.0) -> Array:
+def _connect(address: tuple[str, int], timeout: float) -> socket.socket:
+    """A connection to a peer that may still be starting: retried until it listens."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            sock = socket.create_connection((server, port), timeout=timeout)
-            break
+            return socket.create_connection(address, timeout=timeout)
         except ConnectionRefusedError:
             if time.monotonic() > deadline:
                 raise
-            time.sleep(0.01)  # the server is starting: poll until it listens
-    with sock:
+            time.sleep(0.01)  # the peer is starting: poll until it listens
+
+
+def ps_worker(server: str, port: int, values: Array, timeout: float = 60.0,
+              ready: Callable[[], None] = lambda: None) -> Array:
+    """Send ``values`` to the parameter server and return the sum; ``ready`` is called
+    once connected (the benchmark times what follows)."""
+    with _connect((server, port), timeout) as sock:
+        ready()
         _send_array(sock, values)
         return _recv_array(sock)
 
 
 def ring_allreduce(rank: int, hosts: list[str], port: int, values: Array,
-                   timeout: float = 60.0) -> Array:
+                   timeout: float = 60.0, ready: Callable[[], None] = lambda: None) -> Array:
     """Reduce-scatter then all-gather around the ring of ``hosts``: N-1 steps each,
-    every worker sending 2(N-1)/N of the array in all."""
+    every worker sending 2(N-1)/N of the array in all. ``ready`` is called once the
+    ring's connections are up (as a training loop keeps them from step to step)."""
     n = len(hosts)
     segments = np.array_split(values.copy(), n)
     if n == 1:
+        ready()
         return values.copy()
     with socket.create_server(("0.0.0.0", port + rank)) as srv:
-        succ_addr = (hosts[(rank + 1) % n], port + (rank + 1) % n)
         accepted: list[socket.socket] = []
         acceptor = threading.Thread(target=lambda: accepted.append(srv.accept()[0]))
         acceptor.start()
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                succ = socket.create_connection(succ_addr, timeout=timeout)
-                break
-            except ConnectionRefusedError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)  # the successor is starting: poll until it listens
+        succ = _connect((hosts[(rank + 1) % n], port + (rank + 1) % n), timeout)
         acceptor.join(timeout)
         pred = accepted[0]
         with succ, pred:
+            ready()
             # Reduce-scatter: at step k send segment r-k, add the one received into r-k-1;
             # afterwards rank r holds the sum of segment r+1. All-gather passes them on.
             for phase in ("reduce", "gather"):
@@ -123,6 +125,13 @@ def ring_allreduce(rank: int, hosts: list[str], port: int, values: Array,
     return np.concatenate(segments)
 
 
+def wait_for_go() -> None:
+    """Say ``ready`` on stdout and wait for a line on stdin: the benchmark starts every
+    worker's clock at once, after each is set up (no start-up skew in the figures)."""
+    print("ready", flush=True)
+    sys.stdin.readline()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ina.baselines", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -135,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         w.add_argument("--port", type=int, required=True)
         w.add_argument("--random", type=int, required=True, metavar="SIZE")
         w.add_argument("--seed", type=int, default=0)
+        w.add_argument("--wait-go", action="store_true",
+                       help="once connected, say 'ready' and wait for a line on stdin")
         if name == "ps-worker":
             w.add_argument("--server", required=True)
         else:
@@ -145,12 +156,18 @@ def main(argv: list[str] | None = None) -> int:
         ps_server(args.port, args.workers)
         return 0
     values = random_array(args.random, args.seed)
-    start = time.monotonic()
+    started = [time.monotonic()]
+
+    def ready() -> None:
+        if args.wait_go:
+            wait_for_go()
+        started[0] = time.monotonic()
+
     if args.cmd == "ps-worker":
-        result = ps_worker(args.server, args.port, values)
+        result = ps_worker(args.server, args.port, values, ready=ready)
     else:
-        result = ring_allreduce(args.rank, args.hosts.split(","), args.port, values)
-    elapsed = time.monotonic() - start
+        result = ring_allreduce(args.rank, args.hosts.split(","), args.port, values, ready=ready)
+    elapsed = time.monotonic() - started[0]
     print(json.dumps({"elapsed": elapsed, "sha256": digest(result), "values": int(result.size)}))
     return 0
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -71,13 +72,19 @@ class Case:
     job: Path  # without aggregators: the controller plans the VAT
     size: int  # values per worker
     ps_host: str  # the parameter server's host (no worker of the job)
+    #: Every link's rate in the link-bound regime: low enough that the BMv2 switches,
+    #: sharing the machine's cores, are not the bottleneck of any method (INA's
+    #: CPU-bound rate here is several times what its links then allow).
+    rate_mbit: float
 
 
 CASES = {
     "figure1": Case("figure1", ROOT / "topologies" / "figure1.yaml",
-                    ROOT / "jobs" / "figure1-planned.yaml", 262144, "w5"),
+                    ROOT / "jobs" / "figure1-planned.yaml", 262144, "w5", 4.0),
+    # 20 switches on two cores: INA's CPU-bound rate is about what 4 Mbit/s links
+    # allow, so the links must be slower to be the bottleneck.
     "fat-tree": Case("fat-tree", ROOT / "topologies" / "fat-tree-4.yaml",
-                     ROOT / "jobs" / "fat-tree-4-bench.yaml", 131072, "h0_0_1"),
+                     ROOT / "jobs" / "fat-tree-4-bench.yaml", 131072, "h0_0_1", 2.0),
 }
 
 
@@ -174,6 +181,25 @@ def _wait_all(workers: Procs, others: Procs, timeout: float) -> dict[str, Any]:
     return results
 
 
+def _start_together(workers: Procs, timeout: float = 120.0) -> None:
+    """Once every worker says it is set up (``ready``: its imports done, its
+    connections up), tell them all to go at once, so that no worker's time includes
+    waiting for another process to start."""
+    deadline = time.monotonic() + timeout
+    for name, proc in workers.items():
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()  # blocks until it is set up
+        if line != b"ready":
+            err = proc.stderr.read().decode() if proc.stderr is not None else ""
+            raise RuntimeError(f"{name} did not get ready (said {line!r}): {err.strip()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} took more than {timeout:g}s to get ready")
+    for proc in workers.values():
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+
+
 class Bench:
     """A lab with a job deployed, and the three methods to run on it."""
 
@@ -186,6 +212,7 @@ class Bench:
                 size: int) -> MethodRun:
         before = _intf_bytes(self.topology)
         main, helpers = start(size)
+        _start_together(main)
         results = _wait_all(main, helpers, timeout=1800)
         after = _intf_bytes(self.topology)
         link_bytes = {k: after[k] - before.get(k, 0) for k in after}
@@ -199,8 +226,8 @@ class Bench:
         return {w: self.lab.host(w).popen(
             [sys.executable, "-m", "ina.worker_cli", "-t", str(self.topology_path), "--job",
              str(self.job_path), "--worker", w, "--random", str(size), "--seed", str(seed + i),
-             "--timeout", "60", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             "--timeout", "60", "--wait-go", *extra],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for i, w in enumerate(self.job.workers)}, {}
 
     def ps(self, size: int) -> tuple[Procs, Procs]:
@@ -212,16 +239,16 @@ class Bench:
         ip = self.topology.hosts[self.ps_host].ip
         return {w: self.lab.host(w).popen(
             [py, "-m", "ina.baselines", "ps-worker", "--server", ip, "--port", str(PS_PORT),
-             "--random", str(size), "--seed", str(i)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             "--random", str(size), "--seed", str(i), "--wait-go"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for i, w in enumerate(self.job.workers)}, {"ps-server": server}
 
     def ring(self, size: int) -> tuple[Procs, Procs]:
         hosts = ",".join(self.topology.hosts[w].ip for w in self.job.workers)
         return {w: self.lab.host(w).popen(
             [sys.executable, "-m", "ina.baselines", "ring", "--rank", str(i), "--hosts", hosts,
-             "--port", str(RING_PORT), "--random", str(size), "--seed", str(i)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             "--port", str(RING_PORT), "--random", str(size), "--seed", str(i), "--wait-go"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for i, w in enumerate(self.job.workers)}, {}
 
 
@@ -239,8 +266,7 @@ def _deploy(lab: Any, topology: Topology, spec: JobSpec, workdir: Path) -> tuple
     return job, path
 
 
-def run_allreduce_case(case: Case, build_dir: Path, rate_mbit: float,
-                       regimes: tuple[str, ...]) -> CaseResult:
+def run_allreduce_case(case: Case, build_dir: Path, regimes: tuple[str, ...]) -> CaseResult:
     """Inside the sandbox: the three methods in each regime, on one lab."""
     from ina.lab import Lab, LabOptions
 
@@ -253,7 +279,7 @@ def run_allreduce_case(case: Case, build_dir: Path, rate_mbit: float,
         result = CaseResult(case.name, topology.name, list(job.workers), describe_vat(job),
                             case.ps_host, case.size, job.slots)
         for regime in regimes:
-            rate = rate_mbit if regime == "link" else None
+            rate = case.rate_mbit if regime == "link" else None
             lab.limit_links(rate)
             runs = [bench.measure("INA", bench.ina, case.size),
                     bench.measure("PS", bench.ps, case.size),
@@ -269,8 +295,8 @@ def run_allreduce_case(case: Case, build_dir: Path, rate_mbit: float,
 def host_rate(size: int = 1 << 20) -> HostRate:
     """One worker's AllReduce against a loopback reflector in another process, which
     answers every packet at once as the root would: the worker library's own rate."""
+    from ina.arrays import random_array
     from ina.worker import RtoEstimator, UdpTransport, Worker, WorkerConfig
-    from ina.worker_cli import random_array
 
     reflector = subprocess.Popen([sys.executable, "-m", "ina.bench", "reflect", "127.0.0.2"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -321,41 +347,54 @@ def reflect(address: str) -> None:
 @dataclass
 class LossRun:
     loss: float  # per link and direction
-    seconds: float
+    seconds: float  # the median of the rounds
     values_per_s: float
     of_lossless: float
-    retransmissions: int
+    retransmissions: int  # in the median round
     early_retransmissions: int
+    rounds: list[float]  # seconds of each round
 
 
-def run_loss(build_dir: Path, losses: list[float], size: int, case: Case) -> list[LossRun]:
-    """Inside the sandbox: the INA AllReduce of ``case`` at each loss rate."""
+def run_loss(build_dir: Path, losses: list[float], size: int, case: Case,
+             rounds: int = 3) -> list[LossRun]:
+    """Inside the sandbox: the INA AllReduce of ``case`` at each loss rate, ``rounds``
+    times, the loss rates taking turns (the median is reported: one stall of the
+    machine does not decide a figure)."""
+    from ina.arrays import digest, random_array
     from ina.lab import Lab, LabOptions
     from ina.model import reduce_arrays
-    from ina.worker_cli import random_array
 
     topology = Topology.load(case.topology)
-    runs: list[LossRun] = []
+    reports: dict[float, list[dict[str, Any]]] = {loss: [] for loss in losses}
     with Lab(topology, LabOptions(build_dir=build_dir)) as lab, \
             tempfile.TemporaryDirectory() as tmp:
         lab.init_switches_sync()
         job, job_path = _deploy(lab, topology, JobSpec.load(case.job), Path(tmp))
         bench = Bench(lab, topology, case.topology, job, job_path, case.ps_host)
-        expected = reduce_arrays(job.op, [random_array(size, i) for i in range(len(job.workers))])
-        from ina.worker_cli import digest
-
-        for loss in losses:
-            lab.impair(loss=loss)
-            procs, _ = bench.ina(size, extra=())
-            reports = _wait_all(procs, {}, timeout=1800)
-            lab.impair()
-            if any(r["sha256"] != digest(expected) for r in reports.values()):
-                raise RuntimeError(f"a result at loss {loss} is not exact")
-            seconds = max(r["elapsed"] for r in reports.values())
-            lossless = runs[0].values_per_s if runs else size / seconds
-            runs.append(LossRun(loss, seconds, size / seconds, size / seconds / lossless,
-                                sum(r["retransmissions"] for r in reports.values()),
-                                sum(r["early_retransmissions"] for r in reports.values())))
+        expected = digest(reduce_arrays(job.op, [random_array(size, i)
+                                                 for i in range(len(job.workers))]))
+        for _ in range(rounds):
+            for loss in losses:
+                lab.impair(loss=loss)
+                procs, _ = bench.ina(size)
+                _start_together(procs)
+                workers = _wait_all(procs, {}, timeout=1800)
+                lab.impair()
+                if any(r["sha256"] != expected for r in workers.values()):
+                    raise RuntimeError(f"a result at loss {loss} is not exact")
+                reports[loss].append({
+                    "seconds": max(r["elapsed"] for r in workers.values()),
+                    "retransmissions": sum(r["retransmissions"] for r in workers.values()),
+                    "early": sum(r["early_retransmissions"] for r in workers.values())})
+    runs: list[LossRun] = []
+    for loss in losses:
+        by_time = sorted(reports[loss], key=lambda r: float(r["seconds"]))
+        median = by_time[len(by_time) // 2]
+        seconds = float(median["seconds"])
+        lossless = runs[0].values_per_s if runs else size / seconds
+        runs.append(LossRun(loss, seconds, size / seconds, size / seconds / lossless,
+                            int(median["retransmissions"]), int(median["early"]),
+                            [float(r["seconds"]) for r in reports[loss]]))
     return runs
 
 
@@ -396,7 +435,9 @@ def render_allreduce(results: list[CaseResult], host: HostRate | None, bmv2: str
 
 def render_loss(runs: list[LossRun], case: Case, size: int) -> str:
     lines = [f"INA AllReduce of {size} values per worker on {case.name}, frames dropped on "
-             "every link (each direction) by nftables; one run, results exact.", "",
+             "every link (each direction) by nftables; in one run, the median of "
+             f"{len(runs[0].rounds)} AllReduces per loss rate (taking turns), every result "
+             "exact.", "",
              f"{'loss per link':>14} {'seconds':>8} {'values/s':>10} {'of lossless':>12} "
              f"{'retransmissions':>16} {'(early)':>8}"]
     for r in runs:
@@ -491,14 +532,17 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--case", action="append", choices=sorted(CASES),
                    help="default: every case")
     a.add_argument("--size", type=int, help="values per worker (default: the case's)")
-    a.add_argument("--rate", type=float, default=4.0,
-                   help="Mbit/s of every link in the link-bound regime (default %(default)s)")
+    a.add_argument("--rate", type=float,
+                   help="Mbit/s of every link in the link-bound regime (default: the "
+                        "case's, " + ", ".join(f"{c.name} {c.rate_mbit:g}"
+                                               for c in CASES.values()) + ")")
     a.add_argument("--regimes", default="cpu,link", help="cpu, link or both (default)")
     a.add_argument("--json", type=Path, help="write the figures here")
     a.add_argument("--png", type=Path, help="draw them here")
     lo = sub.add_parser("loss", help="INA under loss on every link, against no loss")
     lo.add_argument("--losses", type=float, nargs="+", default=[0.0, 0.01, 0.05])
-    lo.add_argument("--size", type=int, default=65536)
+    lo.add_argument("--size", type=int, default=262144)
+    lo.add_argument("--rounds", type=int, default=3, help="AllReduces per loss rate")
     lo.add_argument("--json", type=Path)
     d = sub.add_parser("deploy", help="deploy time, all switches at once vs one by one")
     d.add_argument("--repeat", type=int, default=5)
@@ -538,10 +582,9 @@ def main(argv: list[str] | None = None) -> int:
             regimes = tuple(x.strip() for x in args.regimes.split(","))
             results = []
             for name in args.case or sorted(CASES, reverse=True):
-                case = CASES[name]
-                if args.size:
-                    case = Case(case.name, case.topology, case.job, args.size, case.ps_host)
-                results.append(run_allreduce_case(case, args.build, args.rate, regimes))
+                case = dataclasses.replace(CASES[name], size=args.size or CASES[name].size,
+                                           rate_mbit=args.rate or CASES[name].rate_mbit)
+                results.append(run_allreduce_case(case, args.build, regimes))
             bmv2 = bmv2_build()
             print(render_allreduce(results, host, bmv2))
             if args.json is not None:
@@ -553,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
                 plot_allreduce(results, args.png, bmv2)
         elif args.cmd == "loss":
             case = CASES["figure1"]
-            runs = run_loss(args.build, args.losses, args.size, case)
+            runs = run_loss(args.build, args.losses, args.size, case, args.rounds)
             print(render_loss(runs, case, args.size))
             if args.json is not None:
                 args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2) + "\n")

@@ -22,13 +22,13 @@ import sys
 import time
 from dataclasses import dataclass
 
+from ina.arrays import random_array
 from ina.bench import TCP_WIRE_PER_BYTE
 from ina.constants import ELEMS_PER_PACKET
 from ina.model import deployed_network, reduce_on_model, start_call_on_model
 from ina.planner import plan_job
 from ina.topogen import fat_tree
 from ina.topology import Topology, TopologyError
-from ina.worker_cli import random_array
 
 Link = tuple[str, str]
 

@@ -462,17 +462,23 @@ class UdpTransport:
         self.port = port
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        # A window of packets waiting in a slow link's queue still counts against
+        # the socket's send buffer: room for several windows.
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         self.sock.bind((bind, port))
         self.timeout: float | None = None
 
     def send(self, payload: bytes, dst: str | None = None) -> None:
         try:
             self.sock.sendto(payload, (dst or self.target, self.port))
+        except (BlockingIOError, TimeoutError) as exc:
+            # The send buffer is full (the socket is non-blocking or has a timeout
+            # for recv): as good as lost on the wire; retransmission recovers it.
+            LOG.debug("send buffer full, packet dropped: %s", exc)
         except OSError as exc:
             if exc.errno != errno.ENOBUFS:
                 raise
-            # The kernel dropped it (a full queue, a lossy link): as good as lost on
-            # the wire, and the retransmission timer recovers it.
+            # The kernel dropped it (a full queue, a lossy link): likewise.
             LOG.debug("send dropped by the kernel: %s", exc)
 
     def recv(self, timeout: float) -> bytes | None:

@@ -10,7 +10,6 @@ Prints one JSON line about the result. Exit codes: 0 done, 2 bad arguments,
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import signal
@@ -22,6 +21,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ina.arrays import digest, random_array, random_floats
+from ina.baselines import wait_for_go
 from ina.constants import Op
 from ina.job import JobError
 from ina.topology import TopologyError
@@ -39,18 +40,6 @@ EXIT_INVALID = 2
 EXIT_TIMEOUT = 3
 
 
-def random_array(size: int, seed: int) -> npt.NDArray[np.int32]:
-    """The array `--random SIZE --seed SEED` stands for (tests recompute it)."""
-    rng = np.random.default_rng(seed)
-    return rng.integers(-(2**24), 2**24, size=size, dtype=np.int32)
-
-
-def random_floats(size: int, seed: int) -> npt.NDArray[np.float32]:
-    """The array `--random SIZE --seed SEED --float` stands for: gradient-like values."""
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(size) * 10.0 ** rng.integers(-4, 2, size)).astype(np.float32)
-
-
 class _Progress:
     """A one-line progress display on stderr."""
 
@@ -65,10 +54,6 @@ class _Progress:
             end = "\n" if done == total else ""
             print(f"\r{self.worker}: {done}/{total} packets ({percent}%)", end=end,
                   file=sys.stderr, flush=True)
-
-
-def digest(values: npt.NDArray[Any]) -> str:
-    return hashlib.sha256(values.astype(values.dtype.newbyteorder(">")).tobytes()).hexdigest()[:16]
 
 
 def _stop(signum: int, frame: object) -> None:
@@ -98,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
                         "trips are measured (default %(default)s)")
     p.add_argument("--min-rto", type=float, default=MIN_RTO,
                    help="least retransmission timeout (default %(default)s)")
+    p.add_argument("--wait-go", action="store_true",
+                   help="once set up, say 'ready' on stdout and wait for a line on stdin "
+                        "before the AllReduce starts (benchmarks start every worker at once)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
@@ -126,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with UdpTransport(config.target) as transport:
             progress = _Progress(args.worker) if args.progress else None
+            if args.wait_go:
+                wait_for_go()
             started = time.monotonic()
             op = Op[args.op.upper()] if args.op else None
             worker = Worker(config, transport, timeout=args.timeout,

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import yaml
 
+from ina.arrays import random_array
 from ina.constants import ELEMS_PER_PACKET as P
 from ina.constants import JobStat, SwitchStat
 from ina.controller import SwitchStatus
 from ina.job import JobSpec
 from ina.model import allreduce_on_model, deployed_network
 from ina.switchapi import CounterValue
-from ina.worker_cli import random_array
 
 from bmv2lab import Labs
 from inatest import ROOT

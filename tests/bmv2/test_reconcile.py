@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from ina import p4names as n
+from ina.arrays import random_array
 from ina.controller import BaseChanges, Controller
 from ina.job import Job
 from ina.model import reduce_arrays
 from ina.plan import Entity, Lpm, McastGroup, TableEntry, base_plan
 from ina.wire import ip_int
-from ina.worker_cli import random_array
 
 from bmv2lab import NetLab
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from scapy.all import IP, UDP, Ether, raw
 
+from ina.arrays import random_array, random_floats
 from ina.constants import ELEMS_PER_PACKET as P
 from ina.constants import INA_UDP_PORT, JobStat, Op, SwitchStat
 from ina.job import Job
@@ -24,7 +25,6 @@ from ina.lab import wait_until
 from ina.model import reduce_arrays
 from ina.scapy_layers import INA
 from ina.wire import InaPacket
-from ina.worker_cli import random_array, random_floats
 
 from bmv2lab import NetLab
 
