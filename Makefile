@@ -41,8 +41,8 @@ setup:
 	@command -v $(P4C) >/dev/null || echo "setup: $(P4C) not found: the BMv2 tiers will skip (see README, 'Toolchain')"
 	@command -v simple_switch_grpc >/dev/null || echo "setup: simple_switch_grpc not found: the BMv2 tiers will skip (see README, 'Toolchain')"
 
-p4src/include/generated.p4: controller/ina/constants.py controller/ina/p4gen.py
-	$(PY) -m ina.p4gen
+p4src/include/generated.p4: controller/ina/protocol/constants.py controller/ina/protocol/lanes.py controller/ina/protocol/p4gen.py
+	$(PY) -m ina.protocol.p4gen
 
 $(BUILD)/ina.json: $(P4_SOURCES) p4src/include/generated.p4
 	@command -v $(P4C) >/dev/null || { echo "$(P4C) not found: install p4c (see README, 'Toolchain')"; exit 1; }

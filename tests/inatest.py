@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ina.constants import SwitchStat
 from ina.controller import Controller
 from ina.job import Job, JobSpec, validate_job
 from ina.model import ModelNetwork, ModelTransport
+from ina.protocol.constants import SwitchStat
 from ina.switchapi import CounterValue, MemorySwitch
 from ina.topology import Topology
 from ina.worker import Worker, WorkerConfig

@@ -5,8 +5,8 @@ import threading
 import numpy as np
 
 from ina.baselines import ps_server, ps_worker, ring_allreduce
-from ina.constants import Op
 from ina.model import reduce_arrays
+from ina.protocol.constants import Op
 
 
 def _free_port() -> int:

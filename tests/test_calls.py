@@ -10,11 +10,12 @@ import asyncio
 import numpy as np
 import pytest
 
-from ina.constants import ELEMS_PER_PACKET as P
-from ina.constants import Flag, JobStat, Op
 from ina.job import Job
 from ina.model import reduce_arrays
-from ina.wire import InaHeader, bit_of
+from ina.protocol.bitmaps import bit_of
+from ina.protocol.codec import InaHeader
+from ina.protocol.constants import ELEMS_PER_PACKET as P
+from ina.protocol.constants import Flag, JobStat, Op
 from ina.worker import AllreduceResult, AllreduceTimeout, CallMismatch
 
 from inatest import ModelLab, figure1_job, in_threads, int_arrays, model_workers
@@ -184,7 +185,7 @@ def test_a_sync_for_a_node_that_is_not_the_root_is_refused(model_lab: ModelLab,
 
 
 def test_a_reply_forged_by_a_worker_is_dropped_at_its_edge(model_lab: ModelLab) -> None:
-    from ina.constants import SwitchStat
+    from ina.protocol.constants import SwitchStat
 
     from inatest import switch_stat
 

@@ -3,14 +3,16 @@
 import re
 from pathlib import Path
 
-from ina import p4gen, p4names
+from ina import p4names
+from ina.protocol import p4gen
 
 P4SRC = Path(__file__).resolve().parents[1] / "p4src"
 
 
 def test_generated_p4_is_current() -> None:
     for name, render in p4gen.FILES.items():
-        assert (P4SRC / "include" / name).read_text() == render(), "run: python -m ina.p4gen"
+        assert (P4SRC / "include" / name).read_text() == render(), \
+            "run: python -m ina.protocol.p4gen"
 
 
 def test_every_table_and_action_named_in_python_is_declared_in_p4() -> None:

@@ -1,11 +1,11 @@
-"""The SWAR lane arithmetic of the data plane (ina.lanes, p4src/include/lane_math.p4)
+"""The SWAR lane arithmetic of the data plane (ina.protocol.lanes, p4src/include/lane_math.p4)
 against numpy, element by element, on random and edge values."""
 
 import numpy as np
 
-from ina import lanes
-from ina.constants import ELEMS_PER_LANE, ELEMS_PER_PACKET, LANES, Op
-from ina.wire import array_bytes
+from ina.protocol import lanes
+from ina.protocol.codec import array_bytes
+from ina.protocol.constants import ELEMS_PER_LANE, ELEMS_PER_PACKET, LANES, Op
 
 EDGES = np.array([-(2**31), -(2**31) + 1, -(2**30), -2, -1, 0, 1, 2, 2**30, 2**31 - 2, 2**31 - 1],
                  dtype=np.int64)

@@ -3,10 +3,10 @@
 import pytest
 
 from ina import p4names as n
-from ina.constants import AGG_SLOTS, BIER_MCAST_GROUP
 from ina.plan import CapacityError, Lpm, McastGroup, allocate, base_plan, job_plan, job_switches
+from ina.protocol.constants import AGG_SLOTS, BIER_MCAST_GROUP
+from ina.protocol.frames import ip_int
 from ina.topology import Topology
-from ina.wire import ip_int
 
 from inatest import figure1_job
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from ina import quantize as qz
-from ina.constants import ELEMS_PER_PACKET as P
-from ina.constants import Op
+from ina.protocol.constants import ELEMS_PER_PACKET as P
+from ina.protocol.constants import Op
 
 
 def _reduce_quantized(xs: list[np.ndarray], op: Op) -> tuple[np.ndarray, np.ndarray]:

@@ -14,22 +14,15 @@ import numpy as np
 import pytest
 
 from ina import p4names as n
-from ina.constants import BIER_SETS, ETHERTYPE_BIER, Flag, JobStat, Op, SwitchStat
-from ina.constants import ELEMS_PER_PACKET as P
 from ina.job import Job, JobError, JobSpec
 from ina.model import Impairment, allreduce_on_model, reduce_arrays
 from ina.planner import plan_job
+from ina.protocol.bitmaps import set_of, split_sets
+from ina.protocol.codec import InaHeader, InaPacket
+from ina.protocol.constants import BIER_SETS, ETHERTYPE_BIER, Flag, JobStat, Op, SwitchStat
+from ina.protocol.constants import ELEMS_PER_PACKET as P
+from ina.protocol.frames import Bier, bier_frame, ina_frame, parse_frame
 from ina.topology import Topology
-from ina.wire import (
-    Bier,
-    InaHeader,
-    InaPacket,
-    bier_frame,
-    ina_frame,
-    parse_frame,
-    set_of,
-    split_sets,
-)
 
 from inatest import ROOT, ModelLab, int_arrays, job_from, make_model_lab, switch_stat
 

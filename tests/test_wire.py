@@ -3,22 +3,18 @@
 import pytest
 from scapy.all import IP, UDP, Ether, raw
 
-from ina.constants import BIER_BIFT_ID, INA_PAYLOAD_BYTES, INA_UDP_PORT, MAX_BFR_ID, Flag, Op
-from ina.scapy_layers import BIER, INA
-from ina.wire import (
-    Bier,
-    InaHeader,
-    InaPacket,
-    bfr_ids_of,
-    bit_of,
-    format_bitmap,
-    ina_frame,
-    ina_payload,
-    join_set,
-    parse_frame,
-    set_of,
-    split_sets,
+from ina.protocol.bitmaps import bfr_ids_of, bit_of, format_bitmap, join_set, set_of, split_sets
+from ina.protocol.codec import InaHeader, InaPacket, ina_payload
+from ina.protocol.constants import (
+    BIER_BIFT_ID,
+    INA_PAYLOAD_BYTES,
+    INA_UDP_PORT,
+    MAX_BFR_ID,
+    Flag,
+    Op,
 )
+from ina.protocol.frames import Bier, ina_frame, parse_frame
+from ina.protocol.scapy_layers import BIER, INA
 
 
 def test_ina_payload_round_trips_with_negative_values() -> None:
@@ -109,7 +105,7 @@ def test_bier_bift_id_names_the_set() -> None:
 
 
 def test_a_sync_is_an_ina_header_alone_in_scapy_and_in_the_parser() -> None:
-    from ina.wire import ina_frame
+    from ina.protocol.frames import ina_frame
 
     payload = InaHeader(job_id=3, seq=0, pbm=1, count=77, flags=Flag.SYNC).pack()
     frame = parse_frame(ina_frame("00:00:00:00:00:01", "02:00:00:00:00:01", "10.0.0.1",

@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from ina.constants import ELEMS_PER_PACKET, Flag, Op
-from ina.constants import ELEMS_PER_PACKET as P
-from ina.wire import InaHeader, InaPacket, bit_of
+from ina.protocol.bitmaps import bit_of
+from ina.protocol.codec import InaHeader, InaPacket
+from ina.protocol.constants import ELEMS_PER_PACKET, Flag, Op
+from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.worker import AllreduceSession, AllreduceTimeout, RtoEstimator, Worker, WorkerConfig
 
 CONFIG = WorkerConfig(job_id=4, op=Op.SUM, pbm=bit_of(2), target="10.0.100.1", window=2,

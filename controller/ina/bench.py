@@ -46,9 +46,9 @@ from typing import Any
 import yaml
 
 from ina import sandbox
-from ina.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, Op
 from ina.controller import Controller
 from ina.job import Job, JobError, JobSpec
+from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, Op
 from ina.topology import Topology, TopologyError
 
 LOG = logging.getLogger(__name__)
@@ -325,7 +325,7 @@ def reflect(address: str) -> None:
     sequence number 0, contributions with themselves as the result."""
     import socket
 
-    from ina.constants import INA_UDP_PORT, Flag
+    from ina.protocol.constants import INA_UDP_PORT, Flag
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind((address, INA_UDP_PORT))

@@ -41,11 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from ina import sandbox
-from ina.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, INA_UDP_PORT
 from ina.controller import Controller
 from ina.job import JobSpec, validate_job
+from ina.protocol.codec import ina_payload
+from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, INA_UDP_PORT
+from ina.protocol.frames import ina_frame, udp_frame
 from ina.topology import Topology
-from ina.wire import ina_frame, ina_payload, udp_frame
 
 LOG = logging.getLogger(__name__)
 SWITCH = "s1"

@@ -25,10 +25,10 @@ from ina.controller import Controller, ControllerError, SwitchStatus
 from ina.job import Job, JobError, JobSpec
 from ina.plan import CapacityError
 from ina.planner import resolve, root_only, stream_cost
+from ina.protocol.bitmaps import format_bitmap, split_sets
 from ina.report import render_status
 from ina.switchapi import SwitchError
 from ina.topology import Topology, TopologyError
-from ina.wire import format_bitmap, split_sets
 
 EXIT_INVALID = 2
 EXIT_SWITCH = 3

@@ -15,3 +15,7 @@ class InputError(ValueError):
         super().__init__(f"invalid {self.what}{where}:\n  - " + "\n  - ".join(problems))
         self.problems = problems
         self.source = source
+
+
+class WireError(ValueError):
+    """Bytes that do not decode as the expected header."""

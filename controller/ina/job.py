@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ina.constants import AGG_SLOTS, Op
 from ina.errors import InputError
+from ina.protocol.bitmaps import split_sets
+from ina.protocol.constants import AGG_SLOTS, Op
 from ina.topology import Topology
-from ina.wire import split_sets
 from ina.yamlfile import YamlFileError, load_yaml
 
 DEFAULT_SLOTS = 16

@@ -22,9 +22,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from ina import lanes
 from ina import p4names as n
-from ina.constants import (
+from ina.controller import Controller
+from ina.job import Job
+from ina.plan import Lpm, TableEntry, job_group_id
+from ina.protocol import lanes
+from ina.protocol.constants import (
     BIER_BIFT_ID,
     BIER_BSL_CODE,
     BIER_MCAST_GROUP,
@@ -44,12 +47,18 @@ from ina.constants import (
     Op,
     SwitchStat,
 )
-from ina.controller import Controller
-from ina.job import Job
-from ina.plan import Lpm, TableEntry, job_group_id
+from ina.protocol.frames import (
+    ETHERNET_BYTES,
+    Bier,
+    Frame,
+    ina_frame,
+    ip_int,
+    ip_str,
+    mac_str,
+    parse_frame,
+)
 from ina.switchapi import MemorySwitch
 from ina.topology import Topology
-from ina.wire import ETHERNET_BYTES, Bier, Frame, ina_frame, ip_int, ip_str, mac_str, parse_frame
 from ina.worker import (
     KIND_INT,
     AllreduceError,

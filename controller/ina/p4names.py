@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ina.constants import BITSTRING_BITS
+from ina.protocol.constants import BITSTRING_BITS
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,11 @@ from dataclasses import dataclass
 
 from ina import p4names as n
 from ina.bier import port_fbms
-from ina.constants import (
-    AGG_SLOTS,
-    BIER_MCAST_GROUP,
-    JOB_GROUP_BASE,
-    MAX_JOBS,
-)
 from ina.job import Job
+from ina.protocol.bitmaps import one_set, split_sets
+from ina.protocol.constants import AGG_SLOTS, BIER_MCAST_GROUP, JOB_GROUP_BASE, MAX_JOBS
+from ina.protocol.frames import ip_int, mac_bytes
 from ina.topology import Topology
-from ina.wire import ip_int, mac_bytes, one_set, split_sets
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ina.constants import Op
 from ina.job import DEFAULT_SLOTS, Job, JobError, JobSpec, check_names, validate_job
 from ina.plan import Capacity
+from ina.protocol.bitmaps import set_of
+from ina.protocol.constants import Op
 from ina.topology import Topology
-from ina.wire import set_of
 
 LOG = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from ina.constants import ELEMS_PER_PACKET, Op
+from ina.protocol.constants import ELEMS_PER_PACKET, Op
 
 #: Exponent of an all-zero block (below every normal float32).
 ZERO_EXPONENT = -149

@@ -29,27 +29,13 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from ina.constants import (
-    BIER_SETS,
-    ELEMS_PER_PACKET,
-    INA_UDP_PORT,
-    INA_VERSION,
-    Flag,
-    Op,
-)
+from ina.errors import WireError
 from ina.job import Job, JobError, JobSpec, validate_job
+from ina.protocol.bitmaps import join_set, split_sets
+from ina.protocol.codec import InaHeader, array_bytes, payload_values
+from ina.protocol.constants import BIER_SETS, ELEMS_PER_PACKET, INA_UDP_PORT, INA_VERSION, Flag, Op
+from ina.protocol.frames import Bier, bier_frame, udp_frame
 from ina.topology import Topology, TopologyError
-from ina.wire import (
-    Bier,
-    InaHeader,
-    WireError,
-    array_bytes,
-    bier_frame,
-    join_set,
-    payload_values,
-    split_sets,
-    udp_frame,
-)
 
 LOG = logging.getLogger(__name__)
 #: Sequence numbers kept after completion, in multiples of the job's window.

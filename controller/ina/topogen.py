@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from ina.constants import BITSTRING_BITS
+from ina.protocol.constants import BITSTRING_BITS
 
 GRPC_BASE = 50000
 

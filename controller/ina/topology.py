@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ina.constants import MAX_BFR_ID, MAX_PORTS
 from ina.errors import InputError
-from ina.wire import bit_of
+from ina.protocol.bitmaps import bit_of
+from ina.protocol.constants import MAX_BFR_ID, MAX_PORTS
 from ina.yamlfile import YamlFileError, load_yaml
 
 

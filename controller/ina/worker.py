@@ -43,10 +43,11 @@ import numpy as np
 import numpy.typing as npt
 
 from ina import quantize
-from ina.constants import ELEMS_PER_PACKET, INA_HEADER_BYTES, INA_UDP_PORT, Flag, Op
 from ina.job import Job, JobSpec, validate_job
+from ina.protocol.bitmaps import one_set
+from ina.protocol.codec import InaHeader
+from ina.protocol.constants import ELEMS_PER_PACKET, INA_HEADER_BYTES, INA_UDP_PORT, Flag, Op
 from ina.topology import Topology
-from ina.wire import InaHeader, one_set
 
 LOG = logging.getLogger(__name__)
 SEQ_MODULO = 1 << 32

@@ -23,8 +23,8 @@ import numpy.typing as npt
 
 from ina.arrays import digest, random_array, random_floats
 from ina.baselines import wait_for_go
-from ina.constants import Op
 from ina.job import JobError
+from ina.protocol.constants import Op
 from ina.topology import TopologyError
 from ina.worker import (
     DEFAULT_RTO,

@@ -8,7 +8,7 @@ import socket
 import sys
 from pathlib import Path
 
-from ina.constants import INA_UDP_PORT
+from ina.protocol.constants import INA_UDP_PORT
 
 received: list[bytes] = []
 

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from ina.arrays import random_array
-from ina.constants import ELEMS_PER_PACKET as P
-from ina.constants import JobStat, SwitchStat
 from ina.controller import SwitchStatus
 from ina.job import JobSpec
 from ina.model import allreduce_on_model, deployed_network
+from ina.protocol.constants import ELEMS_PER_PACKET as P
+from ina.protocol.constants import JobStat, SwitchStat
 from ina.switchapi import CounterValue
 
 from bmv2lab import Labs

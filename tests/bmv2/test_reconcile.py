@@ -18,7 +18,7 @@ from ina.controller import BaseChanges, Controller
 from ina.job import Job
 from ina.model import reduce_arrays
 from ina.plan import Entity, Lpm, McastGroup, TableEntry, base_plan
-from ina.wire import ip_int
+from ina.protocol.frames import ip_int
 
 from bmv2lab import NetLab
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ina.constants import ELEMS_PER_PACKET as P
 from ina.job import Job
+from ina.protocol.constants import ELEMS_PER_PACKET as P
 
 from bmv2lab import NetLab
 

@@ -10,8 +10,8 @@ import sys
 
 import numpy as np
 
-from ina.constants import ELEMS_PER_PACKET as P
-from ina.constants import JobStat
+from ina.protocol.constants import ELEMS_PER_PACKET as P
+from ina.protocol.constants import JobStat
 
 from bmv2lab import NetLab
 from inatest import FIGURE1

@@ -3,7 +3,7 @@
 scapy.contrib.bier follows an old draft (BSL codes off by one, IPv6 as 5), so
 BIER is defined here as RFC 8296 has it.
 
-    from ina.scapy_layers import INA, BIER
+    from ina.protocol.scapy_layers import INA, BIER
     pkt = Ether() / IP(dst=...) / UDP(sport=INA_UDP_PORT, dport=INA_UDP_PORT) / INA(...)
 """
 
@@ -24,7 +24,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_layers
 
-from ina.constants import (
+from ina.protocol.constants import (
     BIER_BIFT_ID,
     BIER_BSL_CODE,
     BIER_INITIAL_TTL,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ina.constants import ELEMS_PER_LANE, ELEMS_PER_PACKET, LANE_BITS, LANES, Op
+from ina.protocol.constants import ELEMS_PER_LANE, ELEMS_PER_PACKET, LANE_BITS, LANES, Op
 
 LANE_BYTES = LANE_BITS // 8
 LANE_MASK = (1 << LANE_BITS) - 1

@@ -1,24 +1,7 @@
-"""Wire formats: the INA header and its array, RFC 8296 BIER, and the frames around them.
-
-Bitmaps (P-BM, A-BM, BitString) are Python ints in the BIER encoding of RFC 8279:
-BFR-id ``k`` is bit ``k - 1`` counted from the least significant bit. In the
-control plane a bitmap spans every set (BFR-ids up to MAX_BFR_ID); on the wire a
-packet carries one set: its set identifier (SI, RFC 8279 section 3) and that
-set's BITSTRING_BITS bits, most significant byte first. ``split_sets`` and
-``join_set`` convert.
-
-INA header (12 bytes + the P-BM)::
-
-    0               1               2               3
-    | ver:4 | op:4  |    flags:8    |           job_id:16           |
-    |                             seq:32                            |
-    |            count:16           |     si:8      |  reserved:8   |
-    |                   P-BM: BITSTRING_BITS bits                   |
-
-followed by ELEMS_PER_PACKET signed 32-bit big-endian integers, of which the
-first ``count`` are meaningful (the rest are zero on the wire). ``si`` is the
-BIER set of the P-BM. The data plane reads the array as LANES lanes of
-LANE_BITS bits (``ina.lanes``); a parsed ``Frame`` holds it so.
+"""Frames as the P4 parser sees them: Ethernet, RFC 8296 BIER, IPv4, UDP, the INA
+header and its lanes (``parse_frame``, the mirror of p4src/include/parser.p4), and
+builders of the frames hosts and roots send. The reference model and the tests use
+them; workers use the UDP payloads of ``ina.protocol.codec`` alone.
 """
 
 from __future__ import annotations
@@ -31,183 +14,29 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ina import lanes as lanes_mod
-from ina.constants import (
+from ina.errors import WireError
+from ina.protocol import lanes as lanes_mod
+from ina.protocol.codec import InaHeader
+from ina.protocol.constants import (
+    ARRAY_BYTES,
     BIER_BIFT_ID,
     BIER_BSL_CODE,
     BIER_HEADER_BYTES,
     BIER_INITIAL_TTL,
     BIER_NIBBLE,
     BIER_PROTO_IPV4,
-    BIER_SETS,
     BIER_VERSION,
-    BITSTRING_BITS,
-    ELEMS_PER_PACKET,
+    BITSTRING_BYTES,
     ETHERTYPE_BIER,
     ETHERTYPE_IPV4,
     INA_HEADER_BYTES,
     INA_UDP_PORT,
-    INA_VERSION,
     IP_PROTO_UDP,
     IPV4_INITIAL_TTL,
-    MAX_BFR_ID,
     Flag,
-    Op,
 )
 
-BITSTRING_BYTES = BITSTRING_BITS // 8
 ETHERNET_BYTES = 14
-ARRAY_BYTES = 4 * ELEMS_PER_PACKET
-_INA_FIXED = struct.Struct("!BBHIHBB")
-SET_MASK = (1 << BITSTRING_BITS) - 1
-INT32_MIN = -(2**31)
-INT32_MAX = 2**31 - 1
-
-
-class WireError(ValueError):
-    """Bytes that do not decode as the expected header."""
-
-
-def bit_of(bfr_id: int) -> int:
-    """The bitmap with only BFR-id ``bfr_id`` set (RFC 8279: id k is bit k-1)."""
-    if not 1 <= bfr_id <= MAX_BFR_ID:
-        raise ValueError(f"BFR-id {bfr_id} outside 1..{MAX_BFR_ID}")
-    return 1 << (bfr_id - 1)
-
-
-def set_of(bfr_id: int) -> int:
-    """The BIER set (SI) of a BFR-id."""
-    return (bfr_id - 1) // BITSTRING_BITS
-
-
-def split_sets(bitmap: int) -> dict[int, int]:
-    """A bitmap over all sets as {SI: that set's BITSTRING_BITS-bit bitmap}, non-empty sets only."""
-    if not 0 <= bitmap < 1 << MAX_BFR_ID:
-        raise ValueError(f"bitmap has bits beyond BFR-id {MAX_BFR_ID}")
-    return {si: part for si in range(BIER_SETS)
-            if (part := bitmap >> (si * BITSTRING_BITS) & SET_MASK)}
-
-
-def join_set(si: int, bits: int) -> int:
-    """A set's bitmap as bits of the bitmap over all sets."""
-    return (bits & SET_MASK) << (si * BITSTRING_BITS)
-
-
-def one_set(bitmap: int) -> tuple[int, int]:
-    """(SI, bits) of a non-empty bitmap that lies within one set; ValueError otherwise."""
-    sets = split_sets(bitmap)
-    if len(sets) != 1:
-        raise ValueError(f"bitmap spans {len(sets)} BIER sets, not one")
-    return next(iter(sets.items()))
-
-
-def bfr_ids_of(bitmap: int) -> list[int]:
-    """BFR-ids set in ``bitmap``, ascending."""
-    return [i + 1 for i in range(bitmap.bit_length()) if bitmap >> i & 1]
-
-
-def format_bitmap(bitmap: int, width: int) -> str:
-    """The draft's notation: BFR-id 1 leftmost, ``width`` bits (e.g. 11000000 = w1, w2)."""
-    return "".join("1" if bitmap >> i & 1 else "0" for i in range(width))
-
-
-@dataclass(frozen=True)
-class InaHeader:
-    job_id: int
-    seq: int
-    pbm: int  # the bits of set ``si``
-    count: int
-    op: Op | int = Op.SUM
-    flags: Flag = Flag.NONE
-    version: int = INA_VERSION
-    si: int = 0
-
-    def pack(self) -> bytes:
-        fixed = _INA_FIXED.pack(
-            (self.version & 0xF) << 4 | (int(self.op) & 0xF),
-            int(self.flags) & 0xFF,
-            self.job_id,
-            self.seq,
-            self.count,
-            self.si,
-            0,
-        )
-        return fixed + self.pbm.to_bytes(BITSTRING_BYTES, "big")
-
-    @classmethod
-    def unpack(cls, data: bytes) -> InaHeader:
-        if len(data) < INA_HEADER_BYTES:
-            raise WireError(f"INA header needs {INA_HEADER_BYTES} bytes, got {len(data)}")
-        ver_op, flags, job_id, seq, count, si, _ = _INA_FIXED.unpack_from(data)
-        op_code = ver_op & 0xF
-        op = Op(op_code) if op_code in Op._value2member_map_ else op_code
-        return cls(
-            job_id=job_id,
-            seq=seq,
-            pbm=int.from_bytes(data[12:INA_HEADER_BYTES], "big"),
-            count=count,
-            op=op,  # an unknown op code stays a plain int, for the data plane's checks
-            flags=Flag(flags),
-            version=ver_op >> 4,
-            si=si,
-        )
-
-
-@dataclass(frozen=True)
-class InaPacket:
-    """An INA UDP payload: header plus the array (padded to ELEMS_PER_PACKET)."""
-
-    header: InaHeader
-    values: tuple[int, ...]
-
-    def pack(self) -> bytes:
-        return self.header.pack() + array_bytes(self.values)
-
-    @classmethod
-    def unpack(cls, data: bytes) -> InaPacket:
-        header = InaHeader.unpack(data)
-        return cls(header, tuple(payload_values(data).tolist()))
-
-    @property
-    def meaningful(self) -> tuple[int, ...]:
-        return self.values[: self.header.count]
-
-
-def array_bytes(values: npt.ArrayLike) -> bytes:
-    """Up to ELEMS_PER_PACKET int32 values on the wire, zero-padded to the full array."""
-    padded = np.zeros(ELEMS_PER_PACKET, dtype=">i4")
-    array = np.asarray(values)
-    padded[: array.size] = array
-    return padded.tobytes()
-
-
-def payload_values(payload: bytes) -> npt.NDArray[np.int32]:
-    """The ELEMS_PER_PACKET values of an INA payload (WireError if it is short)."""
-    if len(payload) < INA_HEADER_BYTES + ARRAY_BYTES:
-        raise WireError(f"INA payload needs {INA_HEADER_BYTES + ARRAY_BYTES} bytes, "
-                        f"got {len(payload)}")
-    return np.frombuffer(payload, dtype=">i4", count=ELEMS_PER_PACKET,
-                         offset=INA_HEADER_BYTES).astype(np.int32)
-
-
-def ina_payload(
-    job_id: int, seq: int, pbm: int, values: npt.ArrayLike, op: Op = Op.SUM,
-    flags: Flag = Flag.NONE,
-) -> bytes:
-    """The UDP payload a worker sends for one chunk of at most ELEMS_PER_PACKET values.
-    ``pbm`` is a bitmap over all sets, within one set (a worker's bit)."""
-    array = np.asarray(values)
-    if not 1 <= array.size <= ELEMS_PER_PACKET:
-        raise ValueError(f"a packet carries 1..{ELEMS_PER_PACKET} values, got {array.size}")
-    if array.min() < INT32_MIN or array.max() > INT32_MAX:
-        raise ValueError("values must be signed 32-bit integers")
-    si, bits = one_set(pbm)
-    header = InaHeader(job_id=job_id, seq=seq, pbm=bits, count=int(array.size), op=op,
-                       flags=flags, si=si)
-    return header.pack() + array_bytes(array)
-
-
-# --- Frames (used by the reference model and the tests) -------------------------
 
 
 def mac_bytes(mac: str) -> bytes:

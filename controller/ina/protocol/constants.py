@@ -1,7 +1,7 @@
 """Protocol and data-plane constants: the one source of truth.
 
 The P4 program reads these through ``p4src/include/generated.p4``, which
-``python -m ina.p4gen`` writes from this module (a test checks it is current).
+``python -m ina.protocol.p4gen`` writes from this module (a test checks it is current).
 Change a value here, regenerate, recompile.
 """
 
@@ -152,9 +152,13 @@ assert ELEMS_PER_PACKET % ELEMS_PER_LANE == 0, "a packet holds whole lanes"
 
 #: Highest BFR-id a host can have.
 MAX_BFR_ID = BITSTRING_BITS * BIER_SETS
-#: Bytes of the INA header (see ina.wire.InaHeader).
-INA_HEADER_BYTES = 12 + BITSTRING_BITS // 8
+#: Bytes of a BitString (and of the INA P-BM).
+BITSTRING_BYTES = BITSTRING_BITS // 8
+#: Bytes of the INA header (see ina.protocol.codec.InaHeader).
+INA_HEADER_BYTES = 12 + BITSTRING_BYTES
+#: Bytes of a packet's array of int32 values.
+ARRAY_BYTES = 4 * ELEMS_PER_PACKET
 #: Bytes of an INA UDP payload: header plus the array.
-INA_PAYLOAD_BYTES = INA_HEADER_BYTES + 4 * ELEMS_PER_PACKET
+INA_PAYLOAD_BYTES = INA_HEADER_BYTES + ARRAY_BYTES
 #: Bytes of the RFC 8296 header with its BitString.
-BIER_HEADER_BYTES = 12 + BITSTRING_BITS // 8
+BIER_HEADER_BYTES = 12 + BITSTRING_BYTES
