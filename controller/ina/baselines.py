@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.arrays import digest, random_array
+from ina.protocol.arith import wrap_int32
 
 Array = npt.NDArray[np.int32]
 _LEN = struct.Struct("!Q")
@@ -51,7 +52,8 @@ def _recv_array(sock: socket.socket) -> Array:
 
 
 def _wrap_sum(a: Array, b: Array) -> Array:
-    return (a.astype(np.int64) + b).astype(np.int32)  # int32 wrap-around, like the switches
+    """a + b with the switches' int32 wrap-around."""
+    return wrap_int32(a.astype(np.int64) + b).astype(np.int32)
 
 
 def ps_server(port: int, workers: int) -> None:

@@ -27,6 +27,7 @@ from ina.controller import Controller
 from ina.job import Job
 from ina.plan import Lpm, TableEntry, job_group_id
 from ina.protocol import lanes
+from ina.protocol.arith import seq_add, seq_diff, wrap_int32
 from ina.protocol.constants import (
     BIER_BIFT_ID,
     BIER_BSL_CODE,
@@ -85,11 +86,6 @@ REG_LANES = tuple(f"lane{i}" for i in range(LANES))
 STALL_SECONDS = 5.0
 #: SYNCs a worker of allreduce_on_model sends before it gives up.
 SYNC_ATTEMPTS = 20
-
-
-def _s32(v: int) -> int:
-    v &= U32
-    return v - (1 << 32) if v >> 31 else v
 
 
 @dataclass(frozen=True)
@@ -310,7 +306,7 @@ class ModelSwitch:
         # The job's 2W cells from 2 * slot_base on; s and s + W share a slot.
         cell = 2 * job.param("slot_base") + (ina.seq & (2 * job.param("slot_mask") + 1))
         cs = s.reg_read(REG_CELLS, cell, EMPTY_CELL)
-        fresh = cs.epoch != job.param("epoch") or _s32(ina.seq - cs.seq) > 0
+        fresh = cs.epoch != job.param("epoch") or seq_diff(ina.seq, cs.seq) > 0
         set_index = cell * BIER_SETS + ina.si
         if meta.sets == 1:
             bitmap = 0 if fresh else cs.bitmap
@@ -345,12 +341,12 @@ class ModelSwitch:
         elif job.action == n.VAT_ROOT.name and ina.flags & Flag.ABORT:
             index = job.param("job_index")
             epoch, last = self.store.reg_read(REG_PROGRESS, index, (0, 0))
-            if epoch != job.param("epoch") or _s32(ina.seq - last) > 0:
+            if epoch != job.param("epoch") or seq_diff(ina.seq, last) > 0:
                 self.store.reg_write(REG_PROGRESS, index, (job.param("epoch"), ina.seq))
             self._job_drop(meta, JobStat.ABORTED)
         elif job.action == n.VAT_ROOT.name and not ina.flags & Flag.REPLY:
             epoch, last = self.store.reg_read(REG_PROGRESS, job.param("job_index"), (0, 0))
-            base = (last + job.param("slot_mask") + 2) & U32 if epoch == job.param("epoch") else 0
+            base = seq_add(last, job.param("slot_mask") + 2) if epoch == job.param("epoch") else 0
             frame.ina = replace(ina, seq=base, flags=ina.flags | Flag.REPLY)
             ipv4.dst, ipv4.src, ipv4.ttl = ipv4.src, ip_str(job.param("node_ip")), IPV4_INITIAL_TTL
             udp.checksum = 0
@@ -388,7 +384,7 @@ class ModelSwitch:
             return
         if job.action == n.VAT_ROOT.name:
             epoch, last = s.reg_read(REG_PROGRESS, job.param("job_index"), (0, 0))
-            if epoch != job.param("epoch") or _s32(ina.seq - last) > 0:
+            if epoch != job.param("epoch") or seq_diff(ina.seq, last) > 0:
                 s.reg_write(REG_PROGRESS, job.param("job_index"), (job.param("epoch"), ina.seq))
         # Complete: this packet leaves with the aggregate; the cell keeps it for resends.
         frame.lanes = values
@@ -633,7 +629,7 @@ def reduce_arrays(op: Op, arrays: list[npt.NDArray[np.integer]]) -> npt.NDArray[
     (SUM wraps around; the OVERFLOW flag tells the workers)."""
     stacked = np.stack([np.asarray(a, dtype=np.int64) for a in arrays])
     if op == Op.SUM:
-        reduced = (stacked.sum(axis=0) + 2**31) % 2**32 - 2**31
+        reduced = wrap_int32(stacked.sum(axis=0))
     elif op == Op.MIN:
         reduced = stacked.min(axis=0)
     else:
@@ -693,7 +689,7 @@ def start_call_on_model(net: ModelNetwork, job: Job, sizes: dict[str, int],
         sizes[w], KIND_INT, int(job.op)).values(), seq, op=Op.MAX)
         for w in job.workers}
     net.run_sessions(descriptors, servers)
-    return (seq + 1) % (1 << 32)
+    return seq_add(seq, 1)
 
 
 def reduce_on_model(net: ModelNetwork, job: Job, arrays: dict[str, npt.ArrayLike], seq: int,

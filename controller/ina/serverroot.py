@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from ina.errors import WireError
 from ina.job import Job, JobError, JobSpec, validate_job
+from ina.protocol.arith import seq_add, seq_diff, wrap_int32
 from ina.protocol.bitmaps import join_set, split_sets
 from ina.protocol.codec import InaHeader, array_bytes, payload_values
 from ina.protocol.constants import BIER_SETS, ELEMS_PER_PACKET, INA_UDP_PORT, INA_VERSION, Flag, Op
@@ -98,7 +99,7 @@ class ServerRoot:
         if not 1 <= h.count <= ELEMS_PER_PACKET:
             self.stats["refused"] += 1
             return []
-        if self.newest is not None and _older(h.seq, self.newest - self.keep):
+        if self.newest is not None and seq_diff(h.seq, self.newest - self.keep) < 0:
             self.stats["stale"] += 1
             return []
         cell = self.cells.get(h.seq)
@@ -119,7 +120,7 @@ class ServerRoot:
         self.stats["absorbed"] += 1
         if cell.bitmap != self.abm:
             return []
-        if self.completed is None or _older(self.completed, h.seq):
+        if self.completed is None or seq_diff(self.completed, h.seq) < 0:
             self.completed = h.seq
         self.stats["multicast"] += 1
         return [self._frame(cell, si, bits) for si, bits in self.abm_sets.items()]
@@ -128,14 +129,14 @@ class ServerRoot:
         """A call's start: answer with its first sequence number, as a root switch
         does (aggregation.p4): the job's window plus one past the highest completed."""
         if h.flags & Flag.ABORT:  # a worker gave up after sending up to h.seq
-            if self.completed is None or _older(self.completed, h.seq):
+            if self.completed is None or seq_diff(self.completed, h.seq) < 0:
                 self.completed = h.seq
             self.stats["aborted"] += 1
             return []
         if src_ip is None:
             self.stats["refused"] += 1
             return []
-        base = 0 if self.completed is None else (self.completed + self.job.slots + 1) % (1 << 32)
+        base = 0 if self.completed is None else seq_add(self.completed, self.job.slots + 1)
         reply = InaHeader(job_id=h.job_id, seq=base, pbm=h.pbm, count=h.count, op=h.op,
                           flags=h.flags | Flag.REPLY, version=h.version, si=h.si)
         self.stats["synced"] += 1
@@ -149,7 +150,7 @@ class ServerRoot:
             cell.values = values
         elif h.op == Op.SUM:
             total = cell.values + values
-            wrapped = (total + 2**31) % 2**32 - 2**31
+            wrapped = wrap_int32(total)
             cell.overflow |= bool(np.any(wrapped != total))
             cell.values = wrapped
         elif h.op == Op.MIN:
@@ -159,11 +160,11 @@ class ServerRoot:
         cell.bitmap |= pbm
 
     def _forget_old(self, seq: int) -> None:
-        if self.newest is None or _older(self.newest, seq):
+        if self.newest is None or seq_diff(self.newest, seq) < 0:
             self.newest = seq
         if len(self.cells) > 2 * self.keep:
             self.cells = {s: c for s, c in self.cells.items()
-                          if not _older(s, self.newest - self.keep)}
+                          if seq_diff(s, self.newest - self.keep) >= 0}
 
     def _frame(self, cell: _Cell, si: int, bitstring: int) -> bytes:
         """The result to ``bitstring`` of set ``si``."""
@@ -172,12 +173,6 @@ class ServerRoot:
                            count=cell.count, op=Op(cell.op), flags=flags, si=si)
         payload = header.pack() + array_bytes(cell.values)
         return bier_frame(self.mac, self.edge_mac, self.ip, Bier.for_set(si, bitstring), payload)
-
-
-def _older(a: int, b: int) -> bool:
-    """``a`` comes before ``b`` in 32-bit sequence arithmetic."""
-    diff = (a - b) % (1 << 32)
-    return diff >= 1 << 31
 
 
 def main(argv: list[str] | None = None) -> int:

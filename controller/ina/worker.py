@@ -44,13 +44,13 @@ import numpy.typing as npt
 
 from ina import quantize
 from ina.job import Job, JobSpec, validate_job
+from ina.protocol.arith import INT32_MAX, INT32_MIN, seq_add
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import ELEMS_PER_PACKET, INA_HEADER_BYTES, INA_UDP_PORT, Flag, Op
 from ina.topology import Topology
 
 LOG = logging.getLogger(__name__)
-SEQ_MODULO = 1 << 32
 # The fields of the INA header a worker reads: flags, job_id, seq, count.
 _RESULT_FIELDS = struct.Struct("!xBHIH")
 _SEQ = struct.Struct("!I")
@@ -210,7 +210,7 @@ def check_ints(values: npt.ArrayLike) -> npt.NDArray[Any]:
         raise ValueError("allreduce takes a non-empty one-dimensional array")
     if not np.issubdtype(array.dtype, np.integer):
         raise TypeError(f"allreduce takes integers, got {array.dtype}")
-    if array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max:
+    if array.min() < INT32_MIN or array.max() > INT32_MAX:
         raise ValueError("values must fit in signed 32 bits")
     return array
 
@@ -261,7 +261,7 @@ class AllreduceSession:
         self.overflow = False
 
     def seq_of(self, chunk: int) -> int:
-        return (self.seq_base + chunk) % SEQ_MODULO
+        return seq_add(self.seq_base, chunk)
 
     @property
     def done(self) -> bool:
@@ -348,7 +348,7 @@ class AllreduceSession:
         flags, job_id, seq, count = _RESULT_FIELDS.unpack_from(payload)
         if job_id != self.config.job_id or not flags & Flag.RESULT:
             return False
-        chunk = (seq - self.seq_base) % SEQ_MODULO
+        chunk = seq_add(seq, -self.seq_base)
         if chunk >= self.next or self.received[chunk]:
             return False  # not ours, or a duplicate
         n = self.count_of(chunk)
@@ -546,7 +546,7 @@ class Worker:
         elif array.ndim != 1 or array.size == 0:
             raise ValueError("allreduce takes a non-empty one-dimensional array")
         seq = self._start()
-        self.highest_sent = (seq - 1) % SEQ_MODULO
+        self.highest_sent = seq_add(seq, -1)
         try:
             return self._call(array, op, is_float, seq)
         except BaseException:

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.errors import WireError
+from ina.protocol.arith import INT32_MAX, INT32_MIN
 from ina.protocol.bitmaps import one_set
 from ina.protocol.constants import (
     ARRAY_BYTES,
@@ -36,8 +37,6 @@ from ina.protocol.constants import (
 )
 
 _INA_FIXED = struct.Struct("!BBHIHBB")
-INT32_MIN = -(2**31)
-INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,43 @@
+"""32-bit arithmetic as the data plane does it, in one place.
+
+Values: signed 32-bit integers whose SUM wraps around (the OVERFLOW flag tells
+the workers). Sequence numbers: unsigned 32-bit, compared as RFC 1982 serial
+numbers (``a`` comes before ``b`` iff ``a - b``, taken as signed 32 bits, is
+negative), which is what p4src/include/aggregation.p4 computes as
+``(int<32>)(a - b)``.
+"""
+
+from __future__ import annotations
+
+from typing import overload
+
+import numpy as np
+import numpy.typing as npt
+
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+#: Sequence numbers count modulo this.
+SEQ_MODULO = 1 << 32
+
+
+@overload
+def wrap_int32(value: int) -> int: ...
+
+
+@overload
+def wrap_int32(value: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]: ...
+
+
+def wrap_int32(value: int | npt.NDArray[np.int64]) -> int | npt.NDArray[np.int64]:
+    """An integer (or each element of an int64 array) wrapped around to signed 32 bits."""
+    return (value - INT32_MIN) % 2**32 + INT32_MIN
+
+
+def seq_add(seq: int, n: int) -> int:
+    """The sequence number ``n`` after ``seq`` (``n`` may be negative)."""
+    return (seq + n) % SEQ_MODULO
+
+
+def seq_diff(a: int, b: int) -> int:
+    """How far sequence number ``a`` lies after ``b``: negative if it comes before."""
+    return wrap_int32(a - b)
