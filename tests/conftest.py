@@ -8,7 +8,7 @@ import os
 import pytest
 from hypothesis import settings
 
-from ina.topology import Topology
+from ina.spec.topology import Topology
 
 from inatest import FIGURE1, ModelLab, make_model_lab
 

@@ -13,11 +13,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ina.controller import Controller
-from ina.job import Job, JobSpec, validate_job
 from ina.model import ModelNetwork, ModelTransport
 from ina.protocol.constants import SwitchStat
+from ina.spec.job import Job, JobSpec, validate_job
+from ina.spec.topology import Topology
 from ina.switchapi import CounterValue, MemorySwitch
-from ina.topology import Topology
 from ina.worker import Worker, WorkerConfig
 
 T = TypeVar("T")

@@ -1,8 +1,8 @@
 """BIER forwarding state (RFC 8279) computed for Figure 1 and checked by hand."""
 
-from ina.bier import bift, port_fbms
 from ina.protocol.bitmaps import format_bitmap
-from ina.topology import Topology
+from ina.spec.bier import bift, port_fbms
+from ina.spec.topology import Topology
 
 
 def _fbm_text(topology: Topology, switch: str) -> dict[str, str]:

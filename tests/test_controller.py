@@ -7,10 +7,10 @@ import yaml
 
 from ina import p4names as n
 from ina.controller import Controller, ControllerError, DeployError
-from ina.job import JobError
 from ina.plan import Entity, Lpm, McastGroup, TableEntry, base_plan
+from ina.spec.job import JobError
+from ina.spec.topology import Topology
 from ina.switchapi import MemorySwitch
-from ina.topology import Topology
 
 from inatest import FIGURE1, ModelLab, figure1_job
 

@@ -4,10 +4,10 @@ from typing import Any
 
 import pytest
 
-from ina.job import JobError, JobSpec, RouteConflict, validate_job
 from ina.protocol.bitmaps import format_bitmap
 from ina.protocol.constants import Op
-from ina.topology import Topology
+from ina.spec.job import JobError, JobSpec, RouteConflict, validate_job
+from ina.spec.topology import Topology
 
 from inatest import figure1_job
 

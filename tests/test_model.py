@@ -9,13 +9,13 @@ import asyncio
 import numpy as np
 import pytest
 
-from ina.job import Job
 from ina.model import Impairment, allreduce_on_model, reduce_arrays
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket, ina_payload
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import Flag, JobStat, Op, SwitchStat
 from ina.protocol.frames import Bier, bier_frame, ina_frame
+from ina.spec.job import Job
 from ina.worker import AllreduceError, AllreduceResult, AllreduceSession, WorkerConfig
 
 from inatest import ModelLab, figure1_job, in_threads, int_arrays, model_workers, switch_stat

@@ -6,7 +6,7 @@ from ina import p4names as n
 from ina.plan import CapacityError, Lpm, McastGroup, allocate, base_plan, job_plan, job_switches
 from ina.protocol.constants import AGG_SLOTS, BIER_MCAST_GROUP
 from ina.protocol.frames import ip_int
-from ina.topology import Topology
+from ina.spec.topology import Topology
 
 from inatest import figure1_job
 

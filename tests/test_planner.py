@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ina.job import JobError, JobSpec, validate_job
 from ina.plan import Capacity
 from ina.planner import PlanError, plan_job, resolve, stream_cost
-from ina.topology import Topology
+from ina.spec.job import JobError, JobSpec, validate_job
+from ina.spec.topology import Topology
 
 from inatest import ROOT
 

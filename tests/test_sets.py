@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from ina import p4names as n
-from ina.job import Job, JobError, JobSpec
 from ina.model import Impairment, allreduce_on_model, reduce_arrays
 from ina.planner import plan_job
 from ina.protocol.bitmaps import set_of, split_sets
@@ -22,7 +21,8 @@ from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import BIER_SETS, ETHERTYPE_BIER, Flag, JobStat, Op, SwitchStat
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.frames import Bier, bier_frame, ina_frame, parse_frame
-from ina.topology import Topology
+from ina.spec.job import Job, JobError, JobSpec
+from ina.spec.topology import Topology
 
 from inatest import ROOT, ModelLab, int_arrays, job_from, make_model_lab, switch_stat
 
@@ -213,7 +213,7 @@ def test_a_spec_file_over_sets_round_trips(topology: Topology) -> None:
 
 def test_a_job_over_the_k16_fat_tree_uses_four_sets_and_is_exact() -> None:
     from ina.model import deployed_network
-    from ina.topogen import fat_tree
+    from ina.spec.topogen import fat_tree
 
     topology = Topology.from_dict(fat_tree(16))  # 1024 hosts: BFR-ids 1..1024, sets 0..3
     workers = [f"h{pod}_{pod % 8}_{pod % 8}" for pod in range(16)]

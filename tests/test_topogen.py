@@ -4,9 +4,9 @@ their BIER tables satisfy RFC 8279 (disjoint F-BMs covering every BFER)."""
 import pytest
 import yaml
 
-from ina import topogen
-from ina.bier import port_fbms
-from ina.topology import Topology
+from ina.spec import topogen
+from ina.spec.bier import port_fbms
+from ina.spec.topology import Topology
 
 from inatest import ROOT
 
@@ -18,7 +18,7 @@ from inatest import ROOT
 ])
 def test_committed_topology_files_are_current(name: str, data: dict) -> None:  # type: ignore[type-arg]
     on_disk = yaml.safe_load((ROOT / "topologies" / f"{name}.yaml").read_text())
-    assert on_disk == data, f"regenerate topologies/{name}.yaml with python -m ina.topogen"
+    assert on_disk == data, f"regenerate topologies/{name}.yaml with python -m ina.spec.topogen"
 
 
 def test_fat_tree_has_the_textbook_sizes() -> None:

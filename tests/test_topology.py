@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from ina.topology import Topology, TopologyError
+from ina.spec.topology import Topology, TopologyError
 
 
 def _figure1_dict() -> dict[str, Any]:

@@ -47,9 +47,9 @@ import yaml
 
 from ina import sandbox
 from ina.controller import Controller
-from ina.job import Job, JobError, JobSpec
 from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, Op
-from ina.topology import Topology, TopologyError
+from ina.spec.job import Job, JobError, JobSpec
+from ina.spec.topology import Topology, TopologyError
 
 LOG = logging.getLogger(__name__)
 Link = tuple[str, str]  # (from node, to node)

@@ -42,11 +42,11 @@ from typing import Any
 
 from ina import sandbox
 from ina.controller import Controller
-from ina.job import JobSpec, validate_job
 from ina.protocol.codec import ina_payload
 from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, INA_UDP_PORT
 from ina.protocol.frames import ina_frame, udp_frame
-from ina.topology import Topology
+from ina.spec.job import JobSpec, validate_job
+from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
 SWITCH = "s1"

@@ -20,15 +20,15 @@ from typing import Any
 import yaml
 
 from ina import p4names
-from ina.bier import bift
 from ina.controller import Controller, ControllerError, SwitchStatus
-from ina.job import Job, JobError, JobSpec
 from ina.plan import CapacityError
 from ina.planner import resolve, root_only, stream_cost
 from ina.protocol.bitmaps import format_bitmap, split_sets
 from ina.report import render_status
+from ina.spec.bier import bift
+from ina.spec.job import Job, JobError, JobSpec
+from ina.spec.topology import Topology, TopologyError
 from ina.switchapi import SwitchError
-from ina.topology import Topology, TopologyError
 
 EXIT_INVALID = 2
 EXIT_SWITCH = 3

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ina import p4names as n
-from ina.job import DEFAULT_SLOTS, Job, JobError, JobSpec
 from ina.plan import (
     Allocation,
     Entity,
@@ -34,8 +33,9 @@ from ina.planner import resolve
 from ina.protocol.bitmaps import bfr_ids_of, join_set
 from ina.protocol.constants import JOB_GROUP_BASE, JOB_STAT_STRIDE, JobStat, SwitchStat
 from ina.protocol.frames import ip_str
+from ina.spec.job import DEFAULT_SLOTS, Job, JobError, JobSpec
+from ina.spec.topology import Topology
 from ina.switchapi import CounterValue, SwitchClient
-from ina.topology import Topology
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -18,10 +18,10 @@ import numpy.typing as npt
 
 from ina.arrays import random_array
 from ina.controller import Controller
-from ina.job import Job, JobSpec, validate_job
 from ina.model import allreduce_on_model, deployed_network, reduce_arrays
 from ina.report import render_status
-from ina.topology import Topology
+from ina.spec.job import Job, JobSpec, validate_job
+from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
 Arrays = dict[str, npt.NDArray[np.int32]]

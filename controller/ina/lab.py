@@ -22,7 +22,7 @@ from typing import Any
 
 from ina import sandbox
 from ina.controller import Controller
-from ina.topology import Topology
+from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
 SWITCH_BINARY = "simple_switch_grpc"

@@ -29,9 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ina import sandbox
-from ina.job import JobError, JobSpec, validate_job
 from ina.labstate import LabRecord, SandboxProcess
-from ina.topology import Topology, TopologyError
+from ina.spec.job import JobError, JobSpec, validate_job
+from ina.spec.topology import Topology, TopologyError
 
 LOG = logging.getLogger(__name__)
 EXIT_INVALID = 2

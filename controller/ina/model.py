@@ -24,7 +24,6 @@ import numpy.typing as npt
 
 from ina import p4names as n
 from ina.controller import Controller
-from ina.job import Job
 from ina.plan import Lpm, TableEntry, job_group_id
 from ina.protocol import lanes
 from ina.protocol.arith import seq_add, seq_diff, wrap_int32
@@ -58,8 +57,9 @@ from ina.protocol.frames import (
     mac_str,
     parse_frame,
 )
+from ina.spec.job import Job
+from ina.spec.topology import Topology
 from ina.switchapi import MemorySwitch
-from ina.topology import Topology
 from ina.worker import (
     KIND_INT,
     AllreduceError,

@@ -19,8 +19,8 @@ import finsy as fy
 
 from ina import p4names as n
 from ina.plan import Entity, Lpm, MatchValue, McastGroup, TableEntry
+from ina.spec.topology import SwitchSpec, Topology
 from ina.switchapi import CounterValue, SwitchError
-from ina.topology import SwitchSpec, Topology
 
 LOG = logging.getLogger(__name__)
 

@@ -16,12 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ina import p4names as n
-from ina.bier import port_fbms
-from ina.job import Job
 from ina.protocol.bitmaps import one_set, split_sets
 from ina.protocol.constants import AGG_SLOTS, BIER_MCAST_GROUP, JOB_GROUP_BASE, MAX_JOBS
 from ina.protocol.frames import ip_int, mac_bytes
-from ina.topology import Topology
+from ina.spec.bier import port_fbms
+from ina.spec.job import Job
+from ina.spec.topology import Topology
 
 
 @dataclass(frozen=True)

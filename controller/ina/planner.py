@@ -6,7 +6,7 @@ child -> parent carries one stream along the route between them). Ties go to
 fewer VAT nodes (less switch state), then to names.
 
 Algorithm. For a root r, take the routes of every worker toward r: they form a
-tree (one routing tree per destination, see ina.topology). A stream can only
+tree (one routing tree per destination, see ina.spec.topology). A stream can only
 be merged where routes meet, so the best plan on that tree puts a VAT node at
 every switch where the routes of two or more children meet (a branching
 switch), and nothing elsewhere: every link then carries one stream, which no
@@ -30,11 +30,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ina.job import DEFAULT_SLOTS, Job, JobError, JobSpec, check_names, validate_job
 from ina.plan import Capacity
 from ina.protocol.bitmaps import set_of
 from ina.protocol.constants import Op
-from ina.topology import Topology
+from ina.spec.job import DEFAULT_SLOTS, Job, JobError, JobSpec, check_names, validate_job
+from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
 

@@ -30,13 +30,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.errors import WireError
-from ina.job import Job, JobError, JobSpec, validate_job
 from ina.protocol.arith import seq_add, seq_diff, wrap_int32
 from ina.protocol.bitmaps import join_set, split_sets
 from ina.protocol.codec import InaHeader, array_bytes, payload_values
 from ina.protocol.constants import BIER_SETS, ELEMS_PER_PACKET, INA_UDP_PORT, INA_VERSION, Flag, Op
 from ina.protocol.frames import Bier, bier_frame, udp_frame
-from ina.topology import Topology, TopologyError
+from ina.spec.job import Job, JobError, JobSpec, validate_job
+from ina.spec.topology import Topology, TopologyError
 
 LOG = logging.getLogger(__name__)
 #: Sequence numbers kept after completion, in multiples of the job's window.

@@ -27,8 +27,8 @@ from ina.bench import TCP_WIRE_PER_BYTE
 from ina.model import deployed_network, reduce_on_model, start_call_on_model
 from ina.planner import plan_job
 from ina.protocol.constants import ELEMS_PER_PACKET
-from ina.topogen import fat_tree
-from ina.topology import Topology, TopologyError
+from ina.spec.topogen import fat_tree
+from ina.spec.topology import Topology, TopologyError
 
 Link = tuple[str, str]
 

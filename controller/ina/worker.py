@@ -43,12 +43,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ina import quantize
-from ina.job import Job, JobSpec, validate_job
 from ina.protocol.arith import INT32_MAX, INT32_MIN, seq_add
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import ELEMS_PER_PACKET, INA_HEADER_BYTES, INA_UDP_PORT, Flag, Op
-from ina.topology import Topology
+from ina.spec.job import Job, JobSpec, validate_job
+from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
 # The fields of the INA header a worker reads: flags, job_id, seq, count.

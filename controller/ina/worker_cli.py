@@ -23,9 +23,9 @@ import numpy.typing as npt
 
 from ina.arrays import digest, random_array, random_floats
 from ina.baselines import wait_for_go
-from ina.job import JobError
 from ina.protocol.constants import Op
-from ina.topology import TopologyError
+from ina.spec.job import JobError
+from ina.spec.topology import TopologyError
 from ina.worker import (
     DEFAULT_RTO,
     MIN_RTO,

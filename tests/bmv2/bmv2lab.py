@@ -20,11 +20,11 @@ import yaml
 
 from ina.arrays import random_array
 from ina.controller import Controller
-from ina.job import Job, JobSpec, validate_job
 from ina.lab import Lab, LabOptions
 from ina.model import reduce_arrays
 from ina.p4rt import connect
-from ina.topology import Topology
+from ina.spec.job import Job, JobSpec, validate_job
+from ina.spec.topology import Topology
 
 HERE = Path(__file__).resolve().parent
 

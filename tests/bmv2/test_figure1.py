@@ -169,7 +169,7 @@ def test_bad_packets_are_counted_and_change_no_result(
 
 
 def test_a_failed_write_leaves_no_half_deployed_job(figure1_lab: NetLab) -> None:
-    from ina.job import JobSpec, validate_job
+    from ina.spec.job import JobSpec, validate_job
 
     job = validate_job(JobSpec.from_dict(FIGURE1_SPEC), figure1_lab.topology)
 

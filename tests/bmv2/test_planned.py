@@ -13,8 +13,8 @@ import pytest
 import yaml
 from conftest import Labs
 
-from ina.job import JobSpec
 from ina.protocol.constants import ELEMS_PER_PACKET as P
+from ina.spec.job import JobSpec
 
 from bmv2lab import NetLab
 from inatest import ROOT

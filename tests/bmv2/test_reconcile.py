@@ -15,10 +15,10 @@ import pytest
 from ina import p4names as n
 from ina.arrays import random_array
 from ina.controller import BaseChanges, Controller
-from ina.job import Job
 from ina.model import reduce_arrays
 from ina.plan import Entity, Lpm, McastGroup, TableEntry, base_plan
 from ina.protocol.frames import ip_int
+from ina.spec.job import Job
 
 from bmv2lab import NetLab
 

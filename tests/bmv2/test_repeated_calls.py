@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ina.job import Job
 from ina.protocol.constants import ELEMS_PER_PACKET as P
+from ina.spec.job import Job
 
 from bmv2lab import NetLab
 

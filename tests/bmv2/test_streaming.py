@@ -18,13 +18,13 @@ import pytest
 from scapy.all import IP, UDP, Ether, raw
 
 from ina.arrays import random_array, random_floats
-from ina.job import Job
 from ina.lab import wait_until
 from ina.model import reduce_arrays
 from ina.protocol.codec import InaPacket
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import INA_UDP_PORT, JobStat, Op, SwitchStat
 from ina.protocol.scapy_layers import INA
+from ina.spec.job import Job
 
 from bmv2lab import NetLab
 

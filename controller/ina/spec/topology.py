@@ -31,7 +31,7 @@ from typing import Any
 from ina.errors import InputError
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.constants import MAX_BFR_ID, MAX_PORTS
-from ina.yamlfile import YamlFileError, load_yaml
+from ina.spec.yamlfile import YamlFileError, load_yaml
 
 
 class TopologyError(InputError):

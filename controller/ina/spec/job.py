@@ -11,7 +11,7 @@ Format (YAML)::
       s7: [w3, w4]
     slots: 16               # optional: aggregation slots per VAT node (power of two)
 
-Without ``aggregators`` the job is planned (ina.planner), and ``root`` is
+Without ``aggregators`` the job is planned (ina.control.vat_planner), and ``root`` is
 optional: give it to fix the root, leave it out to let the planner choose.
 
 A VAT node's parent is the smallest other node that covers all its workers; a
@@ -30,8 +30,8 @@ from typing import Any
 from ina.errors import InputError
 from ina.protocol.bitmaps import split_sets
 from ina.protocol.constants import AGG_SLOTS, Op
-from ina.topology import Topology
-from ina.yamlfile import YamlFileError, load_yaml
+from ina.spec.topology import Topology
+from ina.spec.yamlfile import YamlFileError, load_yaml
 
 DEFAULT_SLOTS = 16
 MAX_JOB_ID = 0xFFFF
@@ -271,8 +271,8 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
     """Check a job with aggregators against the topology and the draft; all
     problems at once. Routing conflicts are also in ``JobError.conflicts``."""
     if spec.aggregators is None:
-        raise JobError(["the job has no aggregators (no VAT): plan it first "
-                        "(inactl plan JOB -o FILE, or ina.planner.resolve)"], spec.source)
+        raise JobError(["the job has no aggregators (no VAT): plan it first (inactl plan "
+                        "JOB -o FILE, or ina.control.vat_planner.resolve)"], spec.source)
     assert spec.root is not None  # JobSpec requires it with aggregators
     problems = check_names(spec, topology)
     workers = list(spec.workers)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ina.topology import Topology
+from ina.spec.topology import Topology
 
 
 @dataclass(frozen=True)
