@@ -12,12 +12,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ina.controller import Controller
+from ina.control.controller import Controller
+from ina.control.memory_switch import MemorySwitch
+from ina.control.switch import CounterValue
 from ina.model import ModelNetwork, ModelTransport
 from ina.protocol.constants import SwitchStat
 from ina.spec.job import Job, JobSpec, validate_job
 from ina.spec.topology import Topology
-from ina.switchapi import CounterValue, MemorySwitch
 from ina.worker import Worker, WorkerConfig
 
 T = TypeVar("T")

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from ina import p4names
+from ina.control import p4names
 from ina.protocol import p4gen
 
 P4SRC = Path(__file__).resolve().parents[1] / "p4src"

@@ -5,12 +5,13 @@ import asyncio
 import pytest
 import yaml
 
-from ina import p4names as n
-from ina.controller import Controller, ControllerError, DeployError
-from ina.plan import Entity, Lpm, McastGroup, TableEntry, base_plan
+from ina.control import p4names as n
+from ina.control.controller import Controller, ControllerError, DeployError
+from ina.control.entities import Entity, Lpm, McastGroup, TableEntry
+from ina.control.memory_switch import MemorySwitch
+from ina.control.switch_state import base_plan
 from ina.spec.job import JobError
 from ina.spec.topology import Topology
-from ina.switchapi import MemorySwitch
 
 from inatest import FIGURE1, ModelLab, figure1_job
 

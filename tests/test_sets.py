@@ -13,9 +13,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from ina import p4names as n
+from ina.control import p4names as n
+from ina.control.vat_planner import plan_job
 from ina.model import Impairment, allreduce_on_model, reduce_arrays
-from ina.planner import plan_job
 from ina.protocol.bitmaps import set_of, split_sets
 from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import BIER_SETS, ETHERTYPE_BIER, Flag, JobStat, Op, SwitchStat
@@ -180,7 +180,8 @@ def test_bier_with_a_bift_id_beyond_the_sets_is_malformed(lab: ModelLab) -> None
 
 
 def test_bier_ports_give_disjoint_fbms_covering_each_set(topology: Topology) -> None:
-    from ina.plan import TableEntry, base_plan
+    from ina.control.entities import TableEntry
+    from ina.control.switch_state import base_plan
 
     everyone = split_sets(sum(h.bit for h in topology.hosts.values()))
     for sw in topology.switches:
@@ -195,7 +196,8 @@ def test_bier_ports_give_disjoint_fbms_covering_each_set(topology: Topology) -> 
 
 
 def test_result_sets_are_written_on_the_root_switch_only(topology: Topology) -> None:
-    from ina.plan import allocate, job_plan
+    from ina.control.allocation import allocate
+    from ina.control.switch_state import job_plan
 
     job = _planned(topology)
     plan = job_plan(job, topology, allocate(job, topology, {}), epoch=3)

@@ -46,7 +46,7 @@ from typing import Any
 import yaml
 
 from ina import sandbox
-from ina.controller import Controller
+from ina.control.controller import Controller
 from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, Op
 from ina.spec.job import Job, JobError, JobSpec
 from ina.spec.topology import Topology, TopologyError
@@ -254,7 +254,7 @@ class Bench:
 
 def _deploy(lab: Any, topology: Topology, spec: JobSpec, workdir: Path) -> tuple[Job, Path]:
     """Deploy (planning it if the spec has no VAT); the explicit job file for workers."""
-    from ina.p4rt import connect
+    from ina.control.p4runtime import connect
 
     async def deploy() -> Job:
         async with connect(topology, lab.p4info) as clients:
@@ -490,8 +490,8 @@ def run_deploy_bench(topology_path: Path, job_path: Path, build_dir: Path,
                      repeat: int = 5) -> str:
     """Inside the sandbox: deploy and tear down a job ``repeat`` times with all switches
     written at once, and as many times one switch after another; report both."""
+    from ina.control.p4runtime import connect
     from ina.lab import Lab, LabOptions
-    from ina.p4rt import connect
 
     topology = Topology.load(topology_path)
     spec = JobSpec.load(job_path)

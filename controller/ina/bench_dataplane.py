@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ina import sandbox
-from ina.controller import Controller
+from ina.control.controller import Controller
 from ina.protocol.codec import ina_payload
 from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, INA_UDP_PORT
 from ina.protocol.frames import ina_frame, udp_frame
@@ -189,7 +189,7 @@ class Rig:
         return self
 
     async def _configure(self) -> None:
-        from ina.p4rt import connect
+        from ina.control.p4runtime import connect
 
         async with connect(self.topology, self.build_dir / "ina.p4info.txtpb",
                            self.build_dir / "ina.json", push=True) as clients:

@@ -19,16 +19,16 @@ from typing import Any
 
 import yaml
 
-from ina import p4names
-from ina.controller import Controller, ControllerError, SwitchStatus
-from ina.plan import CapacityError
-from ina.planner import resolve, root_only, stream_cost
+from ina.control import p4names
+from ina.control.allocation import CapacityError
+from ina.control.controller import Controller, ControllerError, SwitchStatus
+from ina.control.report import render_status
+from ina.control.switch import SwitchError
+from ina.control.vat_planner import resolve, root_only, stream_cost
 from ina.protocol.bitmaps import format_bitmap, split_sets
-from ina.report import render_status
 from ina.spec.bier import bift
 from ina.spec.job import Job, JobError, JobSpec
 from ina.spec.topology import Topology, TopologyError
-from ina.switchapi import SwitchError
 
 EXIT_INVALID = 2
 EXIT_SWITCH = 3
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _run(args: argparse.Namespace, topology: Topology, spec: JobSpec | None) -> int:
-    from ina.p4rt import connect  # grpc is slow to import; check/bift do not need it
+    from ina.control.p4runtime import connect
 
     async with connect(topology, args.p4info, args.p4blob, push=args.command == "init",
                        timeout=args.timeout) as clients:

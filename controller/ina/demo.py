@@ -17,9 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.arrays import random_array
-from ina.controller import Controller
+from ina.control.controller import Controller
+from ina.control.report import render_status
 from ina.model import allreduce_on_model, deployed_network, reduce_arrays
-from ina.report import render_status
 from ina.spec.job import Job, JobSpec, validate_job
 from ina.spec.topology import Topology
 
@@ -64,8 +64,8 @@ def run_on_model(topology: Topology, job: Job, size: int, seed: int) -> bool:
 def run_on_bmv2(topology_path: Path, job_path: Path, size: int, seed: int,
                 build_dir: Path, log_dir: Path | None) -> bool:
     """Inside the sandbox: start the lab, deploy, run the workers on their hosts."""
+    from ina.control.p4runtime import connect
     from ina.lab import Lab, LabOptions
-    from ina.p4rt import connect
 
     topology = Topology.load(topology_path)
     job = validate_job(JobSpec.load(job_path), topology)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ina import sandbox
-from ina.controller import Controller
+from ina.control.controller import Controller
 from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
@@ -298,7 +298,7 @@ class Lab:
 
     async def init_switches(self) -> None:
         """Install the pipeline and the base state on every switch."""
-        from ina.p4rt import connect
+        from ina.control.p4runtime import connect
 
         async with connect(self.topology, self.p4info, self.p4blob, push=True) as clients:
             await Controller(self.topology, clients).init()

@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from ina import p4names as n
-from ina.controller import Controller
-from ina.plan import Lpm, TableEntry, job_group_id
+from ina.control import p4names as n
+from ina.control.controller import Controller
+from ina.control.entities import Lpm, TableEntry
+from ina.control.memory_switch import MemorySwitch
+from ina.control.switch_state import job_group_id
 from ina.protocol import lanes
 from ina.protocol.arith import seq_add, seq_diff, wrap_int32
 from ina.protocol.constants import (
@@ -59,7 +61,6 @@ from ina.protocol.frames import (
 )
 from ina.spec.job import Job
 from ina.spec.topology import Topology
-from ina.switchapi import MemorySwitch
 from ina.worker import (
     KIND_INT,
     AllreduceError,

@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from ina.arrays import random_array
-from ina.controller import Controller
+from ina.control.controller import Controller
+from ina.control.p4runtime import connect
 from ina.lab import Lab, LabOptions
 from ina.model import reduce_arrays
-from ina.p4rt import connect
 from ina.spec.job import Job, JobSpec, validate_job
 from ina.spec.topology import Topology
 

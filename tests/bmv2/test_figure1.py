@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from scapy.all import IP, UDP, Ether, raw
 
-from ina.controller import Controller
+from ina.control.controller import Controller
+from ina.control.switch import SwitchError
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import INA_UDP_PORT, JobStat, SwitchStat
 from ina.protocol.scapy_layers import INA
-from ina.switchapi import SwitchError
 
 from bmv2lab import NetLab
 from inatest import FIGURE1

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from ina import p4names
+from ina.control import p4names
 
 
 def test_p4info_has_every_name_the_controller_uses(compiled: Path) -> None:

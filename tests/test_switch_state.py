@@ -2,8 +2,10 @@
 
 import pytest
 
-from ina import p4names as n
-from ina.plan import CapacityError, Lpm, McastGroup, allocate, base_plan, job_plan, job_switches
+from ina.control import p4names as n
+from ina.control.allocation import CapacityError, allocate, job_switches
+from ina.control.entities import Lpm, McastGroup
+from ina.control.switch_state import base_plan, job_plan
 from ina.protocol.constants import AGG_SLOTS, BIER_MCAST_GROUP
 from ina.protocol.frames import ip_int
 from ina.spec.topology import Topology

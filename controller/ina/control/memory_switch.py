@@ -1,62 +1,18 @@
-"""What the controller needs from a switch, and an in-memory switch that has it.
-
-``SwitchClient`` is implemented by ``ina.p4rt.P4RuntimeSwitch`` (a real switch
-over P4Runtime) and by ``MemorySwitch`` below, which keeps entries, groups,
-counters and registers in dictionaries: the reference model executes packets
-against it, and the controller's tests run against it.
+"""A switch held in memory: a ``SwitchClient`` that keeps entries, groups, counters
+and registers in dictionaries. The reference model executes packets against it,
+and the controller's tests run against it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar, cast
+from typing import TypeVar, cast
 
-from ina.plan import Entity, McastGroup, TableEntry
+from ina.control.entities import Entity, McastGroup, TableEntry
+from ina.control.switch import CounterValue, SwitchError
 
 T = TypeVar("T")
-
-
-class SwitchError(RuntimeError):
-    """A switch refused or failed an operation."""
-
-    def __init__(self, switch: str, message: str):
-        super().__init__(f"{switch}: {message}")
-        self.switch = switch
-
-
-@dataclass(frozen=True)
-class CounterValue:
-    packets: int = 0
-    bytes: int = 0
-
-    def __add__(self, other: CounterValue) -> CounterValue:
-        return CounterValue(self.packets + other.packets, self.bytes + other.bytes)
-
-
-class SwitchClient(Protocol):
-    name: str
-
-    async def insert(self, entities: Sequence[Entity]) -> None:
-        """Insert entities; raises SwitchError (some may have been written)."""
-
-    async def modify(self, entities: Sequence[Entity]) -> None:
-        """Replace entities that exist (matched by key) with these: a table entry's
-        action and parameters, a multicast group's replicas. Raises SwitchError when
-        one does not exist (the others may have been written)."""
-
-    async def delete(self, entities: Sequence[Entity]) -> None:
-        """Delete entities (matched by key); missing ones are ignored."""
-
-    async def read_table(self, table: str) -> list[TableEntry]: ...
-
-    async def read_groups(self) -> list[McastGroup]: ...
-
-    async def read_counter(self, counter: str) -> dict[int, CounterValue]:
-        """Every index of an indirect counter."""
-
-    async def reset_counter(self, counter: str, indices: Sequence[int]) -> None:
-        """Set cells of an indirect counter to zero."""
 
 
 Write = tuple[str, Entity]  # ("insert" | "modify" | "delete", what was written)

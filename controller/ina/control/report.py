@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ina.controller import SwitchStatus
+from ina.control.controller import SwitchStatus
 
 
 def render_status(status: dict[str, SwitchStatus], job_id: int | None = None) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -17,12 +16,10 @@ from typing import Any
 
 import finsy as fy
 
-from ina import p4names as n
-from ina.plan import Entity, Lpm, MatchValue, McastGroup, TableEntry
+from ina.control import p4names as n
+from ina.control.entities import Entity, Lpm, MatchValue, McastGroup, TableEntry
+from ina.control.switch import CounterValue, SwitchError
 from ina.spec.topology import SwitchSpec, Topology
-from ina.switchapi import CounterValue, SwitchError
-
-LOG = logging.getLogger(__name__)
 
 
 def _not_gnmi_notice(record: logging.LogRecord) -> bool:
@@ -31,14 +28,6 @@ def _not_gnmi_notice(record: logging.LogRecord) -> bool:
 
 
 logging.getLogger("finsy").addFilter(_not_gnmi_notice)
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
-        return int(value)
-    if isinstance(value, fy.MACAddress):
-        return int(value)
-    return int(value)
 
 
 class P4RuntimeSwitch:
@@ -89,19 +78,17 @@ class P4RuntimeSwitch:
         assert e.match is not None and isinstance(e.action, fy.P4TableAction)
         match: list[tuple[str, MatchValue]] = []
         for key, kind, _ in spec.keys:
+            # The program's fields have no @format annotation: finsy decodes an exact
+            # value to an int, an LPM value to (int, prefix length).
             raw = e.match[key]
             if kind == "lpm":
-                if isinstance(raw, ipaddress.IPv4Network):
-                    match.append((key, Lpm(int(raw.network_address), raw.prefixlen)))
-                elif isinstance(raw, tuple):
-                    match.append((key, Lpm(_int(raw[0]), int(raw[1]))))
-                else:
-                    match.append((key, Lpm(_int(raw), 32)))
+                value, prefix_len = raw
+                match.append((key, Lpm(int(value), int(prefix_len))))
             else:
-                match.append((key, _int(raw)))
+                match.append((key, int(raw)))
         action = schema.actions[e.action.name].name
         aspec = n.ACTION_BY_NAME[action]
-        params = tuple((p, _int(e.action.args[p])) for p in aspec.param_names)
+        params = tuple((p, int(e.action.args[p])) for p in aspec.param_names)
         return TableEntry(table.name, tuple(match), action, params)
 
     # --- SwitchClient -------------------------------------------------------------------

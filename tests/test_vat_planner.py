@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ina.plan import Capacity
-from ina.planner import PlanError, plan_job, resolve, stream_cost
+from ina.control.allocation import Capacity
+from ina.control.vat_planner import PlanError, plan_job, resolve, stream_cost
 from ina.spec.job import JobError, JobSpec, validate_job
 from ina.spec.topology import Topology
 

@@ -26,17 +26,14 @@ The naive plan for comparison sends every worker straight to the root.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ina.plan import Capacity
+from ina.control.allocation import Capacity
 from ina.protocol.bitmaps import set_of
 from ina.protocol.constants import Op
 from ina.spec.job import DEFAULT_SLOTS, Job, JobError, JobSpec, check_names, validate_job
 from ina.spec.topology import Topology
-
-LOG = logging.getLogger(__name__)
 
 
 class PlanError(ValueError):
@@ -44,7 +41,9 @@ class PlanError(ValueError):
 
 
 @dataclass(frozen=True)
-class Plan:
+class VatPlan:
+    """A planned job and what its VAT costs."""
+
     job: Job
     cost: int  # link crossings per chunk in the aggregation phase
     naive_cost: int  # the same with every worker sending to the root directly
@@ -79,7 +78,7 @@ def _tree_plan(topology: Topology, workers: list[str], root: str,
 
 def plan_job(topology: Topology, job_id: int, workers: Sequence[str], op: Op | str = Op.SUM,
              root: str | None = None, slots: int = DEFAULT_SLOTS,
-             capacity: Mapping[str, Capacity] | None = None) -> Plan:
+             capacity: Mapping[str, Capacity] | None = None) -> VatPlan:
     """The cheapest valid plan, or PlanError saying why there is none (JobError,
     once, if the job's own fields are invalid)."""
     spec = JobSpec(job_id, Op[op.upper()] if isinstance(op, str) else op, tuple(workers),
@@ -104,23 +103,24 @@ def plan_job(topology: Topology, job_id: int, workers: Sequence[str], op: Op | s
         if not candidates:
             raise PlanError(f"no switch has room for job {job_id} (needs a job index and "
                             f"{slots} free slots)")
-    best: Plan | None = None
+    best: tuple[int, int, str] | None = None  # (cost, VAT nodes, root) of the best job
+    best_job: Job | None = None
     reasons = []
     for r in candidates:
         try:
-            plan = _plan_for_root(topology, spec, r, usable)
+            job = _plan_for_root(topology, spec, r, usable)
         except JobError as exc:
             reasons.append(f"root {r}: {exc.problems[0]}")
             continue
-        key = (plan.cost, len(plan.job.nodes), r)
-        if best is None or key < (best.cost, len(best.job.nodes), best.job.root):
-            best = plan
-    if best is None:
+        key = (stream_cost(job, topology), len(job.nodes), r)
+        if best is None or key < best:
+            best, best_job = key, job
+    if best is None or best_job is None:
         raise PlanError(f"no valid plan for job {job_id}: " + "; ".join(reasons[:3]))
-    return best
+    return VatPlan(best_job, best[0], stream_cost(root_only(best_job, topology), topology))
 
 
-def _plan_for_root(topology: Topology, spec: JobSpec, root: str, usable: set[str]) -> Plan:
+def _plan_for_root(topology: Topology, spec: JobSpec, root: str, usable: set[str]) -> Job:
     banned: set[str] = set()
     workers = list(spec.workers)
     while True:
@@ -139,8 +139,7 @@ def _plan_for_root(topology: Topology, spec: JobSpec, root: str, usable: set[str
                 raise
             banned.add(offenders[0])
             continue
-        return Plan(job, stream_cost(job, topology),
-                    stream_cost(root_only(job, topology), topology))
+        return job
 
 
 def resolve(spec: JobSpec, topology: Topology,

@@ -1,4 +1,4 @@
-"""What every switch must hold: the plan the controller installs and the
+"""What every switch must hold: the entries the controller installs and the
 reference model executes.
 
 ``base_plan`` is the per-switch state that does not depend on jobs (addresses,
@@ -6,85 +6,23 @@ routes, host ports, BIER F-BMs per port and set, the BIER multicast groups). ``j
 job's entries: a VAT node on each aggregation switch and the root, and a
 ``transit`` entry (counters only) on every other switch its packets cross, with
 each VAT node's A-BM per BIER set.
-Entries are plain values (ints, names from ``ina.p4names``), so the same plan
+Entries are plain values (``ina.control.entities``), so the same state
 feeds P4Runtime and the model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 
-from ina import p4names as n
+from ina.control import p4names as n
+from ina.control.allocation import Allocation
+from ina.control.entities import Entity, Lpm, McastGroup, TableEntry, entry
 from ina.protocol.bitmaps import one_set, split_sets
-from ina.protocol.constants import AGG_SLOTS, BIER_MCAST_GROUP, JOB_GROUP_BASE, MAX_JOBS
+from ina.protocol.constants import BIER_MCAST_GROUP, JOB_GROUP_BASE
 from ina.protocol.frames import ip_int, mac_bytes
 from ina.spec.bier import port_fbms
 from ina.spec.job import Job
 from ina.spec.topology import Topology
-
-
-@dataclass(frozen=True)
-class Lpm:
-    value: int
-    prefix_len: int
-
-
-MatchValue = int | Lpm
-
-
-@dataclass(frozen=True)
-class TableEntry:
-    table: str
-    match: tuple[tuple[str, MatchValue], ...]
-    action: str
-    params: tuple[tuple[str, int], ...] = ()
-
-    def __post_init__(self) -> None:
-        spec = n.TABLE_BY_NAME.get(self.table)
-        if spec is None:
-            raise ValueError(f"unknown table {self.table}")
-        if tuple(k for k, _ in self.match) != spec.key_names:
-            raise ValueError(
-                f"{self.table}: match {self.match} does not give keys {spec.key_names}")
-        action = next((a for a in spec.actions if a.name == self.action), None)
-        if action is None:
-            raise ValueError(f"{self.table}: action {self.action} not allowed")
-        if tuple(p for p, _ in self.params) != action.param_names:
-            raise ValueError(
-                f"{self.action}: params {self.params} do not give {action.param_names}")
-        for (pname, value), (_, width) in zip(self.params, action.params, strict=True):
-            if not 0 <= value < 1 << width:
-                raise ValueError(f"{self.action}: {pname}={value} does not fit {width} bits")
-
-    @property
-    def key(self) -> tuple[str, tuple[tuple[str, MatchValue], ...]]:
-        return self.table, self.match
-
-    def param(self, name: str) -> int:
-        return dict(self.params)[name]
-
-    def match_value(self, name: str) -> MatchValue:
-        return dict(self.match)[name]
-
-
-@dataclass(frozen=True)
-class McastGroup:
-    group_id: int
-    replicas: tuple[tuple[int, int], ...]  # (port, replication id), sorted
-
-
-Entity = TableEntry | McastGroup
-
-
-def entry(spec: n.TableSpec, match: Mapping[str, MatchValue], action: n.ActionSpec,
-          **params: int) -> TableEntry:
-    return TableEntry(
-        spec.name,
-        tuple((k, match[k]) for k in spec.key_names),
-        action.name,
-        tuple((p, params[p]) for p in action.param_names),
-    )
 
 
 def _mac(mac: str) -> int:
@@ -134,96 +72,6 @@ def base_plan(topology: Topology, switch: str) -> list[Entity]:
 
 
 # --- Jobs -----------------------------------------------------------------------
-
-
-class CapacityError(ValueError):
-    """A switch has no room for a job."""
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """Per-switch resources of one job."""
-
-    job_index: int  # its block in the job_stats counters
-    slot_base: int = 0  # first aggregation slot (VAT nodes only)
-
-
-def job_switches(job: Job, topology: Topology) -> list[str]:
-    """Every switch that holds an entry of the job: its VAT nodes, and the
-    switches its aggregation packets and its BIER delivery cross."""
-    crossed: set[str] = {node for node in job.nodes if node in topology.switches}
-    for child, parent in job.edges():
-        crossed.update(node for node in topology.path(child, parent) if node in topology.switches)
-    for worker in job.workers:
-        crossed.update(
-            node for node in topology.path(job.root, worker) if node in topology.switches
-        )
-    return sorted(crossed)
-
-
-def used_resources(entries: Sequence[TableEntry]) -> tuple[set[int], list[range]]:
-    """Job indices and slot ranges taken by existing vat_jobs entries of a switch."""
-    indices: set[int] = set()
-    ranges: list[range] = []
-    for e in entries:
-        if e.table != n.VAT_JOBS.name:
-            continue
-        indices.add(e.param("job_index"))
-        if e.action in (n.VAT_NODE.name, n.VAT_ROOT.name):
-            base = e.param("slot_base")
-            ranges.append(range(base, base + e.param("slot_mask") + 1))
-    return indices, ranges
-
-
-@dataclass(frozen=True)
-class Capacity:
-    """What a switch can still take: job counter blocks, and free aggregation slots
-    (at least this many in one aligned run)."""
-
-    job_indices: int = MAX_JOBS
-    free_slot_run: int = AGG_SLOTS
-
-
-def capacity(existing: Sequence[TableEntry], slots: int) -> Capacity:
-    """What a switch holding ``existing`` job entries can still take, for a job
-    of ``slots`` slots."""
-    indices, ranges = used_resources(existing)
-    fits = any(all(start + slots <= r.start or start >= r.stop for r in ranges)
-               for start in range(0, AGG_SLOTS, slots))
-    return Capacity(MAX_JOBS - len(indices), slots if fits else 0)
-
-
-def allocate(job: Job, topology: Topology,
-             existing: Mapping[str, Sequence[TableEntry]]) -> dict[str, Allocation]:
-    """Choose a free job index on every switch of the job, and a free aligned run
-    of ``job.slots`` aggregation slots on each of its VAT nodes."""
-    result: dict[str, Allocation] = {}
-    problems = []
-    for sw in job_switches(job, topology):
-        indices, ranges = used_resources(existing.get(sw, ()))
-        free_index = next((i for i in range(MAX_JOBS) if i not in indices), None)
-        if free_index is None:
-            problems.append(f"{sw} already holds {MAX_JOBS} jobs")
-            continue
-        base = 0
-        if sw in job.nodes:
-            found = None
-            for start in range(0, AGG_SLOTS, job.slots):
-                if all(start + job.slots <= r.start or start >= r.stop for r in ranges):
-                    found = start
-                    break
-            if found is None:
-                free = AGG_SLOTS - sum(len(r) for r in ranges)
-                problems.append(
-                    f"{sw} has no free run of {job.slots} aggregation slots "
-                    f"({free} of {AGG_SLOTS} free)"
-                )
-                continue
-            base = found
-        result[sw] = Allocation(free_index, base)
-    if problems:
-        raise CapacityError("; ".join(problems))
-    return result
 
 
 def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],

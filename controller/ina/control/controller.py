@@ -16,26 +16,17 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ina import p4names as n
-from ina.plan import (
-    Allocation,
-    Entity,
-    McastGroup,
-    TableEntry,
-    allocate,
-    base_plan,
-    capacity,
-    job_group_id,
-    job_groups,
-    job_plan,
-)
-from ina.planner import resolve
+from ina.control import p4names as n
+from ina.control.allocation import Allocation, allocate, capacity
+from ina.control.entities import Entity, McastGroup, TableEntry
+from ina.control.switch import CounterValue, SwitchClient
+from ina.control.switch_state import base_plan, job_group_id, job_groups, job_plan
+from ina.control.vat_planner import resolve
 from ina.protocol.bitmaps import bfr_ids_of, join_set
 from ina.protocol.constants import JOB_GROUP_BASE, JOB_STAT_STRIDE, JobStat, SwitchStat
 from ina.protocol.frames import ip_str
 from ina.spec.job import DEFAULT_SLOTS, Job, JobError, JobSpec
 from ina.spec.topology import Topology
-from ina.switchapi import CounterValue, SwitchClient
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,0 +1,74 @@
+"""What a switch holds, as plain values: table entries (with the names of
+``ina.control.p4names``) and multicast groups. The controller writes them, the
+P4Runtime client and the in-memory switch store them, the reference model
+executes them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ina.control import p4names as n
+
+
+@dataclass(frozen=True)
+class Lpm:
+    value: int
+    prefix_len: int
+
+
+MatchValue = int | Lpm
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    table: str
+    match: tuple[tuple[str, MatchValue], ...]
+    action: str
+    params: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        spec = n.TABLE_BY_NAME.get(self.table)
+        if spec is None:
+            raise ValueError(f"unknown table {self.table}")
+        if tuple(k for k, _ in self.match) != spec.key_names:
+            raise ValueError(
+                f"{self.table}: match {self.match} does not give keys {spec.key_names}")
+        action = next((a for a in spec.actions if a.name == self.action), None)
+        if action is None:
+            raise ValueError(f"{self.table}: action {self.action} not allowed")
+        if tuple(p for p, _ in self.params) != action.param_names:
+            raise ValueError(
+                f"{self.action}: params {self.params} do not give {action.param_names}")
+        for (pname, value), (_, width) in zip(self.params, action.params, strict=True):
+            if not 0 <= value < 1 << width:
+                raise ValueError(f"{self.action}: {pname}={value} does not fit {width} bits")
+
+    @property
+    def key(self) -> tuple[str, tuple[tuple[str, MatchValue], ...]]:
+        return self.table, self.match
+
+    def param(self, name: str) -> int:
+        return dict(self.params)[name]
+
+    def match_value(self, name: str) -> MatchValue:
+        return dict(self.match)[name]
+
+
+@dataclass(frozen=True)
+class McastGroup:
+    group_id: int
+    replicas: tuple[tuple[int, int], ...]  # (port, replication id), sorted
+
+
+Entity = TableEntry | McastGroup
+
+
+def entry(spec: n.TableSpec, match: Mapping[str, MatchValue], action: n.ActionSpec,
+          **params: int) -> TableEntry:
+    return TableEntry(
+        spec.name,
+        tuple((k, match[k]) for k in spec.key_names),
+        action.name,
+        tuple((p, params[p]) for p in action.param_names),
+    )
