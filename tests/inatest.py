@@ -15,7 +15,8 @@ import numpy as np
 from ina.control.controller import Controller
 from ina.control.memory_switch import MemorySwitch
 from ina.control.switch import CounterValue
-from ina.model import ModelNetwork, ModelTransport
+from ina.model.harness import initialised_network
+from ina.model.network import ModelNetwork, ModelTransport
 from ina.protocol.constants import SwitchStat
 from ina.spec.job import Job, JobSpec, validate_job
 from ina.spec.topology import Topology
@@ -52,10 +53,8 @@ class ModelLab:
 
 
 def make_model_lab(topology: Topology) -> ModelLab:
-    stores = {name: MemorySwitch(name) for name in topology.switches}
-    ctl = Controller(topology, stores)
-    asyncio.run(ctl.init())
-    return ModelLab(topology, stores, ctl, ModelNetwork(topology, stores))
+    net, ctl = initialised_network(topology)
+    return ModelLab(topology, {name: sw.store for name, sw in net.switches.items()}, ctl, net)
 
 
 def int_arrays(job: Job, size: int, seed: int = 0) -> dict[str, np.ndarray]:

@@ -10,7 +10,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from ina.model import reduce_arrays
+from ina.model.harness import reduce_arrays
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import ELEMS_PER_PACKET as P

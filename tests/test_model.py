@@ -9,7 +9,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from ina.model import Impairment, allreduce_on_model, reduce_arrays
+from ina.model.harness import allreduce_on_model, reduce_arrays, run_sessions
+from ina.model.network import Impairment
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket, ina_payload
 from ina.protocol.constants import ELEMS_PER_PACKET as P
@@ -214,7 +215,7 @@ def test_a_missing_worker_stalls_with_an_error(model_lab: ModelLab) -> None:
     sessions = {w: AllreduceSession(WorkerConfig.for_job(job, model_lab.topology, w), arrays[w])
                 for w in ("w1", "w2", "w3")}
     with pytest.raises(AllreduceError, match="stalled"):
-        model_lab.net.run_sessions(sessions)
+        run_sessions(model_lab.net, sessions)
 
 
 def _lossy_lab(figure1_topology: ModelLab, **impairment: float) -> ModelLab:

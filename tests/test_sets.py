@@ -15,7 +15,8 @@ import pytest
 
 from ina.control import p4names as n
 from ina.control.vat_planner import plan_job
-from ina.model import Impairment, allreduce_on_model, reduce_arrays
+from ina.model.harness import allreduce_on_model, reduce_arrays
+from ina.model.network import Impairment
 from ina.protocol.bitmaps import set_of, split_sets
 from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import BIER_SETS, ETHERTYPE_BIER, Flag, JobStat, Op, SwitchStat
@@ -214,7 +215,7 @@ def test_a_spec_file_over_sets_round_trips(topology: Topology) -> None:
 
 
 def test_a_job_over_the_k16_fat_tree_uses_four_sets_and_is_exact() -> None:
-    from ina.model import deployed_network
+    from ina.model.harness import deployed_network
     from ina.spec.topogen import fat_tree
 
     topology = Topology.from_dict(fat_tree(16))  # 1024 hosts: BFR-ids 1..1024, sets 0..3

@@ -362,7 +362,7 @@ def run_loss(build_dir: Path, losses: list[float], size: int, case: Case,
     machine does not decide a figure)."""
     from ina.arrays import digest, random_array
     from ina.lab import Lab, LabOptions
-    from ina.model import reduce_arrays
+    from ina.model.harness import reduce_arrays
 
     topology = Topology.load(case.topology)
     reports: dict[float, list[dict[str, Any]]] = {loss: [] for loss in losses}

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from ina.arrays import random_array
 from ina.control.controller import Controller
 from ina.control.report import render_status
-from ina.model import allreduce_on_model, deployed_network, reduce_arrays
+from ina.model.harness import allreduce_on_model, deployed_network, reduce_arrays
 from ina.spec.job import Job, JobSpec, validate_job
 from ina.spec.topology import Topology
 

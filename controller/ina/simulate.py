@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from ina.arrays import random_array
 from ina.bench import TCP_WIRE_PER_BYTE
 from ina.control.vat_planner import plan_job
-from ina.model import deployed_network, reduce_on_model, start_call_on_model
+from ina.model.harness import deployed_network, reduce_on_model, start_call_on_model
 from ina.protocol.constants import ELEMS_PER_PACKET
 from ina.spec.topogen import fat_tree
 from ina.spec.topology import Topology, TopologyError

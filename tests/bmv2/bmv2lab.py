@@ -22,7 +22,7 @@ from ina.arrays import random_array
 from ina.control.controller import Controller
 from ina.control.p4runtime import connect
 from ina.lab import Lab, LabOptions
-from ina.model import reduce_arrays
+from ina.model.harness import reduce_arrays
 from ina.spec.job import Job, JobSpec, validate_job
 from ina.spec.topology import Topology
 

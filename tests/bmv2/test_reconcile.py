@@ -17,7 +17,7 @@ from ina.control import p4names as n
 from ina.control.controller import BaseChanges, Controller
 from ina.control.entities import Entity, Lpm, McastGroup, TableEntry
 from ina.control.switch_state import base_plan
-from ina.model import reduce_arrays
+from ina.model.harness import reduce_arrays
 from ina.protocol.frames import ip_int
 from ina.spec.job import Job
 

@@ -19,7 +19,7 @@ from scapy.all import IP, UDP, Ether, raw
 
 from ina.arrays import random_array, random_floats
 from ina.lab import wait_until
-from ina.model import reduce_arrays
+from ina.model.harness import reduce_arrays
 from ina.protocol.codec import InaPacket
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import INA_UDP_PORT, JobStat, Op, SwitchStat

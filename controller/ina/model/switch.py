@@ -1,34 +1,21 @@
-"""Reference model: the data plane of p4src/ in plain Python.
+"""One switch of the reference model: the data plane of p4src/ in plain Python.
 
-Each ``ModelSwitch`` runs the P4 program's ingress, replication and egress on
-bytes, with the tables the controller wrote into its ``MemorySwitch`` and with
-the same counters and register state. ``ModelNetwork`` wires switches and hosts
-as the topology says and moves frames until the network is quiet. It is the
-oracle of the tests and the data plane of the demo when BMv2 is absent.
-
-The structure follows p4src/ control by control; keep them in step.
+``ModelSwitch`` runs the P4 program's ingress, replication and egress on bytes,
+with the tables the controller wrote into its ``MemorySwitch`` and with the same
+counters and register state. The structure follows p4src/ control by control;
+keep them in step.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import random
-import threading
-from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
-
-import numpy as np
-import numpy.typing as npt
 
 from ina.control import p4names as n
-from ina.control.controller import Controller
 from ina.control.entities import Lpm, TableEntry
 from ina.control.memory_switch import MemorySwitch
 from ina.control.switch_state import job_group_id
 from ina.protocol import lanes
-from ina.protocol.arith import seq_add, seq_diff, wrap_int32
+from ina.protocol.arith import seq_add, seq_diff
 from ina.protocol.constants import (
     BIER_BIFT_ID,
     BIER_BSL_CODE,
@@ -49,32 +36,8 @@ from ina.protocol.constants import (
     Op,
     SwitchStat,
 )
-from ina.protocol.frames import (
-    ETHERNET_BYTES,
-    Bier,
-    Frame,
-    ina_frame,
-    ip_int,
-    ip_str,
-    mac_str,
-    parse_frame,
-)
-from ina.spec.job import Job
-from ina.spec.topology import Topology
-from ina.worker import (
-    KIND_INT,
-    AllreduceError,
-    AllreduceSession,
-    CallDescriptor,
-    WorkerConfig,
-    sync_answer,
-    sync_request,
-)
+from ina.protocol.frames import ETHERNET_BYTES, Bier, Frame, ip_int, ip_str, mac_str, parse_frame
 
-if TYPE_CHECKING:
-    from ina.serverroot import ServerRoot
-
-LOG = logging.getLogger(__name__)
 BM_MASK = (1 << BITSTRING_BITS) - 1
 U32 = 0xFFFFFFFF
 
@@ -83,10 +46,6 @@ REG_CELLS = "cells"
 REG_SETS = "set_bitmaps"
 REG_PROGRESS = "progress"  # per job index, at its root: (epoch, highest completed seq)
 REG_LANES = tuple(f"lane{i}" for i in range(LANES))
-#: Virtual seconds without a new result after which run_sessions gives up.
-STALL_SECONDS = 5.0
-#: SYNCs a worker of allreduce_on_model sends before it gives up.
-SYNC_ATTEMPTS = 20
 
 
 @dataclass(frozen=True)
@@ -461,243 +420,3 @@ class ModelSwitch:
                 meta.job.param("job_index") * JOB_STAT_STRIDE + JobStat.DELIVERED, nbytes,
             )
         return True
-
-
-@dataclass
-class Impairment:
-    """What links do to frames: lose, duplicate or delay (reorder) each with a
-    probability, independently per frame and link, from a seeded generator."""
-
-    loss: float = 0.0
-    duplicate: float = 0.0
-    reorder: float = 0.0
-    seed: int = 0
-    rng: random.Random = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.rng = random.Random(self.seed)
-
-    def copies(self) -> tuple[int, bool]:
-        """(copies delivered, whether they are held back for later)."""
-        if self.rng.random() < self.loss:
-            return 0, False
-        n = 2 if self.rng.random() < self.duplicate else 1
-        return n, self.rng.random() < self.reorder
-
-
-@dataclass
-class _Hop:
-    node: str  # receiving node
-    port: int | None  # its port, None at a host
-    frame: bytes
-    sender: str
-    impaired: bool = False  # already passed through the impairment
-
-
-class ModelNetwork:
-    """Switches and hosts of a topology, exchanging frames; links may be impaired."""
-
-    def __init__(self, topology: Topology, stores: dict[str, MemorySwitch],
-                 impairment: Impairment | None = None):
-        self.topology = topology
-        self.switches = {name: ModelSwitch(name, stores[name]) for name in topology.switches}
-        self.inbox: dict[str, deque[bytes]] = {h: deque() for h in topology.hosts}
-        self.bytes_on_link: dict[tuple[str, str], int] = {}
-        self.impairment = impairment
-        self.held: list[_Hop] = []  # frames delayed by the impairment
-        self.lock = threading.Condition()  # for workers in threads (ModelTransport)
-
-    def send(self, host: str, raw: bytes) -> None:
-        """A host puts a frame on its link; everything it causes happens now."""
-        switch, port = self.topology.host_attachment(host)
-        self._run([_Hop(switch, port, raw, host)])
-
-    def inject(self, switch: str, port: int, raw: bytes) -> None:
-        """A frame enters ``switch`` on ``port``, as if the neighbour there sent it."""
-        self._run([_Hop(switch, port, raw, self.topology.ports(switch)[port].node)])
-
-    def release_held(self) -> bool:
-        """Deliver the frames the impairment delayed; True if there were any."""
-        held, self.held = self.held, []
-        self._run(held)
-        return bool(held)
-
-    def _run(self, hops: list[_Hop]) -> None:
-        queue = deque(hops)
-        while queue:
-            hop = queue.popleft()
-            if self.impairment is not None and not hop.impaired:
-                n, later = self.impairment.copies()
-                hop.impaired = True
-                if later:
-                    self.held += [hop] * n
-                    continue
-                if n == 0:
-                    continue
-                queue.extend([hop] * (n - 1))
-            self._carried(hop.sender, hop.node, len(hop.frame))
-            if hop.port is None:
-                self.inbox[hop.node].append(hop.frame)
-                continue
-            for out_port, out in self.switches[hop.node].process(hop.port, hop.frame):
-                nb = self.topology.ports(hop.node)[out_port]
-                queue.append(_Hop(nb.node, nb.remote_port, out, hop.node))
-
-    def _carried(self, a: str, b: str, nbytes: int) -> None:
-        self.bytes_on_link[(a, b)] = self.bytes_on_link.get((a, b), 0) + nbytes
-
-    def receive(self, host: str) -> bytes | None:
-        inbox = self.inbox[host]
-        return inbox.popleft() if inbox else None
-
-    def host_send_payload(self, host: str, dst_ip: str, payload: bytes) -> None:
-        """What a host's UDP socket does: wrap an INA payload toward ``dst_ip``."""
-        h = self.topology.hosts[host]
-        switch, _ = self.topology.host_attachment(host)
-        self.send(host, ina_frame(h.mac, self.topology.switches[switch].mac, h.ip, dst_ip,
-                                  payload))
-
-    def received_datagrams(self, host: str, limit: int | None = None
-                           ) -> list[tuple[str, bytes]]:
-        """(source address, INA payload) of what arrived for the host, drained from
-        its inbox, as its UDP socket would receive them."""
-        out: list[tuple[str, bytes]] = []
-        while (limit is None or len(out) < limit) and (raw := self.receive(host)) is not None:
-            frame = parse_frame(raw)
-            if (frame.ipv4 is not None and frame.ipv4.dst == self.topology.hosts[host].ip
-                    and frame.ina is not None and frame.error is None):
-                out.append((frame.ipv4.src, frame.pack()[14 + 20 + 8:]))
-        return out
-
-    def received_payloads(self, host: str, limit: int | None = None) -> list[bytes]:
-        """INA payloads addressed to the host, drained from its inbox."""
-        return [payload for _, payload in self.received_datagrams(host, limit)]
-
-    def run_sessions(self, sessions: dict[str, AllreduceSession],
-                     servers: dict[str, ServerRoot] | None = None) -> float:
-        """Drive every worker's session until all are done, on a virtual clock that
-        jumps to the next retransmission when nothing else can happen. Returns the
-        virtual seconds taken; raises AllreduceError after STALL_SECONDS of virtual
-        time without a new result (a worker missing, say)."""
-        now = last_progress = 0.0
-        while not all(s.done for s in sessions.values()):
-            sent = False
-            for host, session in sessions.items():
-                for payload in session.packets_to_send(now):
-                    self.host_send_payload(host, session.config.target, payload)
-                    sent = True
-            for host, server in (servers or {}).items():
-                for src_ip, payload in self.received_datagrams(host):
-                    for frame in server.accept(payload, src_ip):
-                        self.send(host, frame)
-            progress = False
-            for host, session in sessions.items():
-                for payload in self.received_payloads(host):
-                    if session.accept(payload, now):
-                        last_progress, progress = now, True
-            if sent or progress or self.release_held():
-                continue
-            timers = [t for s in sessions.values() if not s.done
-                      if (t := s.next_timer()) is not None]
-            if not timers or min(timers) - last_progress > STALL_SECONDS:
-                stalled = {h: len(s.missing()) for h, s in sessions.items() if not s.done}
-                raise AllreduceError(f"AllReduce stalled on the model; results missing: {stalled}")
-            now = max(now, min(timers))
-        return now
-
-
-class ModelTransport:
-    """A worker's socket on the model network, for ``ina.worker.Worker`` in a thread:
-    several workers share one network under its lock."""
-
-    def __init__(self, net: ModelNetwork, host: str, target: str):
-        self.net, self.host, self.target = net, host, target
-
-    def send(self, payload: bytes, dst: str | None = None) -> None:
-        with self.net.lock:
-            self.net.host_send_payload(self.host, dst or self.target, payload)
-            self.net.lock.notify_all()
-
-    def recv(self, timeout: float) -> bytes | None:
-        with self.net.lock:
-            self.net.lock.wait_for(lambda: bool(self.net.inbox[self.host]), timeout)
-            payloads = self.net.received_payloads(self.host, limit=1)
-            return payloads[0] if payloads else None
-
-
-def reduce_arrays(op: Op, arrays: list[npt.NDArray[np.integer]]) -> npt.NDArray[np.int32]:
-    """What an AllReduce of ``arrays`` must give, with the switches' int32 semantics
-    (SUM wraps around; the OVERFLOW flag tells the workers)."""
-    stacked = np.stack([np.asarray(a, dtype=np.int64) for a in arrays])
-    if op == Op.SUM:
-        reduced = wrap_int32(stacked.sum(axis=0))
-    elif op == Op.MIN:
-        reduced = stacked.min(axis=0)
-    else:
-        reduced = stacked.max(axis=0)
-    return np.asarray(reduced, dtype=np.int32)
-
-
-def deployed_network(topology: Topology, job: Job,
-                     impairment: Impairment | None = None) -> tuple[ModelNetwork, Controller]:
-    """A fresh model network with the controller's base state and ``job`` deployed."""
-    stores = {name: MemorySwitch(name) for name in topology.switches}
-    ctl = Controller(topology, stores)
-    asyncio.run(ctl.init())
-    asyncio.run(ctl.deploy(job))
-    return ModelNetwork(topology, stores, impairment), ctl
-
-
-def allreduce_on_model(net: ModelNetwork, job: Job, arrays: dict[str, npt.ArrayLike],
-                       servers: dict[str, ServerRoot] | None = None,
-                       ) -> dict[str, AllreduceSession]:
-    """One integer call of ``job`` on ``net``, packet for packet as ``Worker`` makes it
-    (SYNC to the root, the call's descriptor, the array): each worker's session of
-    the array, run to completion."""
-    seq = start_call_on_model(net, job, {w: np.asarray(a).size for w, a in arrays.items()},
-                              servers)
-    return reduce_on_model(net, job, arrays, seq, servers)
-
-
-def start_call_on_model(net: ModelNetwork, job: Job, sizes: dict[str, int],
-                        servers: dict[str, ServerRoot] | None = None) -> int:
-    """The start of an integer call of ``job``, as ``Worker`` makes it: every worker's
-    SYNC to the root, then the call's descriptor reduced (sizes: each worker's array
-    length). The sequence number of the array's first packet."""
-    configs = {w: WorkerConfig.for_job(job, net.topology, w) for w in job.workers}
-    starts: dict[str, int] = {}
-    for w, config in configs.items():
-        for _ in range(SYNC_ATTEMPTS):  # impaired links lose SYNCs and answers too
-            net.host_send_payload(w, config.root, sync_request(config, nonce=1))
-            while True:
-                for host, server in (servers or {}).items():
-                    for src_ip, payload in net.received_datagrams(host):
-                        for frame in server.accept(payload, src_ip):
-                            net.send(host, frame)
-                if not net.release_held():
-                    break
-            answers = [seq for payload in net.received_payloads(w)
-                       if (seq := sync_answer(payload, config, nonce=1)) is not None]
-            if answers:
-                starts[w] = answers[0]
-                break
-        else:
-            raise AllreduceError(f"{w}: no answer to the call's SYNC on the model")
-    if len(set(starts.values())) != 1:
-        raise AllreduceError(f"the workers were told different starts: {starts}")
-    seq = next(iter(starts.values()))
-    descriptors = {w: AllreduceSession(configs[w], CallDescriptor(
-        sizes[w], KIND_INT, int(job.op)).values(), seq, op=Op.MAX)
-        for w in job.workers}
-    net.run_sessions(descriptors, servers)
-    return seq_add(seq, 1)
-
-
-def reduce_on_model(net: ModelNetwork, job: Job, arrays: dict[str, npt.ArrayLike], seq: int,
-                    servers: dict[str, ServerRoot] | None = None,
-                    ) -> dict[str, AllreduceSession]:
-    """Every worker's session of ``arrays`` from ``seq`` on, run to completion."""
-    configs = {w: WorkerConfig.for_job(job, net.topology, w) for w in job.workers}
-    sessions = {w: AllreduceSession(configs[w], arrays[w], seq) for w in job.workers}
-    net.run_sessions(sessions, servers)
-    return sessions
