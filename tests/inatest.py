@@ -15,12 +15,12 @@ import numpy as np
 from ina.control.controller import Controller
 from ina.control.memory_switch import MemorySwitch
 from ina.control.switch import CounterValue
+from ina.host.worker import Worker, WorkerConfig
 from ina.model.harness import initialised_network
 from ina.model.network import ModelNetwork, ModelTransport
 from ina.protocol.constants import SwitchStat
 from ina.spec.job import Job, JobSpec, validate_job
 from ina.spec.topology import Topology
-from ina.worker import Worker, WorkerConfig
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]

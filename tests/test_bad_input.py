@@ -22,7 +22,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ina import cli, lab_cli, serverroot, worker_cli
+from ina.cli import inactl, inalab, inaroot, inaworker
 
 from inatest import FIGURE1, FIGURE1_JOB
 
@@ -148,11 +148,11 @@ def _write(workdir: Path, name: str, content: bytes) -> Path:
 
 
 def _valid_job(path: Path) -> bool:
-    return cli.main(["-t", str(FIGURE1), "check", str(path)]) == 0
+    return inactl.main(["-t", str(FIGURE1), "check", str(path)]) == 0
 
 
 def _valid_topology(path: Path) -> bool:
-    return cli.main(["-t", str(path), "bift"]) == 0
+    return inactl.main(["-t", str(path), "bift"]) == 0
 
 
 # --- job documents -------------------------------------------------------------------
@@ -162,20 +162,20 @@ def _valid_topology(path: Path) -> bool:
 def test_inactl_check_and_plan_refuse_a_bad_job_with_exit_2(workdir: Path, doc: bytes) -> None:
     job = _write(workdir, "job.yaml", doc)
     for argv in (["check", str(job)], ["plan", str(job), "-o", str(workdir / "plan.yaml")]):
-        code, err = _run(cli.main, ["-t", str(FIGURE1), *argv])
-        _assert_refused_clearly(code, err, {0, cli.EXIT_INVALID})
+        code, err = _run(inactl.main, ["-t", str(FIGURE1), *argv])
+        _assert_refused_clearly(code, err, {0, inactl.EXIT_INVALID})
 
 
 @EXAMPLES
 @given(_documents(VALID_JOB))
 def test_inactl_deploy_refuses_a_bad_job_before_any_switch(workdir: Path, doc: bytes) -> None:
     job = _write(workdir, "job.yaml", doc)
-    code, err = _run(cli.main, ["-t", str(FIGURE1), "--p4info", str(workdir / "none"),
+    code, err = _run(inactl.main, ["-t", str(FIGURE1), "--p4info", str(workdir / "none"),
                                 "deploy", str(job)])
     with _captured():
         valid = _valid_job(job)
     # A valid job goes on to need the P4Info, which is missing here.
-    _assert_refused_clearly(code, err, {cli.EXIT_P4INFO} if valid else {cli.EXIT_INVALID})
+    _assert_refused_clearly(code, err, {inactl.EXIT_P4INFO} if valid else {inactl.EXIT_INVALID})
 
 
 @EXAMPLES
@@ -183,16 +183,16 @@ def test_inactl_deploy_refuses_a_bad_job_before_any_switch(workdir: Path, doc: b
 def test_inaworker_refuses_a_bad_job_with_exit_2(workdir: Path, doc: bytes) -> None:
     job = _write(workdir, "job.yaml", doc)
     # w9 is no host: a valid job still ends in exit 2, after the job was read.
-    code, err = _run(worker_cli.main, ["-t", str(FIGURE1), "--job", str(job), "--worker", "w9",
+    code, err = _run(inaworker.main, ["-t", str(FIGURE1), "--job", str(job), "--worker", "w9",
                                        "--values", "1"])
-    _assert_refused_clearly(code, err, {worker_cli.EXIT_INVALID})
+    _assert_refused_clearly(code, err, {inaworker.EXIT_INVALID})
 
 
 @EXAMPLES
 @given(_documents(VALID_JOB))
 def test_inaroot_refuses_a_bad_job_with_exit_2(workdir: Path, doc: bytes) -> None:
     job = _write(workdir, "job.yaml", doc)
-    code, err = _run(serverroot.main, ["-t", str(FIGURE1), "--job", str(job), "--host", "w9"])
+    code, err = _run(inaroot.main, ["-t", str(FIGURE1), "--job", str(job), "--host", "w9"])
     _assert_refused_clearly(code, err, {2})
 
 
@@ -200,7 +200,7 @@ def test_inaroot_refuses_a_bad_job_with_exit_2(workdir: Path, doc: bytes) -> Non
 @given(_documents(VALID_JOB))
 def test_inalab_demo_refuses_a_bad_job_with_exit_2(workdir: Path, doc: bytes) -> None:
     job = _write(workdir, "job.yaml", doc)
-    code, err = _run(lab_cli.main, ["-t", str(FIGURE1), "demo", "--job", str(job), "--model",
+    code, err = _run(inalab.main, ["-t", str(FIGURE1), "demo", "--job", str(job), "--model",
                                     "--size", "1"])
     _assert_refused_clearly(code, err, {0, 2})
 
@@ -211,14 +211,14 @@ def test_inalab_demo_refuses_a_bad_job_with_exit_2(workdir: Path, doc: bytes) ->
 @given(_documents(VALID_TOPOLOGY))
 def test_inactl_refuses_a_bad_topology_with_exit_2(workdir: Path, doc: bytes) -> None:
     topo = _write(workdir, "topology.yaml", doc)
-    code, err = _run(cli.main, ["-t", str(topo), "bift"])
-    _assert_refused_clearly(code, err, {0, cli.EXIT_INVALID})
+    code, err = _run(inactl.main, ["-t", str(topo), "bift"])
+    _assert_refused_clearly(code, err, {0, inactl.EXIT_INVALID})
     valid = code == 0
-    code, err = _run(cli.main, ["-t", str(topo), "check", str(FIGURE1_JOB)])
-    _assert_refused_clearly(code, err, {0, cli.EXIT_INVALID} if valid else {cli.EXIT_INVALID})
+    code, err = _run(inactl.main, ["-t", str(topo), "check", str(FIGURE1_JOB)])
+    _assert_refused_clearly(code, err, {0, inactl.EXIT_INVALID} if valid else {inactl.EXIT_INVALID})
     for argv in (["init"], ["status"], ["teardown", "1"], ["deploy", str(FIGURE1_JOB)]):
-        code, err = _run(cli.main, ["-t", str(topo), "--p4info", str(workdir / "none"), *argv])
-        allowed = {cli.EXIT_INVALID, cli.EXIT_P4INFO} if valid else {cli.EXIT_INVALID}
+        code, err = _run(inactl.main, ["-t", str(topo), "--p4info", str(workdir / "none"), *argv])
+        allowed = {inactl.EXIT_INVALID, inactl.EXIT_P4INFO} if valid else {inactl.EXIT_INVALID}
         _assert_refused_clearly(code, err, allowed)
 
 
@@ -226,10 +226,10 @@ def test_inactl_refuses_a_bad_topology_with_exit_2(workdir: Path, doc: bytes) ->
 @given(_documents(VALID_TOPOLOGY))
 def test_inaworker_and_inaroot_refuse_a_bad_topology_with_exit_2(workdir: Path, doc: bytes) -> None:
     topo = _write(workdir, "topology.yaml", doc)
-    code, err = _run(worker_cli.main, ["-t", str(topo), "--job", str(FIGURE1_JOB),
+    code, err = _run(inaworker.main, ["-t", str(topo), "--job", str(FIGURE1_JOB),
                                        "--worker", "w9", "--values", "1"])
     _assert_refused_clearly(code, err, {2})
-    code, err = _run(serverroot.main, ["-t", str(topo), "--job", str(FIGURE1_JOB),
+    code, err = _run(inaroot.main, ["-t", str(topo), "--job", str(FIGURE1_JOB),
                                        "--host", "w9"])
     _assert_refused_clearly(code, err, {2})
 
@@ -241,7 +241,7 @@ def test_inalab_refuses_a_bad_topology_with_exit_2(workdir: Path, doc: bytes) ->
     # No lab runs in this run directory, and the build is missing: nothing starts.
     with mock.patch.dict(os.environ, {"INA_RUN_DIR": str(workdir / "run")}):
         for argv in (["exec", "--", "true"], ["host", "w1", "--", "true"], ["run", "--no-cli"]):
-            code, err = _run(lab_cli.main, ["-t", str(topo), "--build", str(workdir / "none"),
+            code, err = _run(inalab.main, ["-t", str(topo), "--build", str(workdir / "none"),
                                             *argv])
             _assert_refused_clearly(code, err, {2})
 
@@ -251,7 +251,7 @@ def test_inalab_refuses_a_bad_topology_with_exit_2(workdir: Path, doc: bytes) ->
 def _stderr_of(workdir: Path, argv: list[str], content: str,
                capsys: pytest.CaptureFixture[str]) -> str:
     job = _write(workdir, "named.yaml", content.encode())
-    assert cli.main(["-t", str(FIGURE1), *argv, str(job)]) == cli.EXIT_INVALID
+    assert inactl.main(["-t", str(FIGURE1), *argv, str(job)]) == inactl.EXIT_INVALID
     return capsys.readouterr().err
 
 
@@ -292,5 +292,5 @@ def test_a_duplicate_key_names_the_key(workdir: Path,
 def test_a_binary_file_is_not_a_traceback(workdir: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     job = _write(workdir, "binary.yaml", b"\x89PNG\r\n\x1a\n\x00\xff")
-    assert cli.main(["-t", str(job), "bift"]) == cli.EXIT_INVALID
+    assert inactl.main(["-t", str(job), "bift"]) == inactl.EXIT_INVALID
     assert "not a text file" in capsys.readouterr().err

@@ -4,7 +4,7 @@ import threading
 
 import numpy as np
 
-from ina.baselines import ps_server, ps_worker, ring_allreduce
+from ina.host.baselines import ps_server, ps_worker, ring_allreduce
 from ina.model.harness import reduce_arrays
 from ina.protocol.constants import Op
 

@@ -10,13 +10,13 @@ import asyncio
 import numpy as np
 import pytest
 
+from ina.host.worker import AllreduceResult, AllreduceTimeout, CallMismatch
 from ina.model.harness import reduce_arrays
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import Flag, JobStat, Op
 from ina.spec.job import Job
-from ina.worker import AllreduceResult, AllreduceTimeout, CallMismatch
 
 from inatest import ModelLab, figure1_job, in_threads, int_arrays, model_workers
 

@@ -9,6 +9,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from ina.host.worker import AllreduceError, AllreduceResult, AllreduceSession, WorkerConfig
 from ina.model.harness import allreduce_on_model, reduce_arrays, run_sessions
 from ina.model.network import Impairment
 from ina.protocol.bitmaps import bit_of
@@ -17,7 +18,6 @@ from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import Flag, JobStat, Op, SwitchStat
 from ina.protocol.frames import Bier, bier_frame, ina_frame
 from ina.spec.job import Job
-from ina.worker import AllreduceError, AllreduceResult, AllreduceSession, WorkerConfig
 
 from inatest import ModelLab, figure1_job, in_threads, int_arrays, model_workers, switch_stat
 
@@ -293,7 +293,7 @@ def test_float32_allreduce_is_within_its_error_bound(model_lab: ModelLab, op: Op
 
 
 def test_a_server_root_finishes_the_aggregation_and_starts_bier(model_lab: ModelLab) -> None:
-    from ina.serverroot import ServerRoot
+    from ina.host.serverroot import ServerRoot
 
     job = figure1_job(model_lab.topology, root="w5", slots=8)
     _deploy(model_lab, job)

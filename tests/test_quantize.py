@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ina import quantize as qz
+from ina.host import quantize as qz
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import Op
 

@@ -112,7 +112,7 @@ def test_a_job_over_sets_is_exact_over_impaired_links(lab: ModelLab) -> None:
 
 
 def test_a_server_root_sends_one_bier_packet_per_set(lab: ModelLab) -> None:
-    from ina.serverroot import ServerRoot
+    from ina.host.serverroot import ServerRoot
 
     workers = [w for w in WORKERS if w != "h4_2"]
     job = _planned(lab.topology, workers=workers, root="h4_2")

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
+from ina.host.worker import AllreduceSession, AllreduceTimeout, RtoEstimator, Worker, WorkerConfig
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import ELEMS_PER_PACKET, Flag, Op
 from ina.protocol.constants import ELEMS_PER_PACKET as P
-from ina.worker import AllreduceSession, AllreduceTimeout, RtoEstimator, Worker, WorkerConfig
 
 CONFIG = WorkerConfig(job_id=4, op=Op.SUM, pbm=bit_of(2), target="10.0.100.1", window=2,
                       root="10.0.100.6")

@@ -9,7 +9,7 @@ The worker API in one call::
     result.error_bound   # float input only: per-element bound on the error
 """
 
-from ina.worker import AllreduceError, AllreduceResult, AllreduceTimeout, allreduce
+from ina.host.worker import AllreduceError, AllreduceResult, AllreduceTimeout, allreduce
 
 __all__ = ["allreduce", "AllreduceResult", "AllreduceError", "AllreduceTimeout"]
 __version__ = "0.1.0"

@@ -47,6 +47,7 @@ import yaml
 
 from ina import sandbox
 from ina.control.controller import Controller
+from ina.host.baselines import TCP_WIRE_PER_BYTE
 from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, Op
 from ina.spec.job import Job, JobError, JobSpec
 from ina.spec.topology import Topology, TopologyError
@@ -56,8 +57,6 @@ Link = tuple[str, str]  # (from node, to node)
 Procs = dict[str, "subprocess.Popen[bytes]"]
 PS_PORT = 7100
 RING_PORT = 7200
-#: TCP/IP on Ethernet: a full segment carries 1448 payload bytes in a 1514-byte frame.
-TCP_WIRE_PER_BYTE = 1514 / 1448
 #: An INA packet on a host link, and inside BIER between switches: bytes per value.
 INA_WIRE_PER_VALUE = (14 + 20 + 8 + INA_PAYLOAD_BYTES) / ELEMS_PER_PACKET
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,7 +223,7 @@ class Bench:
 
     def ina(self, size: int, seed: int = 0, extra: tuple[str, ...] = ()) -> tuple[Procs, Procs]:
         return {w: self.lab.host(w).popen(
-            [sys.executable, "-m", "ina.worker_cli", "-t", str(self.topology_path), "--job",
+            [sys.executable, "-m", "ina.cli.inaworker", "-t", str(self.topology_path), "--job",
              str(self.job_path), "--worker", w, "--random", str(size), "--seed", str(seed + i),
              "--timeout", "60", "--wait-go", *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -233,12 +232,12 @@ class Bench:
     def ps(self, size: int) -> tuple[Procs, Procs]:
         py = sys.executable
         server = self.lab.host(self.ps_host).popen(
-            [py, "-m", "ina.baselines", "ps-server", "--port", str(PS_PORT),
+            [py, "-m", "ina.cli.baselines", "ps-server", "--port", str(PS_PORT),
              "--workers", str(len(self.job.workers))],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         ip = self.topology.hosts[self.ps_host].ip
         return {w: self.lab.host(w).popen(
-            [py, "-m", "ina.baselines", "ps-worker", "--server", ip, "--port", str(PS_PORT),
+            [py, "-m", "ina.cli.baselines", "ps-worker", "--server", ip, "--port", str(PS_PORT),
              "--random", str(size), "--seed", str(i), "--wait-go"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for i, w in enumerate(self.job.workers)}, {"ps-server": server}
@@ -246,7 +245,7 @@ class Bench:
     def ring(self, size: int) -> tuple[Procs, Procs]:
         hosts = ",".join(self.topology.hosts[w].ip for w in self.job.workers)
         return {w: self.lab.host(w).popen(
-            [sys.executable, "-m", "ina.baselines", "ring", "--rank", str(i), "--hosts", hosts,
+            [sys.executable, "-m", "ina.cli.baselines", "ring", "--rank", str(i), "--hosts", hosts,
              "--port", str(RING_PORT), "--random", str(size), "--seed", str(i), "--wait-go"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for i, w in enumerate(self.job.workers)}, {}
@@ -295,8 +294,8 @@ def run_allreduce_case(case: Case, build_dir: Path, regimes: tuple[str, ...]) ->
 def host_rate(size: int = 1 << 20) -> HostRate:
     """One worker's AllReduce against a loopback reflector in another process, which
     answers every packet at once as the root would: the worker library's own rate."""
-    from ina.arrays import random_array
-    from ina.worker import RtoEstimator, UdpTransport, Worker, WorkerConfig
+    from ina.host.arrays import random_array
+    from ina.host.worker import RtoEstimator, UdpTransport, Worker, WorkerConfig
 
     reflector = subprocess.Popen([sys.executable, "-m", "ina.bench", "reflect", "127.0.0.2"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -360,7 +359,7 @@ def run_loss(build_dir: Path, losses: list[float], size: int, case: Case,
     """Inside the sandbox: the INA AllReduce of ``case`` at each loss rate, ``rounds``
     times, the loss rates taking turns (the median is reported: one stall of the
     machine does not decide a figure)."""
-    from ina.arrays import digest, random_array
+    from ina.host.arrays import digest, random_array
     from ina.lab import Lab, LabOptions
     from ina.model.harness import reduce_arrays
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from ina.arrays import random_array
 from ina.control.controller import Controller
 from ina.control.report import render_status
+from ina.host.arrays import random_array
 from ina.model.harness import allreduce_on_model, deployed_network, reduce_arrays
 from ina.spec.job import Job, JobSpec, validate_job
 from ina.spec.topology import Topology
@@ -84,7 +84,7 @@ def run_on_bmv2(topology_path: Path, job_path: Path, size: int, seed: int,
         started = time.monotonic()
         for i, w in enumerate(job.workers):
             procs[w] = lab.host(w).popen(
-                [sys.executable, "-m", "ina.worker_cli", "-t", str(topology_path),
+                [sys.executable, "-m", "ina.cli.inaworker", "-t", str(topology_path),
                  "--job", str(job_path), "--worker", w, "--random", str(size),
                  "--seed", str(seed + i), "--output", str(out_dir / f"{w}.npy")],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -22,9 +22,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ina.arrays import random_array
-from ina.bench import TCP_WIRE_PER_BYTE
 from ina.control.vat_planner import plan_job
+from ina.host.arrays import random_array
+from ina.host.baselines import TCP_WIRE_PER_BYTE
 from ina.model.harness import deployed_network, reduce_on_model, start_call_on_model
 from ina.protocol.constants import ELEMS_PER_PACKET
 from ina.spec.topogen import fat_tree

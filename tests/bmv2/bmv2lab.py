@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import yaml
 
-from ina.arrays import random_array
 from ina.control.controller import Controller
 from ina.control.p4runtime import connect
+from ina.host.arrays import random_array
 from ina.lab import Lab, LabOptions
 from ina.model.harness import reduce_arrays
 from ina.spec.job import Job, JobSpec, validate_job
@@ -71,7 +71,7 @@ class NetLab:
             if only is not None and w not in only:
                 continue
             procs[w] = self.lab.host(w).popen(
-                [sys.executable, "-m", "ina.worker_cli", "-t", str(self.topology_path), "--job",
+                [sys.executable, "-m", "ina.cli.inaworker", "-t", str(self.topology_path), "--job",
                  str(job_path), "--worker", w, "--random", str(size), "--seed", str(seed + i),
                  "--timeout", str(timeout),
                  "--output", str(self.workdir / f"{w}-{job.job_id}.npy"), *extra],

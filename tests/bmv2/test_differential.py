@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import yaml
 
-from ina.arrays import random_array
 from ina.control.controller import SwitchStatus
 from ina.control.switch import CounterValue
+from ina.host.arrays import random_array
 from ina.model.harness import allreduce_on_model, deployed_network
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import JobStat, SwitchStat

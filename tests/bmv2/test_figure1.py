@@ -196,7 +196,7 @@ def test_a_failed_write_leaves_no_half_deployed_job(figure1_lab: NetLab) -> None
 
 def test_inactl_deploys_reports_and_tears_down(figure1_lab: NetLab) -> None:
     path = figure1_lab.write_job(**FIGURE1_SPEC)
-    base = [sys.executable, "-m", "ina.cli", "-t", str(FIGURE1), "--p4info",
+    base = [sys.executable, "-m", "ina.cli.inactl", "-t", str(FIGURE1), "--p4info",
             str(figure1_lab.lab.p4info)]
     deploy = subprocess.run([*base, "deploy", str(path)], capture_output=True, text=True)
     assert deploy.returncode == 0, deploy.stderr

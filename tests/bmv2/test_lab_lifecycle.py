@@ -58,7 +58,7 @@ def _inalab(compiled: Path, run_dir: Path, *args: str, **popen: Any
             ) -> subprocess.Popen[bytes]:
     env = dict(os.environ, INA_RUN_DIR=str(run_dir))
     return subprocess.Popen(
-        [sys.executable, "-m", "ina.lab_cli", "-t", str(FIGURE1), "--build", str(compiled),
+        [sys.executable, "-m", "ina.cli.inalab", "-t", str(FIGURE1), "--build", str(compiled),
          *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, **popen)
 
 
@@ -149,7 +149,7 @@ def test_exec_and_host_reach_the_running_lab(running: RunningLab,
     out, _ = ping.communicate(timeout=60)
     assert ping.returncode == 0 and b" 0% packet loss" in out, out
     status = _inalab(compiled_alone, running.record.directory, "exec", "--",
-                     sys.executable, "-m", "ina.cli", "-t", str(FIGURE1),
+                     sys.executable, "-m", "ina.cli.inactl", "-t", str(FIGURE1),
                      "--p4info", str(compiled_alone / "ina.p4info.txtpb"), "status",
                      stdout=subprocess.PIPE)
     out, _ = status.communicate(timeout=60)

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ina.arrays import random_array
 from ina.control import p4names as n
 from ina.control.controller import BaseChanges, Controller
 from ina.control.entities import Entity, Lpm, McastGroup, TableEntry
 from ina.control.switch_state import base_plan
+from ina.host.arrays import random_array
 from ina.model.harness import reduce_arrays
 from ina.protocol.frames import ip_int
 from ina.spec.job import Job

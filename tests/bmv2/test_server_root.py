@@ -25,7 +25,7 @@ def test_a_server_rooted_job_is_exact_at_every_worker(figure1_lab: NetLab) -> No
     path = lab.write_job(**SPEC)
     job = lab.deploy(path)
     root = lab.lab.host("w5").popen(
-        [sys.executable, "-m", "ina.serverroot", "-t", str(FIGURE1), "--job", str(path),
+        [sys.executable, "-m", "ina.cli.inaroot", "-t", str(FIGURE1), "--job", str(path),
          "--host", "w5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert root.stderr is not None

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scapy.all import IP, UDP, Ether, raw
 
-from ina.arrays import random_array, random_floats
+from ina.host.arrays import random_array, random_floats
 from ina.lab import wait_until
 from ina.model.harness import reduce_arrays
 from ina.protocol.codec import InaPacket

@@ -12,13 +12,8 @@ import numpy.typing as npt
 
 from ina.control.controller import Controller
 from ina.control.memory_switch import MemorySwitch
-from ina.model.network import Impairment, ModelNetwork
-from ina.protocol.arith import seq_add, wrap_int32
-from ina.protocol.constants import Op
-from ina.serverroot import ServerRoot
-from ina.spec.job import Job
-from ina.spec.topology import Topology
-from ina.worker import (
+from ina.host.serverroot import ServerRoot
+from ina.host.worker import (
     KIND_INT,
     AllreduceError,
     AllreduceSession,
@@ -27,6 +22,11 @@ from ina.worker import (
     sync_answer,
     sync_request,
 )
+from ina.model.network import Impairment, ModelNetwork
+from ina.protocol.arith import seq_add, wrap_int32
+from ina.protocol.constants import Op
+from ina.spec.job import Job
+from ina.spec.topology import Topology
 
 #: Virtual seconds without a new result after which run_sessions gives up.
 STALL_SECONDS = 5.0

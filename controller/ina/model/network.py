@@ -128,7 +128,7 @@ class ModelNetwork:
         return [payload for _, payload in self.received_datagrams(host, limit)]
 
 class ModelTransport:
-    """A worker's socket on the model network, for ``ina.worker.Worker`` in a thread:
+    """A worker's socket on the model network, for ``ina.host.worker.Worker`` in a thread:
     several workers share one network under its lock."""
 
     def __init__(self, net: ModelNetwork, host: str, target: str):

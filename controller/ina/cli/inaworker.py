@@ -21,12 +21,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ina.arrays import digest, random_array, random_floats
-from ina.baselines import wait_for_go
-from ina.protocol.constants import Op
-from ina.spec.job import JobError
-from ina.spec.topology import TopologyError
-from ina.worker import (
+from ina.cli.common import wait_for_go
+from ina.host.arrays import digest, random_array, random_floats
+from ina.host.worker import (
     DEFAULT_RTO,
     MIN_RTO,
     AllreduceError,
@@ -35,6 +32,9 @@ from ina.worker import (
     Worker,
     WorkerConfig,
 )
+from ina.protocol.constants import Op
+from ina.spec.job import JobError
+from ina.spec.topology import TopologyError
 
 EXIT_INVALID = 2
 EXIT_TIMEOUT = 3
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--random", type=int, metavar="SIZE", help="SIZE random int32 values")
     p.add_argument("--seed", type=int, default=0, help="seed for --random")
     p.add_argument("--float", action="store_true",
-                   help="float32 values (quantized, see ina.quantize)")
+                   help="float32 values (quantized, see ina.host.quantize)")
     p.add_argument("--op", choices=["sum", "min", "max"], help="default: the job's op")
     p.add_argument("--progress", action="store_true", help="show progress on stderr")
     p.add_argument("--output", type=Path, help="write the result here (.npy)")
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INVALID
 
     # A stop signal ends the call the way a failure does: the worker tells the root
-    # it gives up (ina.worker.Worker._abort), so the next call starts cleanly.
+    # it gives up (ina.host.worker.Worker._abort), so the next call starts cleanly.
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
     try:

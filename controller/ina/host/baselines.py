@@ -1,22 +1,14 @@
 """Host-based AllReduce, to measure INA against: a parameter server and a ring.
 
 Both use TCP between hosts (reliable, as INA's retransmissions are) and plain
-IPv4 forwarding through the switches. Arrays are int32; SUM only.
-
-    python -m ina.baselines ps-server --port P --workers N --size S
-    python -m ina.baselines ps-worker --server IP --port P --random S --seed K
-    python -m ina.baselines ring --rank R --hosts IP0,IP1,... --port P --random S --seed K
-
-Each worker prints one JSON line: its elapsed seconds and a digest of the result.
+IPv4 forwarding through the switches. Arrays are int32; SUM only. The benchmark
+runs them on hosts with ``python -m ina.cli.baselines``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import socket
 import struct
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -24,11 +16,12 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from ina.arrays import digest, random_array
 from ina.protocol.arith import wrap_int32
 
 Array = npt.NDArray[np.int32]
 _LEN = struct.Struct("!Q")
+#: TCP/IP on Ethernet: a full segment carries 1448 payload bytes in a 1514-byte frame.
+TCP_WIRE_PER_BYTE = 1514 / 1448
 
 
 def _send_array(sock: socket.socket, values: Array) -> None:
@@ -125,54 +118,3 @@ def ring_allreduce(rank: int, hosts: list[str], port: int, values: Array,
                     segments[recv_idx] = (_wrap_sum(segments[recv_idx], incoming)
                                           if phase == "reduce" else incoming)
     return np.concatenate(segments)
-
-
-def wait_for_go() -> None:
-    """Say ``ready`` on stdout and wait for a line on stdin: the benchmark starts every
-    worker's clock at once, after each is set up (no start-up skew in the figures)."""
-    print("ready", flush=True)
-    sys.stdin.readline()
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ina.baselines", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("ps-server")
-    s.add_argument("--port", type=int, required=True)
-    s.add_argument("--workers", type=int, required=True)
-    for name in ("ps-worker", "ring"):
-        w = sub.add_parser(name)
-        w.add_argument("--port", type=int, required=True)
-        w.add_argument("--random", type=int, required=True, metavar="SIZE")
-        w.add_argument("--seed", type=int, default=0)
-        w.add_argument("--wait-go", action="store_true",
-                       help="once connected, say 'ready' and wait for a line on stdin")
-        if name == "ps-worker":
-            w.add_argument("--server", required=True)
-        else:
-            w.add_argument("--rank", type=int, required=True)
-            w.add_argument("--hosts", required=True, help="comma-separated IPs, in ring order")
-    args = p.parse_args(argv)
-    if args.cmd == "ps-server":
-        ps_server(args.port, args.workers)
-        return 0
-    values = random_array(args.random, args.seed)
-    started = [time.monotonic()]
-
-    def ready() -> None:
-        if args.wait_go:
-            wait_for_go()
-        started[0] = time.monotonic()
-
-    if args.cmd == "ps-worker":
-        result = ps_worker(args.server, args.port, values, ready=ready)
-    else:
-        result = ring_allreduce(args.rank, args.hosts.split(","), args.port, values, ready=ready)
-    elapsed = time.monotonic() - started[0]
-    print(json.dumps({"elapsed": elapsed, "sha256": digest(result), "values": int(result.size)}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from ina import cli
+from ina.cli import inactl
 
 from inatest import FIGURE1, FIGURE1_JOB
 
 
 def test_check_prints_the_vat(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["-t", str(FIGURE1), "check", str(FIGURE1_JOB)]) == 0
+    assert inactl.main(["-t", str(FIGURE1), "check", str(FIGURE1_JOB)]) == 0
     out = capsys.readouterr().out
     assert "s6 A-BM 11110000 (w1, w2, w3, w4) root" in out
     assert "s1 A-BM 11000000" in out and "w3 -> sends to 10.0.100.7" in out
@@ -20,7 +20,7 @@ def test_invalid_job_exits_2_with_the_problem(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("job_id: 1\nop: sum\nworkers: [w1, w9]\nroot: s6\n")
-    assert cli.main(["-t", str(FIGURE1), "check", str(job)]) == cli.EXIT_INVALID
+    assert inactl.main(["-t", str(FIGURE1), "check", str(job)]) == inactl.EXIT_INVALID
     assert "worker 'w9' is not a host" in capsys.readouterr().err
 
 
@@ -29,12 +29,12 @@ def test_deploy_refuses_an_invalid_job_before_anything_else(
     job = tmp_path / "job.yaml"
     job.write_text("job_id: 1\nop: sum\nworkers: [w1]\nroot: s9\n")
     # Neither a P4Info nor a switch exists: the job is refused before either is needed.
-    assert cli.main(["-t", str(FIGURE1), "--p4info", str(tmp_path / "none"), "deploy",
-                     str(job)]) == cli.EXIT_INVALID
+    assert inactl.main(["-t", str(FIGURE1), "--p4info", str(tmp_path / "none"), "deploy",
+                     str(job)]) == inactl.EXIT_INVALID
     assert "root 's9' is neither a switch nor a host" in capsys.readouterr().err
 
 
 def test_bift_lists_a_row_per_bfer(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["-t", str(FIGURE1), "bift"]) == 0
+    assert inactl.main(["-t", str(FIGURE1), "bift"]) == 0
     out = capsys.readouterr().out
     assert "bfr-id   5 -> port 2 (s6) F-BM 00001111" in out

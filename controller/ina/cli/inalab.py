@@ -119,7 +119,7 @@ def _in_sandbox(args: argparse.Namespace, argv: list[str],
     """This command again, in a fresh sandbox (see sandbox.run), until it ends."""
     # What the sandbox runs ends when this process ends, even by its parent's death.
     sandbox.die_with_parent()
-    return sandbox.run([sys.executable, "-m", "ina.lab_cli", "--sandboxed", *argv],
+    return sandbox.run([sys.executable, "-m", "ina.cli.inalab", "--sandboxed", *argv],
                        keep=_paths(args), on_start=on_start, on_ready=on_ready)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ina import lab_cli
+from ina.cli import inalab
 from ina.labstate import SANDBOX_MARK, LabRecord, SandboxProcess
 
 from inatest import FIGURE1
@@ -86,9 +86,9 @@ def test_a_second_inalab_run_of_a_running_topology_is_refused(
         fake_sandbox: subprocess.Popen[bytes], run_dir: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     record = _recorded(fake_sandbox, run_dir)
-    code = lab_cli.main(["-t", str(FIGURE1), "--build", str(run_dir / "none"), "run",
+    code = inalab.main(["-t", str(FIGURE1), "--build", str(run_dir / "none"), "run",
                          "--no-cli"])
-    assert code == lab_cli.EXIT_INVALID
+    assert code == inalab.EXIT_INVALID
     assert "a lab of figure1 is already running" in capsys.readouterr().err
     assert record.running() is not None  # the first run's record is untouched
 
@@ -100,9 +100,9 @@ def test_a_stale_record_does_not_block_inalab_run(
     fake_sandbox.kill()
     fake_sandbox.wait()
     # It goes on to check the build (missing here) and stops there, starting nothing.
-    code = lab_cli.main(["-t", str(FIGURE1), "--build", str(run_dir / "none"), "run",
+    code = inalab.main(["-t", str(FIGURE1), "--build", str(run_dir / "none"), "run",
                          "--no-cli"])
-    assert code == lab_cli.EXIT_INVALID
+    assert code == inalab.EXIT_INVALID
     err = capsys.readouterr().err
     assert "already running" not in err and "cannot run here" in err
     assert not record.pid_file.exists()
@@ -110,7 +110,7 @@ def test_a_stale_record_does_not_block_inalab_run(
 
 def test_inalab_exec_without_a_running_lab_exits_2(
         run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert lab_cli.main(["-t", str(FIGURE1), "exec", "--", "true"]) == lab_cli.EXIT_INVALID
+    assert inalab.main(["-t", str(FIGURE1), "exec", "--", "true"]) == inalab.EXIT_INVALID
     assert "no lab of figure1 is running" in capsys.readouterr().err
 
 
@@ -120,6 +120,6 @@ def test_inalab_host_after_a_killed_run_removes_its_stale_state(
     record = _recorded(fake_sandbox, run_dir)
     fake_sandbox.kill()
     fake_sandbox.wait()
-    assert lab_cli.main(["-t", str(FIGURE1), "host", "w1", "--", "true"]) == 2
+    assert inalab.main(["-t", str(FIGURE1), "host", "w1", "--", "true"]) == 2
     assert "no lab of figure1 is running" in capsys.readouterr().err
     assert not record.pid_file.exists() and not record.state_file.exists()

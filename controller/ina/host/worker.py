@@ -15,7 +15,7 @@ successive ones. Each call (``Worker.allreduce``) has three steps:
    a clear error if not.
 3. **Reduce.** The array, cut into packets of ELEMS_PER_PACKET values with the
    following sequence numbers (a float32 array: first its block exponents, then
-   its values, see ina.quantize).
+   its values, see ina.host.quantize).
 
 ``AllreduceSession`` is the protocol logic of one reduction without any I/O: a
 sliding window of ``window`` packets (the job's slots), retransmission after an
@@ -42,7 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ina import quantize
+from ina.host import quantize
 from ina.protocol.arith import INT32_MAX, INT32_MIN, seq_add
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
@@ -536,7 +536,7 @@ class Worker:
 
     def allreduce(self, values: npt.ArrayLike | Sequence[int],
                   op: Op | None = None) -> AllreduceResult:
-        """Reduce ``values`` (integers, or float32: see ina.quantize) with ``op``
+        """Reduce ``values`` (integers, or float32: see ina.host.quantize) with ``op``
         (default: the job's)."""
         op = self.config.op if op is None else op
         array = np.asarray(values)

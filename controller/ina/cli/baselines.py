@@ -1,0 +1,64 @@
+"""The host-based AllReduce baselines on a host (ina.host.baselines), as the benchmark
+starts them:
+
+    python -m ina.cli.baselines ps-server --port P --workers N
+    python -m ina.cli.baselines ps-worker --server IP --port P --random S --seed K
+    python -m ina.cli.baselines ring --rank R --hosts IP0,IP1,... --port P --random S --seed K
+
+Each worker prints one JSON line: its elapsed seconds and a digest of the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from ina.cli.common import wait_for_go
+from ina.host.arrays import digest, random_array
+from ina.host.baselines import ps_server, ps_worker, ring_allreduce
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ina.cli.baselines", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("ps-server")
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--workers", type=int, required=True)
+    for name in ("ps-worker", "ring"):
+        w = sub.add_parser(name)
+        w.add_argument("--port", type=int, required=True)
+        w.add_argument("--random", type=int, required=True, metavar="SIZE")
+        w.add_argument("--seed", type=int, default=0)
+        w.add_argument("--wait-go", action="store_true",
+                       help="once connected, say 'ready' and wait for a line on stdin")
+        if name == "ps-worker":
+            w.add_argument("--server", required=True)
+        else:
+            w.add_argument("--rank", type=int, required=True)
+            w.add_argument("--hosts", required=True, help="comma-separated IPs, in ring order")
+    args = p.parse_args(argv)
+    if args.cmd == "ps-server":
+        ps_server(args.port, args.workers)
+        return 0
+    values = random_array(args.random, args.seed)
+    started = [time.monotonic()]
+
+    def ready() -> None:
+        if args.wait_go:
+            wait_for_go()
+        started[0] = time.monotonic()
+
+    if args.cmd == "ps-worker":
+        result = ps_worker(args.server, args.port, values, ready=ready)
+    else:
+        result = ring_allreduce(args.rank, args.hosts.split(","), args.port, values, ready=ready)
+    elapsed = time.monotonic() - started[0]
+    print(json.dumps({"elapsed": elapsed, "sha256": digest(result), "values": int(result.size)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
