@@ -72,7 +72,7 @@ bench: build
 	$(VENV)/bin/inabench --build $(BUILD) allreduce --json docs/allreduce.json --png docs/allreduce.png
 
 bench-dataplane: build
-	$(PY) -m ina.bench_dataplane --build $(BUILD) --json docs/dataplane.json --png docs/dataplane.png
+	$(VENV)/bin/inabench --build $(BUILD) dataplane --json docs/dataplane.json --png docs/dataplane.png
 
 bench-loss: build
 	$(VENV)/bin/inabench --build $(BUILD) loss --json docs/loss.json
@@ -81,10 +81,10 @@ bench-deploy: build
 	$(VENV)/bin/inabench --build $(BUILD) deploy
 
 simulate:
-	$(PY) -m ina.simulate --k 4 6 8 16
+	$(PY) -m ina.lab.simulate --k 4 6 8 16
 
 test:
-	$(PY) -m ina.sandbox --if-available -- $(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m ina.lab.sandbox --if-available -- $(PY) -m pytest $(PYTEST_ARGS)
 
 lint:
 	$(VENV)/bin/ruff check controller tests

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ina.cli import inalab
-from ina.labstate import SANDBOX_MARK, LabRecord, SandboxProcess
+from ina.lab.labstate import SANDBOX_MARK, LabRecord, SandboxProcess
 
 from inatest import FIGURE1
 

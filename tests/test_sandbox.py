@@ -23,17 +23,17 @@ from pathlib import Path
 
 import pytest
 
-from ina import sandbox
-from ina.lab import wait_until
+from ina.lab import sandbox
+from ina.lab.mininet import wait_until
 
 from inatest import ROOT, children, pid_namespace, processes_in
 
 pytestmark = pytest.mark.skipif(sandbox.why_not_available() is not None,
                                 reason=f"no sandbox here: {sandbox.why_not_available()}")
 
-#: Makes a sandbox the way the CLIs do (python -m ina.sandbox would not nest one
+#: Makes a sandbox the way the CLIs do (python -m ina.lab.sandbox would not nest one
 #: inside the sandbox `make test` runs in).
-LAUNCHER = ("import sys; from ina import sandbox; sandbox.die_with_parent(); "
+LAUNCHER = ("import sys; from ina.lab import sandbox; sandbox.die_with_parent(); "
             "sys.exit(sandbox.run(sys.argv[2:], grace=float(sys.argv[1])))")
 #: A command with a few processes that stay until killed.
 SLEEPERS = ["sh", "-c", "sleep 1000 & sleep 1000 & wait"]
@@ -154,7 +154,7 @@ def test_the_sandbox_exits_with_its_commands_exit_code() -> None:
 
 def test_a_path_under_tmp_given_to_keep_is_visible_inside(tmp_path: Path) -> None:
     (tmp_path / "here").write_text("yes")
-    script = ("import sys; from ina import sandbox; "
+    script = ("import sys; from ina.lab import sandbox; "
               "sys.exit(sandbox.run(['cat', sys.argv[1]], keep=[sys.argv[1]]))")
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "here")], cwd=ROOT,
                           capture_output=True, timeout=30)

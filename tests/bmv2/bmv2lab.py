@@ -3,30 +3,30 @@ workers on hosts, listen on hosts, put raw frames on a host's link."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
 import yaml
 
 from ina.control.controller import Controller
-from ina.control.p4runtime import connect
 from ina.host.arrays import random_array
-from ina.lab import Lab, LabOptions
+from ina.lab.deploy import controller_call, deploy
+from ina.lab.mininet import Lab, LabOptions
 from ina.model.harness import reduce_arrays
 from ina.spec.job import Job, JobSpec, validate_job
 from ina.spec.topology import Topology
 
 HERE = Path(__file__).resolve().parent
+T = TypeVar("T")
 
 
 @dataclass
@@ -39,14 +39,9 @@ class NetLab:
     workdir: Path
     reports: dict[str, Any] = field(default_factory=dict)
 
-    def controller_call(self, fn: Any) -> Any:
+    def controller_call(self, fn: Callable[[Controller], Awaitable[T]]) -> T:
         """Run ``fn(controller)`` over fresh P4Runtime connections."""
-
-        async def go() -> Any:
-            async with connect(self.topology, self.lab.p4info) as clients:
-                return await fn(Controller(self.topology, clients))
-
-        return asyncio.run(go())
+        return controller_call(self.lab, fn)
 
     def write_job(self, **spec: Any) -> Path:
         path = self.workdir / f"job{spec['job_id']}.yaml"
@@ -54,9 +49,7 @@ class NetLab:
         return path
 
     def deploy(self, path: Path) -> Job:
-        job = validate_job(JobSpec.load(path), self.topology)
-        self.controller_call(lambda ctl: ctl.deploy(job))
-        return job
+        return deploy(self.lab, validate_job(JobSpec.load(path), self.topology))
 
     def teardown(self, job_id: int) -> None:
         self.controller_call(lambda ctl: ctl.teardown(job_id))

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ina import sandbox
-from ina.lab import missing_tools
+from ina.lab import sandbox
+from ina.lab.mininet import missing_tools
 
 from bmv2lab import Labs, NetLab
 from inatest import FIGURE1, ROOT

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from ina import sandbox
-from ina.lab import wait_until
-from ina.labstate import LabRecord, SandboxProcess
+from ina.lab import sandbox
+from ina.lab.labstate import LabRecord, SandboxProcess
+from ina.lab.mininet import wait_until
 
 from bmv2lab import Labs
 from inatest import FIGURE1, ROOT, pid_namespace, processes_in

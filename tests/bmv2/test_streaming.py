@@ -18,7 +18,7 @@ import pytest
 from scapy.all import IP, UDP, Ether, raw
 
 from ina.host.arrays import random_array, random_floats
-from ina.lab import wait_until
+from ina.lab.mininet import wait_until
 from ina.model.harness import reduce_arrays
 from ina.protocol.codec import InaPacket
 from ina.protocol.constants import ELEMS_PER_PACKET as P

@@ -22,14 +22,13 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ina import sandbox
-from ina.labstate import LabRecord, SandboxProcess
+from ina.lab import sandbox
+from ina.lab.labstate import LabRecord, SandboxProcess
 from ina.spec.job import JobError, JobSpec, validate_job
 from ina.spec.topology import Topology, TopologyError
 
@@ -55,7 +54,7 @@ def _tell_ready(line: str) -> None:
 
 def _run(args: argparse.Namespace, topology: Topology) -> int:
     """Inside the sandbox: the lab, until a signal (or the CLI's exit) stops it."""
-    from ina.lab import Lab, LabOptions
+    from ina.lab.mininet import Lab, LabOptions
 
     # The CLI keeps Mininet's Ctrl-C (interrupt the command running on a host).
     sandbox.stop_on((signal.SIGTERM, signal.SIGHUP) if not args.no_cli
@@ -138,14 +137,9 @@ def _paths(args: argparse.Namespace) -> list[Path]:
 
 
 def _need_lab_tools(build: Path) -> None:
-    from ina.lab import missing_tools
+    from ina.lab.mininet import missing_tools
 
-    problems = missing_tools()
-    missing = [str(p) for p in (build / "ina.json", build / "ina.p4info.txtpb")
-               if not p.exists()]
-    if missing:
-        problems.append(f"{', '.join(missing)} not found: compile the P4 program first "
-                        "(make build)")
+    problems = missing_tools(build)
     if problems:
         raise _Refused("Mininet + BMv2 cannot run here: " + "; ".join(problems))
 
@@ -173,32 +167,24 @@ def _enter(args: argparse.Namespace, topology: Topology, host: str | None) -> in
 
 
 def _demo(args: argparse.Namespace, topology: Topology, argv: list[str]) -> int:
-    from ina.demo import run_on_bmv2, run_on_model
-    from ina.lab import missing_tools
+    from ina.lab.demo import run_on_bmv2, run_on_model
+    from ina.lab.mininet import missing_tools
 
     job = validate_job(JobSpec.load(args.job), topology)
-    if args.model:
-        reason = "--model was given"
-    else:
-        problems = missing_tools()
-        build = [str(p) for p in (args.build / "ina.json", args.build / "ina.p4info.txtpb")
-                 if not p.exists()]
-        if build:
-            problems.append(f"{', '.join(build)} missing (make build needs p4c-bm2-ss"
-                            + ("" if shutil.which("p4c-bm2-ss") else ", which is not installed")
-                            + ")")
-        reason = "; ".join(problems)
+    reason = "--model was given" if args.model else "; ".join(missing_tools(args.build))
     if reason:
         print(f"Running on the reference model (pure Python), not BMv2: {reason}.")
-        ok = run_on_model(topology, job, args.size, args.seed)
+        result = run_on_model(topology, job, args.size, args.seed)
     elif not args.sandboxed:
         return _in_sandbox(args, argv)
     else:
         sandbox.stop_on((signal.SIGTERM, signal.SIGHUP, signal.SIGINT))
         print("Running on Mininet + BMv2 (simple_switch_grpc), in private namespaces.")
-        ok = run_on_bmv2(args.topology, args.job, args.size, args.seed, args.build, args.logs)
-    print("\nAllReduce " + ("correct at every worker." if ok else "FAILED."))
-    return 0 if ok else 1
+        result = run_on_bmv2(args.topology, args.job, args.size, args.seed, args.build,
+                             args.logs)
+    print(result.render())
+    print("\nAllReduce " + ("correct at every worker." if result.ok else "FAILED."))
+    return 0 if result.ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:

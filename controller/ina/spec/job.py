@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ina.errors import InputError
 from ina.protocol.bitmaps import split_sets
 from ina.protocol.constants import AGG_SLOTS, Op
@@ -238,6 +240,10 @@ class Job:
                             if not n.is_root},
             "slots": self.slots,
         }
+
+    def save(self, path: Path) -> None:
+        """Write this job as an explicit job file (OSError if it cannot)."""
+        path.write_text(yaml.safe_dump(self.to_spec(), sort_keys=False))
 
     def edges(self) -> list[tuple[str, str]]:
         """(child, parent) for every VAT edge; children are workers or switches."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import shutil
 import socket
 import subprocess
@@ -20,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ina import sandbox
 from ina.control.controller import Controller
+from ina.lab import sandbox
 from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
@@ -33,8 +34,9 @@ class LabError(RuntimeError):
     pass
 
 
-def missing_tools() -> list[str]:
-    """What this machine lacks to run the lab, each with how to get it."""
+def missing_tools(build_dir: Path | None = None) -> list[str]:
+    """What this machine lacks to run the lab, each with how to get it; with
+    ``build_dir``, the compiled program in it too."""
     problems = []
     if shutil.which(SWITCH_BINARY) is None:
         problems.append(f"{SWITCH_BINARY} not found: install BMv2 with P4Runtime support "
@@ -47,7 +49,35 @@ def missing_tools() -> list[str]:
     reason = sandbox.why_not_available()
     if reason:
         problems.append(reason)
+    if build_dir is not None:
+        missing = [str(p) for p in (build_dir / "ina.json", build_dir / "ina.p4info.txtpb")
+                   if not p.exists()]
+        if missing:
+            problems.append(f"{', '.join(missing)} not found: compile the P4 program first "
+                            "(make build" + ("" if shutil.which(COMPILER) else
+                                             f", which needs {COMPILER}: not installed") + ")")
     return problems
+
+
+def bmv2_build() -> str:
+    """The BMv2 binary's version and its build options, from its installed config.h."""
+    try:
+        version = subprocess.run([SWITCH_BINARY, "--version"], capture_output=True,
+                                 text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        version = "unknown version"
+    options = []
+    for path in (Path("/usr/local/include/bm/config.h"), Path("/usr/include/bm/config.h")):
+        if path.exists():
+            text = path.read_text()
+            logging_on = bool(re.search(r"^#define BM_LOG_(DEBUG|TRACE)_ON\b", text, re.M))
+            elog_on = bool(re.search(r"^#define BM_ELOG_ON\b", text, re.M))
+            options.append("default build: logging macros and event logger compiled in"
+                           if logging_on and elog_on else
+                           f"logging macros {'on' if logging_on else 'off'}, "
+                           f"event logger {'on' if elog_on else 'off'}")
+            break
+    return f"{SWITCH_BINARY} {version}" + (f", {options[0]}" if options else "")
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str,
@@ -60,7 +90,8 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str,
         time.sleep(interval)
 
 
-def _port_open(address: str) -> bool:
+def port_open(address: str) -> bool:
+    """Whether something listens at ``host:port``."""
     host, _, port = address.rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=0.2):
@@ -140,7 +171,7 @@ def _bmv2_switch_class() -> type:
                 raise LabError(f"{self.name}: {SWITCH_BINARY} exited with {self.proc.returncode}"
                                + (f"; see {self.output}" if self.output else
                                   " (run with a log directory to see why)"))
-            return _port_open(self.grpc)
+            return port_open(self.grpc)
 
         def stop(self, deleteIntfs: bool = True) -> None:
             if self.proc is not None and self.proc.poll() is None:
@@ -189,12 +220,9 @@ class Lab:
         if not sandbox.inside():
             raise LabError("refusing to start Mininet outside the sandbox of private namespaces "
                            "(use inalab / make run, which enter it)")
-        problems = missing_tools()
+        problems = missing_tools(self.options.build_dir)
         if problems:
             raise LabError("; ".join(problems))
-        for path in (self.p4info, self.p4blob):
-            if not path.exists():
-                raise LabError(f"{path} not found: compile the P4 program first (make build)")
         from mininet.net import Mininet
         from mininet.node import Host
 

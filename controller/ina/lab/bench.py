@@ -20,46 +20,46 @@ link, against the same AllReduce without loss, in one run.
 
 ``deploy``: deploy time on the k=4 fat-tree, all switches at once vs one by one.
 
-``inabench host`` runs alone what every allreduce run also measures first: one
-worker against a loopback reflector (no switch), to show the worker library is
-not what limits the figures.
+``host``: what every allreduce run also measures first, one worker against a
+loopback reflector (no switch), to show the worker library is not what limits the
+figures.
+
+``inabench`` (ina.cli.inabench) runs them and prints what they return.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import dataclasses
+import contextlib
 import json
-import logging
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ina import sandbox
 from ina.control.controller import Controller
 from ina.host.baselines import TCP_WIRE_PER_BYTE
+from ina.lab.deploy import deploy
+from ina.lab.mininet import Lab, LabOptions
 from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, Op
-from ina.spec.job import Job, JobError, JobSpec
-from ina.spec.topology import Topology, TopologyError
+from ina.spec.job import Job, JobSpec
+from ina.spec.topology import Topology
 
-LOG = logging.getLogger(__name__)
 Link = tuple[str, str]  # (from node, to node)
 Procs = dict[str, "subprocess.Popen[bytes]"]
 PS_PORT = 7100
 RING_PORT = 7200
 #: An INA packet on a host link, and inside BIER between switches: bytes per value.
 INA_WIRE_PER_VALUE = (14 + 20 + 8 + INA_PAYLOAD_BYTES) / ELEMS_PER_PACKET
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
+#: The deploy-time benchmark: every host of the k=4 fat-tree in one job.
+DEPLOY_TOPOLOGY = ROOT / "topologies" / "fat-tree-4.yaml"
+DEPLOY_JOB = ROOT / "jobs" / "fat-tree-4-all.yaml"
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ def _start_together(workers: Procs, timeout: float = 120.0) -> None:
 class Bench:
     """A lab with a job deployed, and the three methods to run on it."""
 
-    def __init__(self, lab: Any, topology: Topology, topology_path: Path, job: Job,
+    def __init__(self, lab: Lab, topology: Topology, topology_path: Path, job: Job,
                  job_path: Path, ps_host: str):
         self.lab, self.topology, self.topology_path = lab, topology, topology_path
         self.job, self.job_path, self.ps_host = job, job_path, ps_host
@@ -251,32 +251,26 @@ class Bench:
             for i, w in enumerate(self.job.workers)}, {}
 
 
-def _deploy(lab: Any, topology: Topology, spec: JobSpec, workdir: Path) -> tuple[Job, Path]:
-    """Deploy (planning it if the spec has no VAT); the explicit job file for workers."""
-    from ina.control.p4runtime import connect
-
-    async def deploy() -> Job:
-        async with connect(topology, lab.p4info) as clients:
-            return (await Controller(topology, clients).deploy(spec)).job
-
-    job = asyncio.run(deploy())
-    path = workdir / f"job{job.job_id}.yaml"
-    path.write_text(yaml.safe_dump(job.to_spec(), sort_keys=False))
-    return job, path
+@contextlib.contextmanager
+def _bench_on_lab(case: Case, build_dir: Path) -> Iterator[Bench]:
+    """Inside the sandbox: the case's lab with its job deployed (planned if its file
+    has no VAT), for as long as the block runs."""
+    topology = Topology.load(case.topology)
+    spec = JobSpec.load(case.job)
+    with Lab(topology, LabOptions(build_dir=build_dir)) as lab, \
+            tempfile.TemporaryDirectory() as tmp:
+        lab.init_switches_sync()
+        job_path = Path(tmp) / f"job{spec.job_id}.yaml"
+        job = deploy(lab, spec, job_path)
+        yield Bench(lab, topology, case.topology, job, job_path, case.ps_host)
 
 
 def run_allreduce_case(case: Case, build_dir: Path, regimes: tuple[str, ...]) -> CaseResult:
     """Inside the sandbox: the three methods in each regime, on one lab."""
-    from ina.lab import Lab, LabOptions
-
-    topology = Topology.load(case.topology)
-    with Lab(topology, LabOptions(build_dir=build_dir)) as lab, \
-            tempfile.TemporaryDirectory() as tmp:
-        lab.init_switches_sync()
-        job, job_path = _deploy(lab, topology, JobSpec.load(case.job), Path(tmp))
-        bench = Bench(lab, topology, case.topology, job, job_path, case.ps_host)
-        result = CaseResult(case.name, topology.name, list(job.workers), describe_vat(job),
-                            case.ps_host, case.size, job.slots)
+    with _bench_on_lab(case, build_dir) as bench:
+        job, lab = bench.job, bench.lab
+        result = CaseResult(case.name, bench.topology.name, list(job.workers),
+                            describe_vat(job), case.ps_host, case.size, job.slots)
         for regime in regimes:
             rate = case.rate_mbit if regime == "link" else None
             lab.limit_links(rate)
@@ -297,7 +291,7 @@ def host_rate(size: int = 1 << 20) -> HostRate:
     from ina.host.arrays import random_array
     from ina.host.worker import RtoEstimator, UdpTransport, Worker, WorkerConfig
 
-    reflector = subprocess.Popen([sys.executable, "-m", "ina.bench", "reflect", "127.0.0.2"],
+    reflector = subprocess.Popen([sys.executable, "-m", "ina.cli.inabench", "reflect", "127.0.0.2"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert reflector.stdout is not None
@@ -317,27 +311,6 @@ def host_rate(size: int = 1 << 20) -> HostRate:
         reflector.wait()
     packets = -(-size // ELEMS_PER_PACKET)
     return HostRate(packets / elapsed, size / elapsed)
-
-
-def reflect(address: str) -> None:
-    """Answer every INA packet sent to ``address`` as a root would: SYNCs with
-    sequence number 0, contributions with themselves as the result."""
-    import socket
-
-    from ina.protocol.constants import INA_UDP_PORT, Flag
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind((address, INA_UDP_PORT))
-        print("ready", flush=True)
-        while True:
-            data, sender = sock.recvfrom(65535)
-            packet = bytearray(data)
-            if packet[1] & Flag.SYNC:
-                packet[1] |= Flag.REPLY
-                packet[4:8] = bytes(4)
-            else:
-                packet[1] |= Flag.RESULT
-            sock.sendto(packet, sender)
 
 
 # --- Loss ----------------------------------------------------------------------------
@@ -360,16 +333,11 @@ def run_loss(build_dir: Path, losses: list[float], size: int, case: Case,
     times, the loss rates taking turns (the median is reported: one stall of the
     machine does not decide a figure)."""
     from ina.host.arrays import digest, random_array
-    from ina.lab import Lab, LabOptions
     from ina.model.harness import reduce_arrays
 
-    topology = Topology.load(case.topology)
     reports: dict[float, list[dict[str, Any]]] = {loss: [] for loss in losses}
-    with Lab(topology, LabOptions(build_dir=build_dir)) as lab, \
-            tempfile.TemporaryDirectory() as tmp:
-        lab.init_switches_sync()
-        job, job_path = _deploy(lab, topology, JobSpec.load(case.job), Path(tmp))
-        bench = Bench(lab, topology, case.topology, job, job_path, case.ps_host)
+    with _bench_on_lab(case, build_dir) as bench:
+        job, lab = bench.job, bench.lab
         expected = digest(reduce_arrays(job.op, [random_array(size, i)
                                                  for i in range(len(job.workers))]))
         for _ in range(rounds):
@@ -485,12 +453,11 @@ def plot_allreduce(results: list[CaseResult], path: Path, bmv2: str) -> None:
 # --- Deploy time -----------------------------------------------------------------------
 
 
-def run_deploy_bench(topology_path: Path, job_path: Path, build_dir: Path,
-                     repeat: int = 5) -> str:
+def run_deploy_bench(build_dir: Path, topology_path: Path = DEPLOY_TOPOLOGY,
+                     job_path: Path = DEPLOY_JOB, repeat: int = 5) -> str:
     """Inside the sandbox: deploy and tear down a job ``repeat`` times with all switches
     written at once, and as many times one switch after another; report both."""
     from ina.control.p4runtime import connect
-    from ina.lab import Lab, LabOptions
 
     topology = Topology.load(topology_path)
     spec = JobSpec.load(job_path)
@@ -515,99 +482,3 @@ def run_deploy_bench(topology_path: Path, job_path: Path, build_dir: Path,
             f"{repeat}:\n  all switches at once:   {at_once * 1000:7.1f} ms\n"
             f"  one after another:      {serial * 1000:7.1f} ms\n"
             f"  speed-up: {serial / at_once:.2f}x")
-
-
-# --- CLI --------------------------------------------------------------------------
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="inabench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", type=Path, default=Path(os.environ.get("INA_BUILD_DIR", "build")),
-                   help="directory with ina.json and ina.p4info.txtpb (default: %(default)s)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    a = sub.add_parser("allreduce", help="INA vs parameter server vs ring, two regimes")
-    a.add_argument("--case", action="append", choices=sorted(CASES),
-                   help="default: every case")
-    a.add_argument("--size", type=int, help="values per worker (default: the case's)")
-    a.add_argument("--rate", type=float,
-                   help="Mbit/s of every link in the link-bound regime (default: the "
-                        "case's, " + ", ".join(f"{c.name} {c.rate_mbit:g}"
-                                               for c in CASES.values()) + ")")
-    a.add_argument("--regimes", default="cpu,link", help="cpu, link or both (default)")
-    a.add_argument("--json", type=Path, help="write the figures here")
-    a.add_argument("--png", type=Path, help="draw them here")
-    lo = sub.add_parser("loss", help="INA under loss on every link, against no loss")
-    lo.add_argument("--losses", type=float, nargs="+", default=[0.0, 0.01, 0.05])
-    lo.add_argument("--size", type=int, default=262144)
-    lo.add_argument("--rounds", type=int, default=3, help="AllReduces per loss rate")
-    lo.add_argument("--json", type=Path)
-    d = sub.add_parser("deploy", help="deploy time, all switches at once vs one by one")
-    d.add_argument("--repeat", type=int, default=5)
-    sub.add_parser("host", help="one worker against a loopback reflector")
-    r = sub.add_parser("reflect", help=argparse.SUPPRESS)
-    r.add_argument("address")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    if args.cmd == "reflect":
-        reflect(args.address)
-        return 0
-    from ina.bench_dataplane import bmv2_build
-    from ina.lab import missing_tools
-
-    problems = missing_tools()
-    for f in ("ina.json", "ina.p4info.txtpb"):
-        if not (args.build / f).exists():
-            problems.append(f"{args.build / f} not found: make build")
-    if problems:
-        print("inabench: needs Mininet + BMv2: " + "; ".join(problems), file=sys.stderr)
-        return 2
-    if not sandbox.inside():
-        return sandbox.reexec(keep=[args.build.resolve()])
-    sandbox.stop_on()  # SystemExit: the labs stop their switches and hosts
-    try:
-        if args.cmd == "host":
-            rate = host_rate()
-            print(f"one worker against a loopback reflector: {rate.packets_per_s:,.0f} "
-                  f"packets/s, {rate.values_per_s:,.0f} values/s")
-        elif args.cmd == "allreduce":
-            host = host_rate()
-            regimes = tuple(x.strip() for x in args.regimes.split(","))
-            results = []
-            for name in args.case or sorted(CASES, reverse=True):
-                case = dataclasses.replace(CASES[name], size=args.size or CASES[name].size,
-                                           rate_mbit=args.rate or CASES[name].rate_mbit)
-                results.append(run_allreduce_case(case, args.build, regimes))
-            bmv2 = bmv2_build()
-            print(render_allreduce(results, host, bmv2))
-            if args.json is not None:
-                args.json.parent.mkdir(parents=True, exist_ok=True)
-                args.json.write_text(json.dumps(
-                    {"bmv2": bmv2, "host": asdict(host), "cases": [asdict(r) for r in results]},
-                    indent=2) + "\n")
-            if args.png is not None:
-                plot_allreduce(results, args.png, bmv2)
-        elif args.cmd == "loss":
-            case = CASES["figure1"]
-            runs = run_loss(args.build, args.losses, args.size, case, args.rounds)
-            print(render_loss(runs, case, args.size))
-            if args.json is not None:
-                args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2) + "\n")
-        else:
-            print(run_deploy_bench(ROOT / "topologies" / "fat-tree-4.yaml",
-                                   ROOT / "jobs" / "fat-tree-4-all.yaml", args.build,
-                                   args.repeat))
-    except (TopologyError, JobError) as exc:
-        print(f"inabench: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

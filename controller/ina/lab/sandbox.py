@@ -279,7 +279,7 @@ def outer_pid(sandbox_init: int, inner: int) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """python -m ina.sandbox [--if-available] -- CMD...: run CMD in a fresh sandbox.
+    """python -m ina.lab.sandbox [--if-available] -- CMD...: run CMD in a fresh sandbox.
 
     Already inside one (``make test`` run from a sandboxed shell, say), CMD runs
     directly in it. With --if-available, CMD also runs directly when the sandbox
@@ -294,17 +294,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        print("usage: python -m ina.sandbox [--if-available] -- CMD...", file=sys.stderr)
+        print("usage: python -m ina.lab.sandbox [--if-available] -- CMD...", file=sys.stderr)
         return 2
     reason = why_not_available()
     if reason is None and not inside():
         die_with_parent()
         return run(args)
     if reason is not None and not optional:
-        print(f"ina.sandbox: {reason}", file=sys.stderr)
+        print(f"ina.lab.sandbox: {reason}", file=sys.stderr)
         return 2
     if reason is not None:
-        print(f"ina.sandbox: running without private namespaces ({reason}); "
+        print(f"ina.lab.sandbox: running without private namespaces ({reason}); "
               "emulation tests will skip", file=sys.stderr)
     return subprocess.call(args)
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 LOG = logging.getLogger(__name__)
-#: An argument of every sandbox's ``unshare`` command line (see ina.sandbox.command).
+#: An argument of every sandbox's ``unshare`` command line (see ina.lab.sandbox.command).
 SANDBOX_MARK = "ina-sandbox"
 
 

@@ -1,6 +1,6 @@
 """Data-plane benchmark: what one BMv2 switch running the INA program does per second.
 
-    python -m ina.bench_dataplane --build build --json FILE.json --png FILE.png
+    inabench dataplane --json FILE.json --png FILE.png
 
 One simple_switch_grpc with the real program (build/ina.json) and four hosts'
 interfaces, inside private namespaces. A closed loop keeps a fixed number of
@@ -23,32 +23,27 @@ contribution. The ratio to ``forward`` is what the wide-lane design is judged by
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import logging
 import os
-import re
 import select
 import socket
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ina import sandbox
 from ina.control.controller import Controller
+from ina.lab import sandbox
+from ina.lab.mininet import bmv2_build
 from ina.protocol.codec import ina_payload
 from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, INA_UDP_PORT
 from ina.protocol.frames import ina_frame, udp_frame
 from ina.spec.job import JobSpec, validate_job
 from ina.spec.topology import Topology
 
-LOG = logging.getLogger(__name__)
 SWITCH = "s1"
 HOSTS = ("h1", "h2", "h3", "h4")
 #: Frame size of every path: an INA packet (Ethernet, IPv4, UDP, INA header, array).
@@ -112,6 +107,14 @@ class DataplaneReport:
         rates = {p.path: p.capacity_per_s for p in self.paths}
         return rates[path] / rates["forward"]
 
+    def figures(self) -> dict[str, Any]:
+        """The report as JSON-ready data, with the ratios to forwarding."""
+        data: dict[str, Any] = asdict(self)
+        data["ratios"] = {path.path: self.ratio(path.path) for path in self.paths}
+        data["capacity_ratios"] = {path.path: self.capacity_ratio(path.path)
+                                   for path in self.paths}
+        return data
+
     def render(self) -> str:
         lines = [f"Data plane of one BMv2 switch ({self.bmv2}), the INA program, closed loop "
                  f"with {self.window} packets in flight, {self.frame_bytes}-byte frames "
@@ -137,27 +140,6 @@ class DataplaneReport:
         return "\n".join(lines)
 
 
-def bmv2_build() -> str:
-    """The BMv2 binary's version and its build options, from its installed config.h."""
-    try:
-        version = subprocess.run(["simple_switch_grpc", "--version"], capture_output=True,
-                                 text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        version = "unknown version"
-    options = []
-    for path in (Path("/usr/local/include/bm/config.h"), Path("/usr/include/bm/config.h")):
-        if path.exists():
-            text = path.read_text()
-            logging_on = bool(re.search(r"^#define BM_LOG_(DEBUG|TRACE)_ON\b", text, re.M))
-            elog_on = bool(re.search(r"^#define BM_ELOG_ON\b", text, re.M))
-            options.append("default build: logging macros and event logger compiled in"
-                           if logging_on and elog_on else
-                           f"logging macros {'on' if logging_on else 'off'}, "
-                           f"event logger {'on' if elog_on else 'off'}")
-            break
-    return f"simple_switch_grpc {version}" + (f", {options[0]}" if options else "")
-
-
 class Rig:
     """simple_switch_grpc with the program and four veth pairs, inside the sandbox."""
 
@@ -167,7 +149,7 @@ class Rig:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Rig:
-        from ina.lab import bmv2_command, wait_until
+        from ina.lab.mininet import bmv2_command, port_open, wait_until
 
         if not sandbox.inside():
             raise RuntimeError("the data-plane rig runs only inside the sandbox")
@@ -184,7 +166,7 @@ class Rig:
         self.proc = subprocess.Popen(
             bmv2_command(spec.device_id, spec.grpc, 9090, interfaces),
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        wait_until(lambda: _port_open(spec.grpc), 30, "simple_switch_grpc to listen")
+        wait_until(lambda: port_open(spec.grpc), 30, "simple_switch_grpc to listen")
         asyncio.run(self._configure())
         return self
 
@@ -210,15 +192,6 @@ class Rig:
 
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True)
-
-
-def _port_open(address: str) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -389,44 +362,3 @@ def plot(report: DataplaneReport, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ina.bench_dataplane", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", type=Path, default=Path("build"))
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--seconds", type=float, default=4.0, help="per path and round")
-    p.add_argument("--window", type=int, default=16, help="packets in flight")
-    p.add_argument("--json", type=Path, help="write the figures here")
-    p.add_argument("--png", type=Path, help="draw them here")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    from ina.lab import missing_tools
-
-    problems = missing_tools()
-    for f in ("ina.json", "ina.p4info.txtpb"):
-        if not (args.build / f).exists():
-            problems.append(f"{args.build / f} not found: make build")
-    if problems:
-        print("bench_dataplane: " + "; ".join(problems), file=sys.stderr)
-        return 2
-    if not sandbox.inside():
-        return sandbox.reexec(keep=[args.build.resolve()])
-    sandbox.stop_on()  # SystemExit: the labs stop their switches and hosts
-    report = run(args.build, args.rounds, args.seconds, args.window)
-    print(report.render())
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        data: dict[str, Any] = asdict(report)
-        data["ratios"] = {path.path: report.ratio(path.path) for path in report.paths}
-        data["capacity_ratios"] = {path.path: report.capacity_ratio(path.path)
-                                   for path in report.paths}
-        args.json.write_text(json.dumps(data, indent=2) + "\n")
-    if args.png is not None:
-        plot(report, args.png)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""PID 1 of a sandbox made by ina.sandbox: start the command, pass stop signals on to
+"""PID 1 of a sandbox made by ina.lab.sandbox: start the command, pass stop signals on to
 it, reap orphans, and end when the command ends.
 
     python -I -S sandbox_init.py LIFELINE_FD GRACE -- CMD...
@@ -79,14 +79,14 @@ def main(argv: list[str]) -> int:
             setsigmask=(), setsigdef=(*WAITED, signal.SIGPIPE, signal.SIGXFSZ),
         )
     except OSError as exc:
-        print(f"ina.sandbox: cannot run {cmd[0]}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"ina.lab.sandbox: cannot run {cmd[0]}: {exc.strerror or exc}", file=sys.stderr)
         return 127
     deadline: float | None = None
     status = None
     while status is None:
         timeout = None if deadline is None else deadline - time.monotonic()
         if timeout is not None and timeout <= 0:
-            print(f"ina.sandbox: {cmd[0]} did not stop within {grace:g}s; ending the "
+            print(f"ina.lab.sandbox: {cmd[0]} did not stop within {grace:g}s; ending the "
                   "sandbox and every process in it", file=sys.stderr, flush=True)
             return 128 + signal.SIGKILL
         info = (signal.sigwaitinfo(WAITED) if timeout is None

@@ -1,0 +1,161 @@
+"""inabench: benchmarks on Mininet + BMv2, each measured side by side in one run.
+
+    inabench allreduce [--case figure1 --case fat-tree] [--rate 4] [--json F] [--png F]
+    inabench loss [--losses 0 0.01 0.05] [--size 65536]
+    inabench deploy
+    inabench host
+    inabench dataplane [--json F] [--png F]
+
+allreduce, loss, deploy and host: see ina.lab.bench; dataplane: what one BMv2
+switch running the program does per second (ina.lab.dataplane_bench).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import socket
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from ina.lab import sandbox
+from ina.lab.bench import (
+    CASES,
+    host_rate,
+    plot_allreduce,
+    render_allreduce,
+    render_loss,
+    run_allreduce_case,
+    run_deploy_bench,
+    run_loss,
+)
+from ina.protocol.constants import INA_UDP_PORT, Flag
+from ina.spec.job import JobError
+from ina.spec.topology import TopologyError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="inabench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", type=Path, default=Path(os.environ.get("INA_BUILD_DIR", "build")),
+                   help="directory with ina.json and ina.p4info.txtpb (default: %(default)s)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("allreduce", help="INA vs parameter server vs ring, two regimes")
+    a.add_argument("--case", action="append", choices=sorted(CASES),
+                   help="default: every case")
+    a.add_argument("--size", type=int, help="values per worker (default: the case's)")
+    a.add_argument("--rate", type=float,
+                   help="Mbit/s of every link in the link-bound regime (default: the "
+                        "case's, " + ", ".join(f"{c.name} {c.rate_mbit:g}"
+                                               for c in CASES.values()) + ")")
+    a.add_argument("--regimes", default="cpu,link", help="cpu, link or both (default)")
+    a.add_argument("--json", type=Path, help="write the figures here")
+    a.add_argument("--png", type=Path, help="draw them here")
+    lo = sub.add_parser("loss", help="INA under loss on every link, against no loss")
+    lo.add_argument("--losses", type=float, nargs="+", default=[0.0, 0.01, 0.05])
+    lo.add_argument("--size", type=int, default=262144)
+    lo.add_argument("--rounds", type=int, default=3, help="AllReduces per loss rate")
+    lo.add_argument("--json", type=Path)
+    d = sub.add_parser("deploy", help="deploy time, all switches at once vs one by one")
+    d.add_argument("--repeat", type=int, default=5)
+    sub.add_parser("host", help="one worker against a loopback reflector")
+    dp = sub.add_parser("dataplane", help="one switch: aggregation vs plain forwarding")
+    dp.add_argument("--rounds", type=int, default=3)
+    dp.add_argument("--seconds", type=float, default=4.0, help="per path and round")
+    dp.add_argument("--window", type=int, default=16, help="packets in flight")
+    dp.add_argument("--json", type=Path, help="write the figures here")
+    dp.add_argument("--png", type=Path, help="draw them here")
+    r = sub.add_parser("reflect", help=argparse.SUPPRESS)
+    r.add_argument("address")
+    return p
+
+
+def reflect(address: str) -> None:
+    """Answer every INA packet sent to ``address`` as a root would: SYNCs with
+    sequence number 0, contributions with themselves as the result (the host
+    benchmark's other end, ina.lab.bench.host_rate)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind((address, INA_UDP_PORT))
+        print("ready", flush=True)
+        while True:
+            data, sender = sock.recvfrom(65535)
+            packet = bytearray(data)
+            if packet[1] & Flag.SYNC:
+                packet[1] |= Flag.REPLY
+                packet[4:8] = bytes(4)
+            else:
+                packet[1] |= Flag.RESULT
+            sock.sendto(packet, sender)
+
+
+def _write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.cmd == "reflect":
+        reflect(args.address)
+        return 0
+    from ina.lab.mininet import bmv2_build, missing_tools
+
+    problems = missing_tools(args.build)
+    if problems:
+        print("inabench: needs Mininet + BMv2: " + "; ".join(problems), file=sys.stderr)
+        return 2
+    if not sandbox.inside():
+        return sandbox.reexec(keep=[args.build.resolve()])
+    sandbox.stop_on()  # SystemExit: the labs stop their switches and hosts
+    try:
+        if args.cmd == "host":
+            rate = host_rate()
+            print(f"one worker against a loopback reflector: {rate.packets_per_s:,.0f} "
+                  f"packets/s, {rate.values_per_s:,.0f} values/s")
+        elif args.cmd == "allreduce":
+            host = host_rate()
+            regimes = tuple(x.strip() for x in args.regimes.split(","))
+            results = []
+            for name in args.case or sorted(CASES, reverse=True):
+                case = dataclasses.replace(CASES[name], size=args.size or CASES[name].size,
+                                           rate_mbit=args.rate or CASES[name].rate_mbit)
+                results.append(run_allreduce_case(case, args.build, regimes))
+            bmv2 = bmv2_build()
+            print(render_allreduce(results, host, bmv2))
+            if args.json is not None:
+                _write_json(args.json, {"bmv2": bmv2, "host": asdict(host),
+                                        "cases": [asdict(r) for r in results]})
+            if args.png is not None:
+                plot_allreduce(results, args.png, bmv2)
+        elif args.cmd == "loss":
+            case = CASES["figure1"]
+            runs = run_loss(args.build, args.losses, args.size, case, args.rounds)
+            print(render_loss(runs, case, args.size))
+            if args.json is not None:
+                _write_json(args.json, [asdict(r) for r in runs])
+        elif args.cmd == "dataplane":
+            from ina.lab import dataplane_bench
+
+            report = dataplane_bench.run(args.build, args.rounds, args.seconds, args.window)
+            print(report.render())
+            if args.json is not None:
+                _write_json(args.json, report.figures())
+            if args.png is not None:
+                dataplane_bench.plot(report, args.png)
+        else:
+            print(run_deploy_bench(args.build, repeat=args.repeat))
+    except (TopologyError, JobError) as exc:
+        print(f"inabench: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""Jobs on a running lab: the controller over fresh P4Runtime connections to the
+lab's switches, and the one way to deploy a job there and hand its workers the
+explicit job file they need."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+from ina.control.controller import Controller
+from ina.lab.mininet import Lab
+from ina.spec.job import Job, JobSpec
+
+T = TypeVar("T")
+
+
+def controller_call(lab: Lab, fn: Callable[[Controller], Awaitable[T]]) -> T:
+    """``fn(controller)`` with the lab's switches connected over P4Runtime."""
+    from ina.control.p4runtime import connect  # grpc is slow to import
+
+    async def call() -> T:
+        async with connect(lab.topology, lab.p4info) as clients:
+            return await fn(Controller(lab.topology, clients))
+
+    return asyncio.run(call())
+
+
+def deploy(lab: Lab, job: JobSpec | Job, job_file: Path | None = None) -> Job:
+    """Deploy ``job`` on the lab's switches (planned with their free capacity when it
+    has no VAT) and, with ``job_file``, write the deployed job there as an explicit
+    job file: what workers and a server root read."""
+    deployed = controller_call(lab, lambda ctl: ctl.deploy(job)).job
+    if job_file is not None:
+        deployed.save(job_file)
+    return deployed
