@@ -56,13 +56,13 @@ run: build
 	$(VENV)/bin/inalab -t $(TOPO) --build $(BUILD) run
 
 deploy:
-	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --p4info $(BUILD)/ina.p4info.txtpb deploy $(JOB)
+	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --build $(BUILD) deploy --job $(JOB)
 
 teardown:
-	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --p4info $(BUILD)/ina.p4info.txtpb teardown $(JOB_ID)
+	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --build $(BUILD) teardown --job-id $(JOB_ID)
 
 status:
-	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --p4info $(BUILD)/ina.p4info.txtpb status
+	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --build $(BUILD) status
 
 demo:
 	@if command -v $(P4C) >/dev/null; then $(MAKE) --no-print-directory build; fi

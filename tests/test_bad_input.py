@@ -23,8 +23,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ina.cli import inactl, inalab, inaroot, inaworker
+from ina.errors import InputError, P4InfoError
 
 from inatest import FIGURE1, FIGURE1_JOB
+
+INVALID = InputError.exit_code
+P4INFO = P4InfoError.exit_code
 
 VALID_JOB: dict[str, Any] = yaml.safe_load(FIGURE1_JOB.read_text())
 PLANNED_JOB: dict[str, Any] = {"job_id": 3, "op": "max", "workers": ["w1", "w5", "w8"]}
@@ -148,7 +152,7 @@ def _write(workdir: Path, name: str, content: bytes) -> Path:
 
 
 def _valid_job(path: Path) -> bool:
-    return inactl.main(["-t", str(FIGURE1), "check", str(path)]) == 0
+    return inactl.main(["-t", str(FIGURE1), "check", "--job", str(path)]) == 0
 
 
 def _valid_topology(path: Path) -> bool:
@@ -161,9 +165,10 @@ def _valid_topology(path: Path) -> bool:
 @given(_documents(VALID_JOB) | _mutated(PLANNED_JOB).map(_dump))
 def test_inactl_check_and_plan_refuse_a_bad_job_with_exit_2(workdir: Path, doc: bytes) -> None:
     job = _write(workdir, "job.yaml", doc)
-    for argv in (["check", str(job)], ["plan", str(job), "-o", str(workdir / "plan.yaml")]):
+    for argv in (["check", "--job", str(job)],
+                 ["plan", "--job", str(job), "-o", str(workdir / "plan.yaml")]):
         code, err = _run(inactl.main, ["-t", str(FIGURE1), *argv])
-        _assert_refused_clearly(code, err, {0, inactl.EXIT_INVALID})
+        _assert_refused_clearly(code, err, {0, INVALID})
 
 
 @EXAMPLES
@@ -171,11 +176,11 @@ def test_inactl_check_and_plan_refuse_a_bad_job_with_exit_2(workdir: Path, doc: 
 def test_inactl_deploy_refuses_a_bad_job_before_any_switch(workdir: Path, doc: bytes) -> None:
     job = _write(workdir, "job.yaml", doc)
     code, err = _run(inactl.main, ["-t", str(FIGURE1), "--p4info", str(workdir / "none"),
-                                "deploy", str(job)])
+                                "deploy", "--job", str(job)])
     with _captured():
         valid = _valid_job(job)
     # A valid job goes on to need the P4Info, which is missing here.
-    _assert_refused_clearly(code, err, {inactl.EXIT_P4INFO} if valid else {inactl.EXIT_INVALID})
+    _assert_refused_clearly(code, err, {P4INFO} if valid else {INVALID})
 
 
 @EXAMPLES
@@ -185,7 +190,7 @@ def test_inaworker_refuses_a_bad_job_with_exit_2(workdir: Path, doc: bytes) -> N
     # w9 is no host: a valid job still ends in exit 2, after the job was read.
     code, err = _run(inaworker.main, ["-t", str(FIGURE1), "--job", str(job), "--worker", "w9",
                                        "--values", "1"])
-    _assert_refused_clearly(code, err, {inaworker.EXIT_INVALID})
+    _assert_refused_clearly(code, err, {INVALID})
 
 
 @EXAMPLES
@@ -212,13 +217,14 @@ def test_inalab_demo_refuses_a_bad_job_with_exit_2(workdir: Path, doc: bytes) ->
 def test_inactl_refuses_a_bad_topology_with_exit_2(workdir: Path, doc: bytes) -> None:
     topo = _write(workdir, "topology.yaml", doc)
     code, err = _run(inactl.main, ["-t", str(topo), "bift"])
-    _assert_refused_clearly(code, err, {0, inactl.EXIT_INVALID})
+    _assert_refused_clearly(code, err, {0, INVALID})
     valid = code == 0
-    code, err = _run(inactl.main, ["-t", str(topo), "check", str(FIGURE1_JOB)])
-    _assert_refused_clearly(code, err, {0, inactl.EXIT_INVALID} if valid else {inactl.EXIT_INVALID})
-    for argv in (["init"], ["status"], ["teardown", "1"], ["deploy", str(FIGURE1_JOB)]):
+    code, err = _run(inactl.main, ["-t", str(topo), "check", "--job", str(FIGURE1_JOB)])
+    _assert_refused_clearly(code, err, {0, INVALID} if valid else {INVALID})
+    for argv in (["init"], ["status"], ["teardown", "--job-id", "1"],
+                 ["deploy", "--job", str(FIGURE1_JOB)]):
         code, err = _run(inactl.main, ["-t", str(topo), "--p4info", str(workdir / "none"), *argv])
-        allowed = {inactl.EXIT_INVALID, inactl.EXIT_P4INFO} if valid else {inactl.EXIT_INVALID}
+        allowed = {INVALID, P4INFO} if valid else {INVALID}
         _assert_refused_clearly(code, err, allowed)
 
 
@@ -251,7 +257,7 @@ def test_inalab_refuses_a_bad_topology_with_exit_2(workdir: Path, doc: bytes) ->
 def _stderr_of(workdir: Path, argv: list[str], content: str,
                capsys: pytest.CaptureFixture[str]) -> str:
     job = _write(workdir, "named.yaml", content.encode())
-    assert inactl.main(["-t", str(FIGURE1), *argv, str(job)]) == inactl.EXIT_INVALID
+    assert inactl.main(["-t", str(FIGURE1), *argv, "--job", str(job)]) == INVALID
     return capsys.readouterr().err
 
 
@@ -292,5 +298,5 @@ def test_a_duplicate_key_names_the_key(workdir: Path,
 def test_a_binary_file_is_not_a_traceback(workdir: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     job = _write(workdir, "binary.yaml", b"\x89PNG\r\n\x1a\n\x00\xff")
-    assert inactl.main(["-t", str(job), "bift"]) == inactl.EXIT_INVALID
+    assert inactl.main(["-t", str(job), "bift"]) == INVALID
     assert "not a text file" in capsys.readouterr().err

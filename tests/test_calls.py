@@ -10,7 +10,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from ina.host.worker import AllreduceResult, AllreduceTimeout, CallMismatch
+from ina.errors import AllreduceTimeout, CallMismatch
+from ina.host.worker import AllreduceResult
 from ina.model.harness import reduce_arrays
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader

@@ -6,11 +6,11 @@ import pytest
 import yaml
 
 from ina.control import p4names as n
-from ina.control.controller import Controller, ControllerError, DeployError
+from ina.control.controller import Controller
 from ina.control.entities import Entity, Lpm, McastGroup, TableEntry
 from ina.control.memory_switch import MemorySwitch
 from ina.control.switch_state import base_plan
-from ina.spec.job import JobError
+from ina.errors import ControllerError, DeployError, JobError
 from ina.spec.topology import Topology
 
 from inatest import FIGURE1, ModelLab, figure1_job

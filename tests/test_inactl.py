@@ -5,12 +5,13 @@ from pathlib import Path
 import pytest
 
 from ina.cli import inactl
+from ina.errors import InputError
 
 from inatest import FIGURE1, FIGURE1_JOB
 
 
 def test_check_prints_the_vat(capsys: pytest.CaptureFixture[str]) -> None:
-    assert inactl.main(["-t", str(FIGURE1), "check", str(FIGURE1_JOB)]) == 0
+    assert inactl.main(["-t", str(FIGURE1), "check", "--job", str(FIGURE1_JOB)]) == 0
     out = capsys.readouterr().out
     assert "s6 A-BM 11110000 (w1, w2, w3, w4) root" in out
     assert "s1 A-BM 11000000" in out and "w3 -> sends to 10.0.100.7" in out
@@ -20,7 +21,7 @@ def test_invalid_job_exits_2_with_the_problem(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("job_id: 1\nop: sum\nworkers: [w1, w9]\nroot: s6\n")
-    assert inactl.main(["-t", str(FIGURE1), "check", str(job)]) == inactl.EXIT_INVALID
+    assert inactl.main(["-t", str(FIGURE1), "check", "--job", str(job)]) == InputError.exit_code
     assert "worker 'w9' is not a host" in capsys.readouterr().err
 
 
@@ -30,7 +31,7 @@ def test_deploy_refuses_an_invalid_job_before_anything_else(
     job.write_text("job_id: 1\nop: sum\nworkers: [w1]\nroot: s9\n")
     # Neither a P4Info nor a switch exists: the job is refused before either is needed.
     assert inactl.main(["-t", str(FIGURE1), "--p4info", str(tmp_path / "none"), "deploy",
-                     str(job)]) == inactl.EXIT_INVALID
+                     "--job", str(job)]) == InputError.exit_code
     assert "root 's9' is neither a switch nor a host" in capsys.readouterr().err
 
 

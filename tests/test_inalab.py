@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ina.cli import inalab
+from ina.errors import UsageError
 from ina.lab.labstate import SANDBOX_MARK, LabRecord, SandboxProcess
 
 from inatest import FIGURE1
@@ -88,7 +89,7 @@ def test_a_second_inalab_run_of_a_running_topology_is_refused(
     record = _recorded(fake_sandbox, run_dir)
     code = inalab.main(["-t", str(FIGURE1), "--build", str(run_dir / "none"), "run",
                          "--no-cli"])
-    assert code == inalab.EXIT_INVALID
+    assert code == UsageError.exit_code
     assert "a lab of figure1 is already running" in capsys.readouterr().err
     assert record.running() is not None  # the first run's record is untouched
 
@@ -102,7 +103,7 @@ def test_a_stale_record_does_not_block_inalab_run(
     # It goes on to check the build (missing here) and stops there, starting nothing.
     code = inalab.main(["-t", str(FIGURE1), "--build", str(run_dir / "none"), "run",
                          "--no-cli"])
-    assert code == inalab.EXIT_INVALID
+    assert code == UsageError.exit_code
     err = capsys.readouterr().err
     assert "already running" not in err and "cannot run here" in err
     assert not record.pid_file.exists()
@@ -110,7 +111,7 @@ def test_a_stale_record_does_not_block_inalab_run(
 
 def test_inalab_exec_without_a_running_lab_exits_2(
         run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert inalab.main(["-t", str(FIGURE1), "exec", "--", "true"]) == inalab.EXIT_INVALID
+    assert inalab.main(["-t", str(FIGURE1), "exec", "--", "true"]) == UsageError.exit_code
     assert "no lab of figure1 is running" in capsys.readouterr().err
 
 

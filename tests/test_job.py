@@ -4,9 +4,10 @@ from typing import Any
 
 import pytest
 
+from ina.errors import JobError
 from ina.protocol.bitmaps import format_bitmap
 from ina.protocol.constants import Op
-from ina.spec.job import JobError, JobSpec, RouteConflict, validate_job
+from ina.spec.job import JobSpec, RouteConflict, validate_job
 from ina.spec.topology import Topology
 
 from inatest import figure1_job

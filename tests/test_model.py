@@ -9,7 +9,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from ina.host.worker import AllreduceError, AllreduceResult, AllreduceSession, WorkerConfig
+from ina.errors import AllreduceError
+from ina.host.worker import AllreduceResult, AllreduceSession, WorkerConfig
 from ina.model.harness import allreduce_on_model, reduce_arrays, run_sessions
 from ina.model.network import Impairment
 from ina.protocol.bitmaps import bit_of

@@ -15,6 +15,7 @@ import pytest
 
 from ina.control import p4names as n
 from ina.control.vat_planner import plan_job
+from ina.errors import JobError
 from ina.model.harness import allreduce_on_model, reduce_arrays
 from ina.model.network import Impairment
 from ina.protocol.bitmaps import set_of, split_sets
@@ -22,7 +23,7 @@ from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import BIER_SETS, ETHERTYPE_BIER, Flag, JobStat, Op, SwitchStat
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.frames import Bier, bier_frame, ina_frame, parse_frame
-from ina.spec.job import Job, JobError, JobSpec
+from ina.spec.job import Job, JobSpec
 from ina.spec.topology import Topology
 
 from inatest import ROOT, ModelLab, int_arrays, job_from, make_model_lab, switch_stat

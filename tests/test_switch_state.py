@@ -3,9 +3,10 @@
 import pytest
 
 from ina.control import p4names as n
-from ina.control.allocation import CapacityError, allocate, job_switches
+from ina.control.allocation import allocate, job_switches
 from ina.control.entities import Lpm, McastGroup
 from ina.control.switch_state import base_plan, job_plan
+from ina.errors import CapacityError
 from ina.protocol.constants import AGG_SLOTS, BIER_MCAST_GROUP
 from ina.protocol.frames import ip_int
 from ina.spec.topology import Topology

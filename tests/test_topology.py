@@ -5,7 +5,8 @@ from typing import Any
 
 import pytest
 
-from ina.spec.topology import Topology, TopologyError
+from ina.errors import TopologyError
+from ina.spec.topology import Topology
 
 
 def _figure1_dict() -> dict[str, Any]:

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ina.control.allocation import Capacity
-from ina.control.vat_planner import PlanError, plan_job, resolve, stream_cost
-from ina.spec.job import JobError, JobSpec, validate_job
+from ina.control.vat_planner import plan_job, resolve, stream_cost
+from ina.errors import JobError, PlanError
+from ina.spec.job import JobSpec, validate_job
 from ina.spec.topology import Topology
 
 from inatest import ROOT

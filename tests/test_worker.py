@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from ina.host.worker import AllreduceSession, AllreduceTimeout, RtoEstimator, Worker, WorkerConfig
+from ina.errors import AllreduceTimeout
+from ina.host.worker import AllreduceSession, RtoEstimator, Worker, WorkerConfig
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import ELEMS_PER_PACKET, Flag, Op

@@ -9,7 +9,8 @@ The worker API in one call::
     result.error_bound   # float input only: per-element bound on the error
 """
 
-from ina.host.worker import AllreduceError, AllreduceResult, AllreduceTimeout, allreduce
+from ina.errors import AllreduceError, AllreduceTimeout
+from ina.host.worker import AllreduceResult, allreduce
 
 __all__ = ["allreduce", "AllreduceResult", "AllreduceError", "AllreduceTimeout"]
 __version__ = "0.1.0"

@@ -14,7 +14,7 @@ import pytest
 from scapy.all import IP, UDP, Ether, raw
 
 from ina.control.controller import Controller
-from ina.control.switch import SwitchError
+from ina.errors import SwitchError
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import INA_UDP_PORT, JobStat, SwitchStat
@@ -198,12 +198,13 @@ def test_inactl_deploys_reports_and_tears_down(figure1_lab: NetLab) -> None:
     path = figure1_lab.write_job(**FIGURE1_SPEC)
     base = [sys.executable, "-m", "ina.cli.inactl", "-t", str(FIGURE1), "--p4info",
             str(figure1_lab.lab.p4info)]
-    deploy = subprocess.run([*base, "deploy", str(path)], capture_output=True, text=True)
+    deploy = subprocess.run([*base, "deploy", "--job", str(path)], capture_output=True, text=True)
     assert deploy.returncode == 0, deploy.stderr
     assert "s6: root, covers w1, w2, w3, w4" in deploy.stdout
-    again = subprocess.run([*base, "deploy", str(path)], capture_output=True, text=True)
+    again = subprocess.run([*base, "deploy", "--job", str(path)], capture_output=True, text=True)
     assert again.returncode == 2 and "already deployed" in again.stderr
-    status = subprocess.run([*base, "status", "--job", "1"], capture_output=True, text=True)
+    status = subprocess.run([*base, "status", "--job-id", "1"], capture_output=True, text=True)
     assert status.returncode == 0 and "job 1: root" in status.stdout
-    down = subprocess.run([*base, "teardown", "1"], capture_output=True, text=True)
+    down = subprocess.run([*base, "teardown", "--job-id", "1"], capture_output=True,
+                          text=True)
     assert down.returncode == 0 and "removed from s1, s2, s5, s6, s7" in down.stdout

@@ -15,14 +15,13 @@ import json
 import sys
 import time
 
-from ina.cli.common import wait_for_go
+from ina.cli import common
 from ina.host.arrays import digest, random_array
 from ina.host.baselines import ps_server, ps_worker, ring_allreduce
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ina.cli.baselines", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    p = common.parser("python -m ina.cli.baselines", __doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("ps-server")
     s.add_argument("--port", type=int, required=True)
@@ -39,7 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             w.add_argument("--rank", type=int, required=True)
             w.add_argument("--hosts", required=True, help="comma-separated IPs, in ring order")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    common.setup_logging(args.verbose)
     if args.cmd == "ps-server":
         ps_server(args.port, args.workers)
         return 0
@@ -48,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def ready() -> None:
         if args.wait_go:
-            wait_for_go()
+            common.wait_for_go()
         started[0] = time.monotonic()
 
     if args.cmd == "ps-worker":

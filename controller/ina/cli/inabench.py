@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
-import os
 import socket
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from ina.cli import common
+from ina.errors import UsageError
 from ina.lab import sandbox
 from ina.lab.bench import (
     CASES,
@@ -34,16 +34,13 @@ from ina.lab.bench import (
     run_loss,
 )
 from ina.protocol.constants import INA_UDP_PORT, Flag
-from ina.spec.job import JobError
-from ina.spec.topology import TopologyError
+
+PROG = "inabench"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="inabench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", type=Path, default=Path(os.environ.get("INA_BUILD_DIR", "build")),
-                   help="directory with ina.json and ina.p4info.txtpb (default: %(default)s)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+def parser() -> argparse.ArgumentParser:
+    p = common.parser(PROG, __doc__)
+    common.add_build(p)
     sub = p.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("allreduce", help="INA vs parameter server vs ring, two regimes")
     a.add_argument("--case", action="append", choices=sorted(CASES),
@@ -99,61 +96,60 @@ def _write_json(path: Path, data: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    args = parser().parse_args(argv)
+    common.setup_logging(args.verbose)
     if args.cmd == "reflect":
         reflect(args.address)
         return 0
+    return common.run(PROG, lambda: _bench(args))
+
+
+def _bench(args: argparse.Namespace) -> int:
+    """Inside the sandbox (entered first): the benchmark, printed."""
     from ina.lab.mininet import bmv2_build, missing_tools
 
     problems = missing_tools(args.build)
     if problems:
-        print("inabench: needs Mininet + BMv2: " + "; ".join(problems), file=sys.stderr)
-        return 2
+        raise UsageError("needs Mininet + BMv2: " + "; ".join(problems))
     if not sandbox.inside():
         return sandbox.reexec(keep=[args.build.resolve()])
     sandbox.stop_on()  # SystemExit: the labs stop their switches and hosts
-    try:
-        if args.cmd == "host":
-            rate = host_rate()
-            print(f"one worker against a loopback reflector: {rate.packets_per_s:,.0f} "
-                  f"packets/s, {rate.values_per_s:,.0f} values/s")
-        elif args.cmd == "allreduce":
-            host = host_rate()
-            regimes = tuple(x.strip() for x in args.regimes.split(","))
-            results = []
-            for name in args.case or sorted(CASES, reverse=True):
-                case = dataclasses.replace(CASES[name], size=args.size or CASES[name].size,
-                                           rate_mbit=args.rate or CASES[name].rate_mbit)
-                results.append(run_allreduce_case(case, args.build, regimes))
-            bmv2 = bmv2_build()
-            print(render_allreduce(results, host, bmv2))
-            if args.json is not None:
-                _write_json(args.json, {"bmv2": bmv2, "host": asdict(host),
-                                        "cases": [asdict(r) for r in results]})
-            if args.png is not None:
-                plot_allreduce(results, args.png, bmv2)
-        elif args.cmd == "loss":
-            case = CASES["figure1"]
-            runs = run_loss(args.build, args.losses, args.size, case, args.rounds)
-            print(render_loss(runs, case, args.size))
-            if args.json is not None:
-                _write_json(args.json, [asdict(r) for r in runs])
-        elif args.cmd == "dataplane":
-            from ina.lab import dataplane_bench
+    if args.cmd == "host":
+        rate = host_rate()
+        print(f"one worker against a loopback reflector: {rate.packets_per_s:,.0f} "
+              f"packets/s, {rate.values_per_s:,.0f} values/s")
+    elif args.cmd == "allreduce":
+        host = host_rate()
+        regimes = tuple(x.strip() for x in args.regimes.split(","))
+        results = []
+        for name in args.case or sorted(CASES, reverse=True):
+            case = dataclasses.replace(CASES[name], size=args.size or CASES[name].size,
+                                       rate_mbit=args.rate or CASES[name].rate_mbit)
+            results.append(run_allreduce_case(case, args.build, regimes))
+        bmv2 = bmv2_build()
+        print(render_allreduce(results, host, bmv2))
+        if args.json is not None:
+            _write_json(args.json, {"bmv2": bmv2, "host": asdict(host),
+                                    "cases": [asdict(r) for r in results]})
+        if args.png is not None:
+            plot_allreduce(results, args.png, bmv2)
+    elif args.cmd == "loss":
+        case = CASES["figure1"]
+        runs = run_loss(args.build, args.losses, args.size, case, args.rounds)
+        print(render_loss(runs, case, args.size))
+        if args.json is not None:
+            _write_json(args.json, [asdict(r) for r in runs])
+    elif args.cmd == "dataplane":
+        from ina.lab import dataplane_bench
 
-            report = dataplane_bench.run(args.build, args.rounds, args.seconds, args.window)
-            print(report.render())
-            if args.json is not None:
-                _write_json(args.json, report.figures())
-            if args.png is not None:
-                dataplane_bench.plot(report, args.png)
-        else:
-            print(run_deploy_bench(args.build, repeat=args.repeat))
-    except (TopologyError, JobError) as exc:
-        print(f"inabench: {exc}", file=sys.stderr)
-        return 2
+        report = dataplane_bench.run(args.build, args.rounds, args.seconds, args.window)
+        print(report.render())
+        if args.json is not None:
+            _write_json(args.json, report.figures())
+        if args.png is not None:
+            dataplane_bench.plot(report, args.png)
+    else:
+        print(run_deploy_bench(args.build, repeat=args.repeat))
     return 0
 
 

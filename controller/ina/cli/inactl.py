@@ -1,8 +1,14 @@
 """inactl: deploy INA jobs on the switches of a topology over P4Runtime.
 
-Exit codes: 0 success, 2 invalid topology/job or a refused request (nothing
-was written), 3 a switch failed or could not be reached, 4 the P4 program and
-this controller disagree on names.
+    inactl -t topologies/figure1.yaml init
+    inactl -t topologies/figure1.yaml deploy --job jobs/figure1-sum.yaml
+    inactl -t topologies/figure1.yaml status [--job-id 1]
+    inactl -t topologies/figure1.yaml teardown --job-id 1
+    inactl -t topologies/figure1.yaml check --job JOB      # contacts no switch
+    inactl -t topologies/figure1.yaml plan --job JOB -o FILE
+    inactl -t topologies/figure1.yaml bift
+
+An invalid topology or job is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -10,98 +16,85 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ina.cli import common
 from ina.control import p4names
-from ina.control.allocation import CapacityError
-from ina.control.controller import Controller, ControllerError, SwitchStatus
+from ina.control.controller import Controller, SwitchStatus
 from ina.control.report import render_status
-from ina.control.switch import SwitchError
 from ina.control.vat_planner import resolve, root_only, stream_cost
+from ina.errors import P4InfoError, UsageError
 from ina.protocol.bitmaps import format_bitmap, split_sets
 from ina.spec.bier import bift
-from ina.spec.job import Job, JobError, JobSpec
-from ina.spec.topology import Topology, TopologyError
+from ina.spec.job import Job, JobSpec
+from ina.spec.topology import Topology
 
-EXIT_INVALID = 2
-EXIT_SWITCH = 3
-EXIT_P4INFO = 4
-DEFAULT_BUILD = Path(os.environ.get("INA_BUILD_DIR", "build"))
+PROG = "inactl"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="inactl", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-t", "--topology", required=True, type=Path, help="topology YAML file")
-    p.add_argument("--p4info", type=Path, default=DEFAULT_BUILD / "ina.p4info.txtpb",
-                   help="P4Info of the compiled program (default: %(default)s)")
-    p.add_argument("--p4blob", type=Path, default=DEFAULT_BUILD / "ina.json",
-                   help="BMv2 JSON of the compiled program, for init (default: %(default)s)")
+def parser() -> argparse.ArgumentParser:
+    p = common.parser(PROG, __doc__)
+    common.add_topology(p)
+    common.add_build(p)
+    p.add_argument("--p4info", type=Path,
+                   help="P4Info of the compiled program (default: BUILD/ina.p4info.txtpb)")
+    p.add_argument("--p4blob", type=Path,
+                   help="BMv2 JSON of the compiled program, for init (default: BUILD/ina.json)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach each switch")
-    p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("init", help="install the pipeline if needed and the base state (routes, BIER)")
     d = sub.add_parser("deploy", help="validate (or plan) a job and install it on every "
                                      "switch it needs")
-    d.add_argument("job", type=Path, help="job YAML file")
-    d.add_argument("--save-plan", type=Path,
+    common.add_job(d)
+    d.add_argument("--save-plan", type=Path, metavar="FILE",
                    help="write the deployed job, with its VAT, as an explicit job file "
                         "(workers need it when the job was planned)")
     t = sub.add_parser("teardown", help="remove every entry of a job")
-    t.add_argument("job_id", type=int)
+    t.add_argument("--job-id", type=int, required=True)
     s = sub.add_parser("status", help="per switch: job entries, counters, drops by reason")
-    s.add_argument("--job", type=int, help="only this job")
+    s.add_argument("--job-id", type=int, help="only this job")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     c = sub.add_parser("check", help="validate (or plan) a job and print its VAT "
                                     "(contacts no switch)")
-    c.add_argument("job", type=Path)
+    common.add_job(c)
     pl = sub.add_parser("plan", help="plan a job and write it as an explicit job file")
-    pl.add_argument("job", type=Path)
-    pl.add_argument("-o", "--output", type=Path, required=True)
+    common.add_job(pl)
+    pl.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
     sub.add_parser("bift", help="print every switch's BIER forwarding table (contacts no switch)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    try:
-        topology = Topology.load(args.topology)
-        if args.command in ("check", "plan"):
-            return _check(topology, args.job, getattr(args, "output", None))
-        if args.command == "bift":
-            return _bift(topology)
-        # A job is checked before anything else, so an invalid one never reaches a switch.
-        # (A job without aggregators is planned here as a dry run, and again at deploy
-        # time with the switches' free capacity.)
-        spec = JobSpec.load(args.job) if args.command == "deploy" else None
-        if spec is not None:
-            resolve(spec, topology)
-        problems = p4names.check_p4info(args.p4info) if args.p4info.exists() else [
-            f"{args.p4info} not found: compile the P4 program first (make build)"]
-        if problems:
-            print("inactl: the P4Info does not match this controller:\n  "
-                  + "\n  ".join(problems), file=sys.stderr)
-            return EXIT_P4INFO
-        if args.command == "init" and not args.p4blob.exists():
-            print(f"inactl: {args.p4blob} not found: compile the P4 program first (make build)",
-                  file=sys.stderr)
-            return EXIT_P4INFO
-        return asyncio.run(_run(args, topology, spec))
-    except (TopologyError, JobError, CapacityError, OutputError) as exc:
-        print(f"inactl: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    except (SwitchError, ControllerError) as exc:
-        print(f"inactl: {exc}", file=sys.stderr)
-        return EXIT_SWITCH
+    args = parser().parse_args(argv)
+    common.setup_logging(args.verbose)
+    args.p4info = args.p4info or args.build / "ina.p4info.txtpb"
+    args.p4blob = args.p4blob or args.build / "ina.json"
+    return common.run(PROG, lambda: _main(args))
+
+
+def _main(args: argparse.Namespace) -> int:
+    topology = Topology.load(args.topology)
+    if args.command in ("check", "plan"):
+        return _check(topology, args.job, getattr(args, "output", None))
+    if args.command == "bift":
+        return _bift(topology)
+    # A job is checked before anything else, so an invalid one never reaches a switch.
+    # (A job without aggregators is planned here as a dry run, and again at deploy
+    # time with the switches' free capacity.)
+    spec = JobSpec.load(args.job) if args.command == "deploy" else None
+    if spec is not None:
+        resolve(spec, topology)
+    problems = p4names.check_p4info(args.p4info) if args.p4info.exists() else [
+        f"{args.p4info} not found: compile the P4 program first (make build)"]
+    if problems:
+        raise P4InfoError("the P4Info does not match this controller:\n  "
+                          + "\n  ".join(problems))
+    if args.command == "init" and not args.p4blob.exists():
+        raise P4InfoError(f"{args.p4blob} not found: compile the P4 program first (make build)")
+    return asyncio.run(_run(args, topology, spec))
 
 
 async def _run(args: argparse.Namespace, topology: Topology, spec: JobSpec | None) -> int:
@@ -114,7 +107,7 @@ async def _run(args: argparse.Namespace, topology: Topology, spec: JobSpec | Non
             "init": lambda: _init(ctl),
             "deploy": lambda: _deploy(ctl, spec, args.save_plan),
             "teardown": lambda: _teardown(ctl, args.job_id),
-            "status": lambda: _status(ctl, args.job, args.json),
+            "status": lambda: _status(ctl, args.job_id, args.json),
         }
         return await handlers[args.command]()
 
@@ -188,8 +181,7 @@ async def _status(ctl: Controller, job_id: int | None, as_json: bool) -> int:
     else:
         print(render_status(status, job_id))
     if job_id is not None and not any(j.job_id == job_id for s in status.values() for j in s.jobs):
-        print(f"inactl: job {job_id} is not deployed", file=sys.stderr)
-        return EXIT_INVALID
+        raise UsageError(f"job {job_id} is not deployed")
     return 0
 
 
@@ -221,16 +213,12 @@ def _check(topology: Topology, path: Path, output: Path | None = None) -> int:
     return 0
 
 
-class OutputError(Exception):
-    """A file this command was asked to write could not be written."""
-
-
 def _save(path: Path, job: Job, context: str = "") -> None:
     """Write ``job`` as an explicit job file."""
     try:
-        path.write_text(yaml.safe_dump(job.to_spec(), sort_keys=False))
+        job.save(path)
     except OSError as exc:
-        raise OutputError(f"{context}cannot write {path}: {exc.strerror or exc}") from exc
+        raise UsageError(f"{context}cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def _bitmap_text(topology: Topology) -> Callable[[int], str]:

@@ -1,9 +1,9 @@
 """inalab: run a topology on Mininet + BMv2 in private namespaces, and the demo.
 
-    inalab run -t topologies/figure1.yaml            # Mininet CLI, switches ready
-    inalab exec -t topologies/figure1.yaml -- inactl -t topologies/figure1.yaml status
-    inalab host -t topologies/figure1.yaml w1 -- ping -c1 10.0.0.8
-    inalab demo -t topologies/figure1.yaml --job jobs/figure1-sum.yaml
+    inalab -t topologies/figure1.yaml run            # Mininet CLI, switches ready
+    inalab -t topologies/figure1.yaml exec -- inactl -t topologies/figure1.yaml status
+    inalab -t topologies/figure1.yaml host w1 -- ping -c1 10.0.0.8
+    inalab -t topologies/figure1.yaml demo --job jobs/figure1-sum.yaml
 
 ``run`` records the sandbox it made in .run/<topology>.pid and, once the lab is
 up, its hosts in .run/<topology>.json, so that ``exec`` (the lab's network, where
@@ -12,8 +12,6 @@ from another terminal; a second ``run`` of the same topology is refused while
 the first runs. ``run`` and ``demo`` end every process they started on
 SIGTERM, SIGINT or SIGHUP, and when their parent dies (in the Mininet CLI, Ctrl-C
 interrupts the command on a host, as in Mininet: leave with ``exit``).
-
-Exit codes: 0 done, 2 invalid topology or job, or refused (the message says why).
 """
 
 from __future__ import annotations
@@ -27,18 +25,15 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ina.cli import common
+from ina.errors import UsageError
 from ina.lab import sandbox
 from ina.lab.labstate import LabRecord, SandboxProcess
-from ina.spec.job import JobError, JobSpec, validate_job
-from ina.spec.topology import Topology, TopologyError
+from ina.spec.job import JobSpec, validate_job
+from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
-EXIT_INVALID = 2
-
-
-class _Refused(Exception):
-    """The request cannot be done; the message says why (exit 2)."""
-
+PROG = "inalab"
 
 def _tell_ready(line: str) -> None:
     """Hand the line to the `inalab` that made this sandbox (see sandbox.run)."""
@@ -66,8 +61,8 @@ def _run(args: argparse.Namespace, topology: Topology) -> int:
         _tell_ready(json.dumps({h: lab.host(h).pid for h in topology.hosts}))
         print(f"{topology.name}: {len(topology.switches)} BMv2 switches and "
               f"{len(topology.hosts)} hosts up; pipeline and routes installed.", flush=True)
-        print(f"From another terminal: inalab exec -t {args.topology} -- inactl "
-              f"-t {args.topology} deploy <job.yaml>", flush=True)
+        print(f"From another terminal: inalab -t {args.topology} exec -- inactl "
+              f"-t {args.topology} deploy --job <job.yaml>", flush=True)
         if args.no_cli:
             while True:
                 signal.pause()
@@ -86,7 +81,7 @@ def _start(args: argparse.Namespace, topology: Topology, argv: list[str]) -> int
     try:
         running = record.running()
         if running is not None:
-            raise _Refused(
+            raise UsageError(
                 f"a lab of {topology.name} is already running (inalab run PID "
                 f"{running.owner}, sandbox PID {running.pid}; recorded in "
                 f"{record.pid_file}): stop it first (Ctrl-C in its terminal, or "
@@ -126,12 +121,11 @@ def _paths(args: argparse.Namespace) -> list[Path]:
     """What the command reads or writes: it must stay visible in the sandbox, even
     under /tmp (which the sandbox replaces)."""
     paths = [args.topology, args.build]
-    for attr in ("logs", "pcap"):
-        directory = getattr(args, attr, None)
+    for directory in (args.logs, getattr(args, "pcap", None)):  # pcap: only `run` has it
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
             paths.append(directory)
-    if getattr(args, "job", None) is not None:
+    if args.cmd == "demo":
         paths.append(args.job)
     return paths
 
@@ -141,7 +135,7 @@ def _need_lab_tools(build: Path) -> None:
 
     problems = missing_tools(build)
     if problems:
-        raise _Refused("Mininet + BMv2 cannot run here: " + "; ".join(problems))
+        raise UsageError("Mininet + BMv2 cannot run here: " + "; ".join(problems))
 
 
 def _enter(args: argparse.Namespace, topology: Topology, host: str | None) -> int:
@@ -150,17 +144,17 @@ def _enter(args: argparse.Namespace, topology: Topology, host: str | None) -> in
         running = record.running()
     hosts = record.hosts()
     if running is None:
-        raise _Refused(f"no lab of {topology.name} is running (start one with inalab run)")
+        raise UsageError(f"no lab of {topology.name} is running (start one with inalab run)")
     if not running.comparable():
-        raise _Refused(f"the lab of {topology.name} was started in another PID namespace "
+        raise UsageError(f"the lab of {topology.name} was started in another PID namespace "
                        f"({record.pid_file}): run this command there")
     if hosts is None:
-        raise _Refused(f"the lab of {topology.name} is still starting: try again once "
+        raise UsageError(f"the lab of {topology.name} is still starting: try again once "
                        "inalab run says it is up")
     if host is not None and host not in hosts:
-        raise _Refused(f"{host} is not a host of {topology.name}")
+        raise UsageError(f"{host} is not a host of {topology.name}")
     if not args.command:
-        raise _Refused("give a command after --")
+        raise UsageError("give a command after --")
     init = sandbox.init_pid(running.pid)
     target = init if host is None else sandbox.outer_pid(init, hosts[host])
     os.execvp("nsenter", ["nsenter", "--target", str(target), "--net", "--", *args.command])
@@ -187,14 +181,11 @@ def _demo(args: argparse.Namespace, topology: Topology, argv: list[str]) -> int:
     return 0 if result.ok else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="inalab", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-t", "--topology", required=True, type=Path)
-    p.add_argument("--build", type=Path, default=Path(os.environ.get("INA_BUILD_DIR", "build")),
-                   help="directory with ina.json and ina.p4info.txtpb (default: %(default)s)")
+def parser() -> argparse.ArgumentParser:
+    p = common.parser(PROG, __doc__)
+    common.add_topology(p)
+    common.add_build(p)
     p.add_argument("--logs", type=Path, help="write BMv2 logs here (slows the switches)")
-    p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="start the lab and open the Mininet CLI")
     r.add_argument("--pcap", type=Path, help="write per-port pcaps here")
@@ -205,27 +196,30 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("host")
     h.add_argument("command", nargs=argparse.REMAINDER)
     d = sub.add_parser("demo", help="deploy a job, run its workers, check the results")
-    d.add_argument("--job", required=True, type=Path)
+    common.add_job(d)
     d.add_argument("--size", type=int, default=1000, help="values per worker")
     d.add_argument("--seed", type=int, default=1)
     d.add_argument("--model", action="store_true", help="use the reference model even with BMv2")
     p.add_argument("--sandboxed", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    args = parser().parse_args(argv)
+    common.setup_logging(args.verbose)
     if getattr(args, "command", None) and args.command[0] == "--":
         args.command = args.command[1:]
-    try:
-        topology = Topology.load(args.topology)
-        if args.cmd == "run":
-            return _run(args, topology) if args.sandboxed else _start(args, topology, argv)
-        if args.cmd == "demo":
-            return _demo(args, topology, argv)
-        return _enter(args, topology, args.host if args.cmd == "host" else None)
-    except (TopologyError, JobError, _Refused) as exc:
-        print(f"inalab: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+    return common.run(PROG, lambda: _main(args, argv))
+
+
+def _main(args: argparse.Namespace, argv: list[str]) -> int:
+    topology = Topology.load(args.topology)
+    if args.cmd == "run":
+        return _run(args, topology) if args.sandboxed else _start(args, topology, argv)
+    if args.cmd == "demo":
+        return _demo(args, topology, argv)
+    return _enter(args, topology, args.host if args.cmd == "host" else None)
 
 
 if __name__ == "__main__":

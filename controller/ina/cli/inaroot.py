@@ -9,36 +9,43 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import logging
 import signal
 import socket
 import sys
-from pathlib import Path
 
+from ina.cli import common
+from ina.errors import JobError
 from ina.host.serverroot import ServerRoot
 from ina.protocol.constants import INA_UDP_PORT
-from ina.spec.job import JobError, JobSpec, validate_job
-from ina.spec.topology import Topology, TopologyError
+from ina.spec.job import JobSpec, validate_job
+from ina.spec.topology import Topology
+
+PROG = "inaroot"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = common.parser(PROG, __doc__)
+    common.add_topology(p)
+    common.add_job(p, "the job file, with its VAT")
+    p.add_argument("--host", required=True, help="this server's name in the topology")
+    p.add_argument("--interface", help="where to send BIER (default: the host's only one)")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="inaroot", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-t", "--topology", required=True, type=Path)
-    p.add_argument("--job", required=True, type=Path, help="the job, with its VAT")
-    p.add_argument("--host", required=True, help="this server's name in the topology")
-    p.add_argument("--interface", help="where to send BIER (default: the host's only one)")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    try:
-        topology = Topology.load(args.topology)
-        job = validate_job(JobSpec.load(args.job), topology)
-        if job.root != args.host:
-            raise ValueError(f"the root of job {job.job_id} is {job.root}, not {args.host}")
-        root = ServerRoot(job, topology)
-    except (TopologyError, JobError, ValueError) as exc:
-        print(f"inaroot: {exc}", file=sys.stderr)
-        return 2
+    args = parser().parse_args(argv)
+    common.setup_logging(args.verbose)
+    return common.run(PROG, lambda: _serve(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """Aggregate and multicast until SIGTERM or SIGINT; then print the counts."""
+    topology = Topology.load(args.topology)
+    job = validate_job(JobSpec.load(args.job), topology)
+    if job.root != args.host:
+        raise JobError([f"the root of job {job.job_id} is {job.root}, not {args.host}"],
+                       str(args.job))
+    root = ServerRoot(job, topology)
     intf = args.interface or next(name for _, name in socket.if_nameindex() if name != "lo")
     stop = False
 
@@ -53,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         rx.bind(("0.0.0.0", INA_UDP_PORT))
         rx.settimeout(0.2)
         tx.bind((intf, 0))
-        print(f"inaroot: job {job.job_id} root on {args.host} ({intf})", file=sys.stderr,
+        print(f"{PROG}: job {job.job_id} root on {args.host} ({intf})", file=sys.stderr,
               flush=True)
         while not stop:
             try:

@@ -3,15 +3,14 @@
     inaworker -t topologies/figure1.yaml --job jobs/figure1-sum.yaml --worker w1 \\
         --random 1000 --seed 1 --output result.npy
 
-Prints one JSON line about the result. Exit codes: 0 done, 2 bad arguments,
-3 timed out (a peer missing, or the job not deployed).
+Prints one JSON line about the result. A call that cannot complete (a peer
+missing, the job not deployed, workers making different calls) exits 3.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import signal
 import sys
 import time
@@ -21,23 +20,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ina.cli.common import wait_for_go
+from ina.cli import common
+from ina.errors import InaError, UsageError
 from ina.host.arrays import digest, random_array, random_floats
-from ina.host.worker import (
-    DEFAULT_RTO,
-    MIN_RTO,
-    AllreduceError,
-    RtoEstimator,
-    UdpTransport,
-    Worker,
-    WorkerConfig,
-)
+from ina.host.worker import DEFAULT_RTO, MIN_RTO, RtoEstimator, UdpTransport, Worker, WorkerConfig
 from ina.protocol.constants import Op
-from ina.spec.job import JobError
-from ina.spec.topology import TopologyError
 
-EXIT_INVALID = 2
-EXIT_TIMEOUT = 3
+PROG = "inaworker"
 
 
 class _Progress:
@@ -60,11 +49,11 @@ def _stop(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="inaworker", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-t", "--topology", required=True, type=Path)
-    p.add_argument("--job", required=True, type=Path)
+def parser() -> argparse.ArgumentParser:
+    p = common.parser(PROG, __doc__)
+    common.add_topology(p)
+    common.add_job(p, "the job file, with its VAT (as inactl plan or deploy --save-plan "
+                      "writes it)")
     p.add_argument("--worker", required=True, help="this host's name in the topology")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--values", help="comma-separated integers")
@@ -86,36 +75,46 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait-go", action="store_true",
                    help="once set up, say 'ready' on stdout and wait for a line on stdin "
                         "before the AllReduce starts (benchmarks start every worker at once)")
-    p.add_argument("-v", "--verbose", action="store_true")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
+    return p
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    common.setup_logging(args.verbose)
     try:
         config = WorkerConfig.from_files(args.topology, args.job, args.worker)
-        values: npt.NDArray[Any]
-        if args.values is not None:
-            dtype = np.float32 if args.float else np.int64
-            values = np.array([float(v) if args.float else int(v)
-                               for v in args.values.split(",")], dtype=dtype)
-        elif args.input is not None:
-            values = np.load(args.input)
-        elif args.float:
-            values = random_floats(args.random, args.seed)
-        else:
-            values = random_array(args.random, args.seed)
-    except (TopologyError, JobError, ValueError, OSError) as exc:
-        print(f"inaworker: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-
+        values = _values(args)
+    except InaError as exc:
+        return common.fail(PROG, exc)
     # A stop signal ends the call the way a failure does: the worker tells the root
     # it gives up (ina.host.worker.Worker._abort), so the next call starts cleanly.
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
+    return common.run(f"{PROG} {args.worker}", lambda: _call(args, config, values))
+
+
+def _values(args: argparse.Namespace) -> npt.NDArray[Any]:
+    """The array the arguments name."""
+    try:
+        if args.values is not None:
+            dtype = np.float32 if args.float else np.int64
+            return np.array([float(v) if args.float else int(v)
+                             for v in args.values.split(",")], dtype=dtype)
+        if args.input is not None:
+            return np.asarray(np.load(args.input))
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from exc
+    return random_floats(args.random, args.seed) if args.float else \
+        random_array(args.random, args.seed)
+
+
+def _call(args: argparse.Namespace, config: WorkerConfig, values: npt.NDArray[Any]) -> int:
+    """The AllReduce, and its report on stdout."""
     try:
         with UdpTransport(config.target) as transport:
             progress = _Progress(args.worker) if args.progress else None
             if args.wait_go:
-                wait_for_go()
+                common.wait_for_go()
             started = time.monotonic()
             op = Op[args.op.upper()] if args.op else None
             worker = Worker(config, transport, timeout=args.timeout,
@@ -123,12 +122,12 @@ def main(argv: list[str] | None = None) -> int:
                             progress=progress)
             result = worker.allreduce(values, op)
             elapsed = time.monotonic() - started
-    except (AllreduceError, ValueError, TypeError) as exc:
-        print(f"inaworker {args.worker}: {exc}", file=sys.stderr)
-        return EXIT_TIMEOUT if isinstance(exc, AllreduceError) else EXIT_INVALID
+    except InaError:
+        raise
+    except (ValueError, TypeError) as exc:  # values the data plane cannot reduce
+        raise UsageError(str(exc)) from exc
     except OSError as exc:
-        print(f"inaworker {args.worker}: socket error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        raise UsageError(f"socket error: {exc}") from exc
     if args.output is not None:
         np.save(args.output, result.values)
     print(json.dumps({

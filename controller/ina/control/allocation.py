@@ -9,13 +9,10 @@ from dataclasses import dataclass
 
 from ina.control import p4names as n
 from ina.control.entities import TableEntry
+from ina.errors import CapacityError
 from ina.protocol.constants import AGG_SLOTS, MAX_JOBS
 from ina.spec.job import Job
 from ina.spec.topology import Topology
-
-
-class CapacityError(ValueError):
-    """A switch has no room for a job."""
 
 
 @dataclass(frozen=True)
@@ -100,5 +97,5 @@ def allocate(job: Job, topology: Topology,
             base = found
         result[sw] = Allocation(free_index, base)
     if problems:
-        raise CapacityError("; ".join(problems))
+        raise CapacityError(problems)
     return result

@@ -22,36 +22,15 @@ from ina.control.entities import Entity, McastGroup, TableEntry
 from ina.control.switch import CounterValue, SwitchClient
 from ina.control.switch_state import base_plan, job_group_id, job_groups, job_plan
 from ina.control.vat_planner import resolve
+from ina.errors import ControllerError, DeployError, JobError
 from ina.protocol.bitmaps import bfr_ids_of, join_set
 from ina.protocol.constants import JOB_GROUP_BASE, JOB_STAT_STRIDE, JobStat, SwitchStat
 from ina.protocol.frames import ip_str
-from ina.spec.job import DEFAULT_SLOTS, Job, JobError, JobSpec
+from ina.spec.job import DEFAULT_SLOTS, Job, JobSpec
 from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class ControllerError(RuntimeError):
-    """An operation failed on one or more switches."""
-
-
-class DeployError(ControllerError):
-    def __init__(self, job_id: int, failures: dict[str, BaseException],
-                 rollback_failures: dict[str, BaseException]):
-        lines = [f"job {job_id} was not deployed: writing failed on "
-                 + ", ".join(sorted(failures))]
-        lines += [f"  {sw}: {err}" for sw, err in sorted(failures.items())]
-        if rollback_failures:
-            lines.append("and removing what had been written failed on "
-                         + ", ".join(sorted(rollback_failures))
-                         + ": run `inactl teardown` for this job once they are reachable")
-            lines += [f"  {sw}: {err}" for sw, err in sorted(rollback_failures.items())]
-        else:
-            lines.append("every entry written for it was removed again")
-        super().__init__("\n".join(lines))
-        self.failures = failures
-        self.rollback_failures = rollback_failures
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
 from ina.control.entities import Entity, McastGroup, TableEntry
-from ina.control.switch import CounterValue, SwitchError
+from ina.control.switch import CounterValue
+from ina.errors import SwitchError
 
 T = TypeVar("T")
 

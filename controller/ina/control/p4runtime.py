@@ -18,7 +18,8 @@ import finsy as fy
 
 from ina.control import p4names as n
 from ina.control.entities import Entity, Lpm, MatchValue, McastGroup, TableEntry
-from ina.control.switch import CounterValue, SwitchError
+from ina.control.switch import CounterValue
+from ina.errors import SwitchError
 from ina.spec.topology import SwitchSpec, Topology
 
 

@@ -12,14 +12,6 @@ from typing import Protocol
 from ina.control.entities import Entity, McastGroup, TableEntry
 
 
-class SwitchError(RuntimeError):
-    """A switch refused or failed an operation."""
-
-    def __init__(self, switch: str, message: str):
-        super().__init__(f"{switch}: {message}")
-        self.switch = switch
-
-
 @dataclass(frozen=True)
 class CounterValue:
     packets: int = 0

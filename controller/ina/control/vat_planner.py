@@ -30,14 +30,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ina.control.allocation import Capacity
+from ina.errors import JobError, PlanError
 from ina.protocol.bitmaps import set_of
 from ina.protocol.constants import Op
-from ina.spec.job import DEFAULT_SLOTS, Job, JobError, JobSpec, check_names, validate_job
+from ina.spec.job import DEFAULT_SLOTS, Job, JobSpec, check_names, validate_job
 from ina.spec.topology import Topology
-
-
-class PlanError(ValueError):
-    """No valid plan exists; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -92,17 +89,17 @@ def plan_job(topology: Topology, job_id: int, workers: Sequence[str], op: Op | s
     usable = {sw for sw in topology.switches if fits(sw)}
     if root is not None:
         if root not in topology.switches and root not in topology.hosts:
-            raise PlanError(f"root {root!r} is neither a switch nor a host of topology "
-                            f"{topology.name!r}")
+            raise PlanError([f"root {root!r} is neither a switch nor a host of topology "
+                             f"{topology.name!r}"])
         if root in topology.switches and root not in usable:
-            raise PlanError(f"root {root} has no room for job {job_id} "
-                            f"(needs a job index and {slots} free slots)")
+            raise PlanError([f"root {root} has no room for job {job_id} "
+                             f"(needs a job index and {slots} free slots)"])
         candidates = [root]
     else:
         candidates = sorted(usable)
         if not candidates:
-            raise PlanError(f"no switch has room for job {job_id} (needs a job index and "
-                            f"{slots} free slots)")
+            raise PlanError([f"no switch has room for job {job_id} (needs a job index and "
+                             f"{slots} free slots)"])
     best: tuple[int, int, str] | None = None  # (cost, VAT nodes, root) of the best job
     best_job: Job | None = None
     reasons = []
@@ -116,7 +113,7 @@ def plan_job(topology: Topology, job_id: int, workers: Sequence[str], op: Op | s
         if best is None or key < best:
             best, best_job = key, job
     if best is None or best_job is None:
-        raise PlanError(f"no valid plan for job {job_id}: " + "; ".join(reasons[:3]))
+        raise PlanError([f"no valid plan for job {job_id}: " + "; ".join(reasons[:3])])
     return VatPlan(best_job, best[0], stream_cost(root_only(best_job, topology), topology))
 
 
@@ -156,5 +153,5 @@ def resolve(spec: JobSpec, topology: Topology,
         plan = plan_job(topology, spec.job_id, spec.workers, spec.op, spec.root, spec.slots,
                         capacity)
     except PlanError as exc:
-        raise JobError([str(exc)], spec.source) from exc
+        raise JobError(exc.problems, spec.source) from exc
     return plan.job

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from ina.errors import WireError
+from ina.errors import JobError, WireError
 from ina.protocol.arith import seq_add, seq_diff, wrap_int32
 from ina.protocol.bitmaps import join_set, split_sets
 from ina.protocol.codec import InaHeader, array_bytes, payload_values
@@ -52,7 +52,7 @@ class ServerRoot:
 
     def __init__(self, job: Job, topology: Topology):
         if not job.root_is_server(topology):
-            raise ValueError(f"job {job.job_id}'s root {job.root} is not a host")
+            raise JobError([f"job {job.job_id}'s root {job.root} is not a host"])
         self.job = job
         me = topology.hosts[job.root]
         edge, _ = topology.host_attachment(job.root)

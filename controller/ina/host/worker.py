@@ -42,6 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch, JobError
 from ina.host import quantize
 from ina.protocol.arith import INT32_MAX, INT32_MIN, seq_add
 from ina.protocol.bitmaps import one_set
@@ -76,18 +77,6 @@ DUPLICATE_RESULTS = 3
 MAX_BACKOFF_DOUBLINGS = 2
 
 
-class AllreduceError(RuntimeError):
-    """The AllReduce could not complete."""
-
-
-class AllreduceTimeout(AllreduceError):
-    pass
-
-
-class CallMismatch(AllreduceError):
-    """The workers of a job did not make the same call."""
-
-
 @dataclass(frozen=True)
 class WorkerConfig:
     """What a worker must know about its job."""
@@ -107,15 +96,16 @@ class WorkerConfig:
         topo = Topology.load(topology)
         spec = JobSpec.load(job)
         if spec.aggregators is None:
-            raise ValueError(f"{job} has no VAT mapping: a worker needs the deployed plan "
-                             "(inactl plan -o FILE, or inactl deploy --save-plan FILE)")
+            raise JobError(["it has no VAT (no aggregators): a worker needs the deployed plan "
+                            "(inactl plan --job JOB -o FILE, or inactl deploy --job JOB "
+                            "--save-plan FILE)"], str(job))
         return cls.for_job(validate_job(spec, topo), topo, worker)
 
     @classmethod
     def for_job(cls, job: Job, topology: Topology, worker: str) -> WorkerConfig:
         if worker not in job.workers:
-            raise ValueError(f"{worker} is not a worker of job {job.job_id} "
-                             f"({', '.join(job.workers)})")
+            raise JobError([f"{worker} is not a worker of job {job.job_id} "
+                            f"({', '.join(job.workers)})"])
         return cls(job.job_id, job.op, job.worker_bit[worker], job.target_of(worker, topology),
                    job.slots, len(job.workers), topology.address(job.root), worker,
                    tuple(job.workers))

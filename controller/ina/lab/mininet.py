@@ -22,16 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from ina.control.controller import Controller
+from ina.errors import LabError
 from ina.lab import sandbox
 from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
 SWITCH_BINARY = "simple_switch_grpc"
 COMPILER = "p4c-bm2-ss"
-
-
-class LabError(RuntimeError):
-    pass
 
 
 def missing_tools(build_dir: Path | None = None) -> list[str]:

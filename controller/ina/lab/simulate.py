@@ -23,12 +23,13 @@ import time
 from dataclasses import dataclass
 
 from ina.control.vat_planner import plan_job
+from ina.errors import TopologyError
 from ina.host.arrays import random_array
 from ina.host.baselines import TCP_WIRE_PER_BYTE
 from ina.model.harness import deployed_network, reduce_on_model, start_call_on_model
 from ina.protocol.constants import ELEMS_PER_PACKET
 from ina.spec.topogen import fat_tree
-from ina.spec.topology import Topology, TopologyError
+from ina.spec.topology import Topology
 
 Link = tuple[str, str]
 

@@ -12,10 +12,10 @@ import numpy.typing as npt
 
 from ina.control.controller import Controller
 from ina.control.memory_switch import MemorySwitch
+from ina.errors import AllreduceError
 from ina.host.serverroot import ServerRoot
 from ina.host.worker import (
     KIND_INT,
-    AllreduceError,
     AllreduceSession,
     CallDescriptor,
     WorkerConfig,

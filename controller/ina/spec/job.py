@@ -22,34 +22,21 @@ parent's address; a partial result carries ``P-BM = A-BM`` of its sender.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ina.errors import InputError
+from ina.errors import JobError, YamlFileError
 from ina.protocol.bitmaps import split_sets
 from ina.protocol.constants import AGG_SLOTS, Op
 from ina.spec.topology import Topology
-from ina.spec.yamlfile import YamlFileError, load_yaml
+from ina.spec.yamlfile import load_yaml
 
 DEFAULT_SLOTS = 16
 MAX_JOB_ID = 0xFFFF
-
-
-class JobError(InputError):
-    """An invalid job; ``problems`` lists every problem found. ``conflicts`` are
-    those problems that are routing conflicts (also in ``problems``, as text), for
-    programs (the planner) to act on."""
-
-    what = "job"
-
-    def __init__(self, problems: list[str], source: str | None = None,
-                 conflicts: Sequence[RouteConflict] = ()):
-        super().__init__(problems, source)
-        self.conflicts = tuple(conflicts)
 
 
 @dataclass(frozen=True)
@@ -278,7 +265,7 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
     problems at once. Routing conflicts are also in ``JobError.conflicts``."""
     if spec.aggregators is None:
         raise JobError(["the job has no aggregators (no VAT): plan it first (inactl plan "
-                        "JOB -o FILE, or ina.control.vat_planner.resolve)"], spec.source)
+                        "--job JOB -o FILE, or ina.control.vat_planner.resolve)"], spec.source)
     assert spec.root is not None  # JobSpec requires it with aggregators
     problems = check_names(spec, topology)
     workers = list(spec.workers)

@@ -28,16 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ina.errors import InputError
+from ina.errors import TopologyError, YamlFileError
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.constants import MAX_BFR_ID, MAX_PORTS
-from ina.spec.yamlfile import YamlFileError, load_yaml
-
-
-class TopologyError(InputError):
-    """An invalid topology; ``problems`` lists every problem found."""
-
-    what = "topology"
+from ina.spec.yamlfile import load_yaml
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,7 @@ from typing import Any
 
 import yaml
 
-
-class YamlFileError(ValueError):
-    """A file that cannot be read or is not YAML; the message says why, briefly."""
+from ina.errors import YamlFileError
 
 
 class _StrictLoader(yaml.SafeLoader):
