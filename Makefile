@@ -27,7 +27,7 @@ help:
 	@echo "make bench-deploy  deploy time on the k=4 fat-tree, concurrent vs one by one"
 	@echo "make simulate  planned jobs on k=4..16 fat-trees on the reference model"
 	@echo "make test      every test tier the machine can run"
-	@echo "make lint      ruff and mypy"
+	@echo "make lint      ruff and mypy --strict over the package and the tests"
 
 setup:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

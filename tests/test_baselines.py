@@ -1,10 +1,12 @@
 """The host-based baselines of the benchmark compute the same sums (over loopback)."""
 
 import threading
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 
-from ina.host.baselines import ps_server, ps_worker, ring_allreduce
+from ina.host.baselines import Array, ps_server, ps_worker, ring_allreduce
 from ina.model.harness import reduce_arrays
 from ina.protocol.constants import Op
 
@@ -17,8 +19,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _run_all(fns: list) -> list:  # type: ignore[type-arg]
-    results: list = [None] * len(fns)  # type: ignore[type-arg]
+def _run_all(fns: Sequence[Callable[[], Array]]) -> list[Array]:
+    """Each function in a thread of its own; what each returned."""
+    results: dict[int, Array] = {}
 
     def run(i: int) -> None:
         results[i] = fns[i]()
@@ -28,7 +31,8 @@ def _run_all(fns: list) -> list:  # type: ignore[type-arg]
         t.start()
     for t in threads:
         t.join(30)
-    return results
+    assert len(results) == len(fns), "a peer did not finish"
+    return [results[i] for i in range(len(fns))]
 
 
 def test_ring_allreduce_sums_with_int32_wraparound() -> None:
@@ -37,7 +41,7 @@ def test_ring_allreduce_sums_with_int32_wraparound() -> None:
     port = _free_port()
     hosts = ["127.0.0.1"] * 4
     # Ranks listen on port + rank; pick a base with four free ports after it.
-    results = _run_all([lambda r=r: ring_allreduce(r, hosts, port, arrays[r]) for r in range(4)])
+    results = _run_all([partial(ring_allreduce, r, hosts, port, arrays[r]) for r in range(4)])
     expected = reduce_arrays(Op.SUM, arrays)
     assert all(np.array_equal(r, expected) for r in results)
 
@@ -47,6 +51,6 @@ def test_parameter_server_sums() -> None:
     port = _free_port()
     server = threading.Thread(target=ps_server, args=(port, 3))
     server.start()
-    results = _run_all([lambda a=a: ps_worker("127.0.0.1", port, a) for a in arrays])
+    results = _run_all([partial(ps_worker, "127.0.0.1", port, a) for a in arrays])
     server.join(30)
     assert all(np.array_equal(r, np.arange(10) * 6) for r in results)

@@ -6,12 +6,13 @@ that fails every worker clearly when they do not make the same call."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 import numpy as np
 import pytest
 
 from ina.errors import AllreduceTimeout, CallMismatch
-from ina.host.worker import AllreduceResult
+from ina.host.worker import AllreduceResult, Worker
 from ina.model.harness import reduce_arrays
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader
@@ -27,9 +28,9 @@ def _deploy(lab: ModelLab, job: Job) -> None:
 
 
 def _call(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray], timeout: float = 5.0,
-          workers: dict | None = None) -> dict[str, AllreduceResult | Exception]:  # type: ignore[type-arg]
+          workers: dict[str, Worker] | None = None) -> dict[str, AllreduceResult | Exception]:
     workers = workers if workers is not None else model_workers(lab, job, timeout)
-    return in_threads({w: lambda w=w: workers[w].allreduce(arrays[w]) for w in arrays})
+    return in_threads({w: partial(workers[w].allreduce, arrays[w]) for w in arrays})
 
 
 def _exact(outcomes: dict[str, AllreduceResult | Exception], job: Job,
@@ -107,7 +108,8 @@ def test_a_worker_that_gives_up_tells_the_root_how_far_it_went(model_lab: ModelL
     assert set(starts.values()) == {0 + job.slots + 1}  # past the abandoned barrier
 
 
-def test_a_call_after_one_interrupted_mid_array_is_exact(model_lab: ModelLab) -> None:
+def test_a_call_after_one_interrupted_mid_array_is_exact(
+        model_lab: ModelLab, monkeypatch: pytest.MonkeyPatch) -> None:
     job = figure1_job(model_lab.topology)
     _deploy(model_lab, job)
     arrays = int_arrays(job, P * 60, seed=5)
@@ -123,7 +125,7 @@ def test_a_call_after_one_interrupted_mid_array_is_exact(model_lab: ModelLab) ->
             sent["count"] += 1
             send(payload, dst)
 
-    transport.send = send_a_few  # type: ignore[method-assign]
+    monkeypatch.setattr(transport, "send", send_a_few)
     outcomes = _call(model_lab, job, arrays, workers=workers)
     assert all(isinstance(o, AllreduceTimeout) for o in outcomes.values())
     again = int_arrays(job, P * 60, seed=6)

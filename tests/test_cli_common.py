@@ -9,6 +9,7 @@ import inspect
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -30,9 +31,9 @@ def test_every_error_class_is_an_ina_error_with_an_exit_code_the_clis_explain() 
 
 
 def test_input_errors_exit_2_failures_3_and_a_p4info_mismatch_4() -> None:
-    for cls in (errors.TopologyError, errors.JobError, errors.PlanError, errors.CapacityError,
-                errors.UsageError):
-        assert cls.exit_code == 2, cls
+    for invalid in (errors.TopologyError, errors.JobError, errors.PlanError,
+                    errors.CapacityError, errors.UsageError):
+        assert invalid.exit_code == 2, invalid
     for cls in (errors.SwitchError, errors.ControllerError, errors.DeployError,
                 errors.AllreduceError, errors.AllreduceTimeout, errors.CallMismatch,
                 errors.LabError):
@@ -78,8 +79,8 @@ def _actions(p: argparse.ArgumentParser) -> Iterator[argparse.Action]:
 
 
 @pytest.mark.parametrize("cli", CLIS, ids=lambda m: m.__name__)
-def test_shared_options_mean_the_same_in_every_cli(cli: object) -> None:
-    p = cli.parser()  # type: ignore[attr-defined]
+def test_shared_options_mean_the_same_in_every_cli(cli: ModuleType) -> None:
+    p = cli.parser()
     options = {o: a for a in _actions(p) for o in a.option_strings}
     assert isinstance(options["-v"], argparse._CountAction)
     assert options["-v"] is options["--verbose"]

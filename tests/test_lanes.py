@@ -5,7 +5,7 @@ import numpy as np
 
 from ina.protocol import lanes
 from ina.protocol.codec import array_bytes
-from ina.protocol.constants import ELEMS_PER_LANE, ELEMS_PER_PACKET, LANES, Op
+from ina.protocol.constants import ELEMS_PER_LANE, ELEMS_PER_PACKET, LANE_BITS, LANES, Op
 
 EDGES = np.array([-(2**31), -(2**31) + 1, -(2**30), -2, -1, 0, 1, 2, 2**30, 2**31 - 2, 2**31 - 1],
                  dtype=np.int64)
@@ -60,7 +60,7 @@ def test_a_lane_holds_its_elements_in_wire_order() -> None:
     packed = lanes.from_values(values)
     assert len(packed) == LANES
     # Element 0 is the most significant 32 bits of lane 0, as on the big-endian wire.
-    assert packed[0] >> (lanes.LANE_BITS - 32) == (-5) & 0xFFFFFFFF
+    assert packed[0] >> (LANE_BITS - 32) == (-5) & 0xFFFFFFFF
     assert lanes.to_bytes(packed) == array_bytes(values)
     assert np.array_equal(lanes.to_values(packed), values)
 

@@ -5,6 +5,7 @@ pin the data plane's semantics without BMv2; tests/bmv2 checks BMv2 agrees.
 """
 
 import asyncio
+from functools import partial
 
 import numpy as np
 import pytest
@@ -269,7 +270,7 @@ def _threaded_workers(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray],
                       op: Op) -> dict[str, AllreduceResult]:
     """Each worker runs the real Worker in a thread over the model network."""
     workers = model_workers(lab, job)
-    outcomes = in_threads({w: lambda w=w: workers[w].allreduce(arrays[w], op) for w in workers})
+    outcomes = in_threads({w: partial(workers[w].allreduce, arrays[w], op) for w in workers})
     results = {}
     for w, outcome in outcomes.items():
         assert isinstance(outcome, AllreduceResult), outcome

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,9 +52,9 @@ class Sandbox:
         wait_until(lambda: not self.processes(), 20.0, "every process in the sandbox to end")
 
 
-def _launch(cmd: list[str], grace: float = 30.0, **popen: object) -> subprocess.Popen[bytes]:
+def _launch(cmd: list[str], grace: float = 30.0, **popen: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", LAUNCHER, str(grace), *cmd], cwd=ROOT,
-                            **popen)  # type: ignore[call-overload]
+                            **popen)
 
 
 def _find(outer: int, processes: int) -> str:

@@ -9,6 +9,7 @@ has a root spanning four sets and one aggregator per set below it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import BIER_SETS, ETHERTYPE_BIER, Flag, JobStat, Op, SwitchStat
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.frames import Bier, bier_frame, ina_frame, parse_frame
-from ina.spec.job import Job, JobSpec
+from ina.spec.job import DEFAULT_SLOTS, Job, JobSpec
 from ina.spec.topology import Topology
 
 from inatest import ROOT, ModelLab, int_arrays, job_from, make_model_lab, switch_stat
@@ -41,8 +42,9 @@ def lab(topology: Topology) -> ModelLab:
     return make_model_lab(topology)
 
 
-def _planned(topology: Topology, **kw: object) -> Job:
-    return plan_job(topology, 5, list(kw.pop("workers", WORKERS)), **kw).job  # type: ignore[arg-type]
+def _planned(topology: Topology, workers: Sequence[str] = WORKERS, root: str | None = None,
+             slots: int = DEFAULT_SLOTS) -> Job:
+    return plan_job(topology, 5, workers, root=root, slots=slots).job
 
 
 def _run(lab: ModelLab, job: Job, size: int) -> None:
@@ -112,7 +114,8 @@ def test_a_job_over_sets_is_exact_over_impaired_links(lab: ModelLab) -> None:
     _run(lab, job, P * 40)
 
 
-def test_a_server_root_sends_one_bier_packet_per_set(lab: ModelLab) -> None:
+def test_a_server_root_sends_one_bier_packet_per_set(lab: ModelLab,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from ina.host.serverroot import ServerRoot
 
     workers = [w for w in WORKERS if w != "h4_2"]
@@ -129,7 +132,7 @@ def test_a_server_root_sends_one_bier_packet_per_set(lab: ModelLab) -> None:
                     if int.from_bytes(f[12:14], "big") == ETHERTYPE_BIER)  # not SYNC answers
         return frames
 
-    root.accept = accept_and_record  # type: ignore[method-assign]
+    monkeypatch.setattr(root, "accept", accept_and_record)
     sessions = allreduce_on_model(lab.net, job, arrays, servers={"h4_2": root})
     expected = reduce_arrays(Op.SUM, list(arrays.values()))
     for w, s in sessions.items():

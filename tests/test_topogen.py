@@ -1,6 +1,8 @@
 """Generated topologies: the files in topologies/ are what the generator writes, and
 their BIER tables satisfy RFC 8279 (disjoint F-BMs covering every BFER)."""
 
+from typing import Any
+
 import pytest
 import yaml
 
@@ -16,7 +18,7 @@ from inatest import ROOT
     ("fat-tree-4", topogen.fat_tree(4)),
     ("leaf-spine-2x4-sets", topogen.leaf_spine(2, 4, 2, hosts_per_set=2)),
 ])
-def test_committed_topology_files_are_current(name: str, data: dict) -> None:  # type: ignore[type-arg]
+def test_committed_topology_files_are_current(name: str, data: dict[str, Any]) -> None:
     on_disk = yaml.safe_load((ROOT / "topologies" / f"{name}.yaml").read_text())
     assert on_disk == data, f"regenerate topologies/{name}.yaml with python -m ina.spec.topogen"
 
@@ -31,7 +33,7 @@ def test_fat_tree_has_the_textbook_sizes() -> None:
     topogen.fat_tree(6), topogen.fat_tree(8), topogen.fat_tree(16),
     topogen.leaf_spine(2, 4, 2, hosts_per_set=2),
 ], ids=["ls-2x4", "ls-4x6", "ft-4", "ft-6", "ft-8", "ft-16", "ls-2x4-sets"])
-def test_fbms_are_disjoint_and_cover_every_bfer(data: dict) -> None:  # type: ignore[type-arg]
+def test_fbms_are_disjoint_and_cover_every_bfer(data: dict[str, Any]) -> None:
     topo = Topology.from_dict(data)
     everyone = sum(1 << (h.bfr_id - 1) for h in topo.hosts.values())
     for sw in topo.switches:

@@ -1,7 +1,9 @@
 """The INA header and RFC 8296 BIER header: encodings and round trips."""
 
 import pytest
-from scapy.all import IP, UDP, Ether, raw
+from scapy.compat import raw
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
 
 from ina.protocol.bitmaps import bfr_ids_of, bit_of, format_bitmap, join_set, set_of, split_sets
 from ina.protocol.codec import InaHeader, InaPacket, ina_payload

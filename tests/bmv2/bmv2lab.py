@@ -93,7 +93,7 @@ class NetLab:
 
     def listen(self, host: str, record: Path | None = None) -> subprocess.Popen[bytes]:
         """Count (and record) INA datagrams arriving at ``host`` until stopped."""
-        proc = self.lab.host(host).popen(
+        proc: subprocess.Popen[bytes] = self.lab.host(host).popen(
             [sys.executable, str(HERE / "listen.py"), *([str(record)] if record else [])],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert proc.stdout is not None

@@ -17,7 +17,7 @@ import pytest
 from ina.lab import sandbox
 from ina.lab.mininet import missing_tools
 
-from bmv2lab import Labs, NetLab
+from bmv2.bmv2lab import Labs, NetLab
 from inatest import FIGURE1, ROOT
 
 P4C = "p4c-bm2-ss"

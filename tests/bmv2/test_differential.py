@@ -19,7 +19,7 @@ from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import JobStat, SwitchStat
 from ina.spec.job import JobSpec
 
-from bmv2lab import Labs
+from bmv2.bmv2lab import Labs
 from inatest import ROOT
 
 CASES = {

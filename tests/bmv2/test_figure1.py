@@ -8,20 +8,30 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
-from scapy.all import IP, UDP, Ether, raw
+from scapy.compat import raw
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
 
-from ina.control.controller import Controller
+from ina.control.controller import Controller, JobOnSwitch
 from ina.errors import SwitchError
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import INA_UDP_PORT, JobStat, SwitchStat
 from ina.protocol.scapy_layers import INA
+from ina.spec.job import Job
 
-from bmv2lab import NetLab
+from bmv2.bmv2lab import NetLab
 from inatest import FIGURE1
+
+#: The jobs a test has deployed: (job file, job).
+Deployed = list[tuple[Path, Job]]
 
 FIGURE1_SPEC = {"job_id": 1, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
                 "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}}
@@ -45,10 +55,10 @@ def _switch_stats(lab: NetLab) -> dict[str, dict[SwitchStat, int]]:
 
 
 @pytest.fixture
-def deployed(figure1_lab: NetLab, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+def deployed(figure1_lab: NetLab, request: pytest.FixtureRequest) -> Iterator[Deployed]:
     """Deploy the given specs (job 1 by default) for one test, then tear them down."""
     specs = getattr(request, "param", [FIGURE1_SPEC])
-    jobs = []
+    jobs: Deployed = []
     for spec in specs:
         path = figure1_lab.write_job(**spec)
         jobs.append((path, figure1_lab.deploy(path)))
@@ -88,7 +98,7 @@ def test_every_worker_gets_the_exact_result_and_others_nothing(
 
 
 def test_counters_show_absorption_transit_and_the_pass_at_s7(
-        figure1_lab: NetLab, deployed: list) -> None:  # type: ignore[type-arg]
+        figure1_lab: NetLab, deployed: Deployed) -> None:
     (path, job), = deployed
     # A least RTO of 10 s: no retransmission while the workers start up, so the counts are exact.
     figure1_lab.finish_workers(job, figure1_lab.start_workers(path, job, SIZE, seed=20,
@@ -112,7 +122,7 @@ def test_counters_show_absorption_transit_and_the_pass_at_s7(
 
 @pytest.mark.parametrize("deployed", [[FIGURE1_SPEC, SECOND_SPEC]], indirect=True)
 def test_a_second_job_is_exact_while_the_first_is_deployed(
-        figure1_lab: NetLab, deployed: list) -> None:  # type: ignore[type-arg]
+        figure1_lab: NetLab, deployed: Deployed) -> None:
     # The jobs share w2, and a host runs one worker at a time: one after the other.
     for path, job in reversed(deployed):
         results, expected = figure1_lab.allreduce(path, job, SIZE, seed=30 + job.job_id)
@@ -133,7 +143,7 @@ def test_a_second_job_is_exact_after_the_first_is_torn_down(figure1_lab: NetLab)
         figure1_lab.teardown(2)
 
 
-def _ina_frame(src_host: str, dst_ip: str, **ina: object) -> bytes:
+def _ina_frame(src_host: str, dst_ip: str, **ina: Any) -> bytes:
     topo = {"w1": ("00:00:00:00:00:01", "10.0.0.1", "02:00:00:00:00:01"),
             "w5": ("00:00:00:00:00:05", "10.0.0.5", "02:00:00:00:00:03")}[src_host]
     values = ina.pop("values", [1000] + [0] * 63)
@@ -143,7 +153,7 @@ def _ina_frame(src_host: str, dst_ip: str, **ina: object) -> bytes:
 
 
 def test_bad_packets_are_counted_and_change_no_result(
-        figure1_lab: NetLab, deployed: list) -> None:  # type: ignore[type-arg]
+        figure1_lab: NetLab, deployed: Deployed) -> None:
     (path, job), = deployed
     before = _switch_stats(figure1_lab)
     unknown_job = _ina_frame("w1", "10.0.100.6", job_id=99, seq=0, count=1, pbm=bit_of(1))
@@ -173,21 +183,11 @@ def test_a_failed_write_leaves_no_half_deployed_job(figure1_lab: NetLab) -> None
 
     job = validate_job(JobSpec.from_dict(FIGURE1_SPEC), figure1_lab.topology)
 
-    class FailingOnS7:
-        """A real switch whose insert fails, as a full table or a lost link would."""
-
-        def __init__(self, real):  # type: ignore[no-untyped-def]
-            self.real, self.name = real, real.name
-
-        def __getattr__(self, attr: str) -> object:
-            return getattr(self.real, attr)
-
-        async def insert(self, entities) -> None:  # type: ignore[no-untyped-def]
-            raise SwitchError(self.name, "injected failure")
-
-    async def attempt(ctl: Controller) -> dict[int, list[object]]:
-        ctl.clients["s7"] = FailingOnS7(ctl.clients["s7"])
-        with pytest.raises(Exception, match="writing failed on s7"):
+    async def attempt(ctl: Controller) -> dict[int, list[JobOnSwitch]]:
+        # s7's inserts fail, as with a full table or a lost link; the rest is the real switch.
+        failing = mock.AsyncMock(side_effect=SwitchError("s7", "injected failure"))
+        with mock.patch.object(ctl.clients["s7"], "insert", failing), \
+                pytest.raises(Exception, match="writing failed on s7"):
             await ctl.deploy(job)
         return await ctl.jobs()
 

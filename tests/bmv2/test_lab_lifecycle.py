@@ -26,7 +26,7 @@ from ina.lab import sandbox
 from ina.lab.labstate import LabRecord, SandboxProcess
 from ina.lab.mininet import wait_until
 
-from bmv2lab import Labs
+from bmv2.bmv2lab import Labs
 from inatest import FIGURE1, ROOT, pid_namespace, processes_in
 
 STARTUP = 180.0  # seconds for seven switches to come up on two busy cores

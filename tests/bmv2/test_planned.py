@@ -11,12 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import yaml
-from conftest import Labs
 
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.spec.job import JobSpec
 
-from bmv2lab import NetLab
+from bmv2.bmv2lab import Labs, NetLab
 from inatest import ROOT
 
 CASES = {

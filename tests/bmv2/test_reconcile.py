@@ -21,7 +21,7 @@ from ina.model.harness import reduce_arrays
 from ina.protocol.frames import ip_int
 from ina.spec.job import Job
 
-from bmv2lab import NetLab
+from bmv2.bmv2lab import NetLab
 
 FIGURE1_SPEC = {"job_id": 1, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
                 "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}}
@@ -77,7 +77,7 @@ def _job_entries(lab: NetLab) -> dict[str, set[TableEntry]]:
 
 def _start_ping(lab: NetLab, src: str, dst: str, count: int) -> subprocess.Popen[bytes]:
     """A fast ping (every 10 ms), already answered once when this returns."""
-    ping = lab.lab.host(src).popen(
+    ping: subprocess.Popen[bytes] = lab.lab.host(src).popen(
         ["ping", "-n", "-i", "0.01", "-c", str(count), "-W", "1", lab.topology.address(dst)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert ping.stdout is not None

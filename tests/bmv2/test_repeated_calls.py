@@ -12,7 +12,7 @@ import pytest
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.spec.job import Job
 
-from bmv2lab import NetLab
+from bmv2.bmv2lab import NetLab
 
 SPEC = {"job_id": 3, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
         "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}}

@@ -13,7 +13,7 @@ import numpy as np
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import JobStat
 
-from bmv2lab import NetLab
+from bmv2.bmv2lab import NetLab
 from inatest import FIGURE1
 
 SPEC = {"job_id": 21, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "w5",

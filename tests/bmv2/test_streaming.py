@@ -15,7 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scapy.all import IP, UDP, Ether, raw
+from scapy.compat import raw
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
 
 from ina.host.arrays import random_array, random_floats
 from ina.lab.mininet import wait_until
@@ -26,7 +28,7 @@ from ina.protocol.constants import INA_UDP_PORT, JobStat, Op, SwitchStat
 from ina.protocol.scapy_layers import INA
 from ina.spec.job import Job
 
-from bmv2lab import NetLab
+from bmv2.bmv2lab import NetLab
 
 FIGURE1_SPEC = {"job_id": 1, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
                 "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}}

@@ -116,6 +116,9 @@ class P4RuntimeSwitch:
                 "delete", self._switch.delete([self._to_fy(e) for e in entities], strict=False)
             )
 
+    # finsy types read() as yielding any P4 entity, not the kind asked for: hence the
+    # attr-defined ignores below.
+
     async def read_table(self, table: str) -> list[TableEntry]:
         try:
             entries = self._switch.read(fy.P4TableEntry(table))

@@ -127,7 +127,7 @@ class LabOptions:
 def _bmv2_switch_class() -> type:
     from mininet.node import Switch
 
-    class BMv2Switch(Switch):  # type: ignore[misc]
+    class BMv2Switch(Switch):  # type: ignore[misc]  # Mininet is untyped: Switch is Any
         """simple_switch_grpc started with no program; the controller pushes it."""
 
         def __init__(self, name: str, device_id: int, grpc: str, thrift_port: int,

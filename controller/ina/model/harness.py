@@ -6,6 +6,7 @@ for packet, and the expected result of an AllReduce (the tests' oracle).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -72,7 +73,7 @@ def run_sessions(net: ModelNetwork, sessions: dict[str, AllreduceSession],
     return now
 
 
-def reduce_arrays(op: Op, arrays: list[npt.NDArray[np.integer]]) -> npt.NDArray[np.int32]:
+def reduce_arrays(op: Op, arrays: Sequence[npt.ArrayLike]) -> npt.NDArray[np.int32]:
     """What an AllReduce of ``arrays`` must give, with the switches' int32 semantics
     (SUM wraps around; the OVERFLOW flag tells the workers)."""
     stacked = np.stack([np.asarray(a, dtype=np.int64) for a in arrays])
@@ -102,7 +103,7 @@ def deployed_network(topology: Topology, job: Job,
     return net, ctl
 
 
-def allreduce_on_model(net: ModelNetwork, job: Job, arrays: dict[str, npt.ArrayLike],
+def allreduce_on_model(net: ModelNetwork, job: Job, arrays: Mapping[str, npt.ArrayLike],
                        servers: dict[str, ServerRoot] | None = None,
                        ) -> dict[str, AllreduceSession]:
     """One integer call of ``job`` on ``net``, packet for packet as ``Worker`` makes it
@@ -144,7 +145,7 @@ def start_call_on_model(net: ModelNetwork, job: Job, sizes: dict[str, int],
     return seq_add(seq, 1)
 
 
-def reduce_on_model(net: ModelNetwork, job: Job, arrays: dict[str, npt.ArrayLike], seq: int,
+def reduce_on_model(net: ModelNetwork, job: Job, arrays: Mapping[str, npt.ArrayLike], seq: int,
                     servers: dict[str, ServerRoot] | None = None,
                     ) -> dict[str, AllreduceSession]:
     """Every worker's session of ``arrays`` from ``seq`` on, run to completion."""

@@ -55,7 +55,8 @@ class INA(Packet):
         ByteField("si", 0),
         ByteField("reserved", 0),
         BitField("pbm", 0, BITSTRING_BITS),
-        # A call's SYNC and its REPLY carry no array.
+        # A call's SYNC and its REPLY carry no array. (scapy's stubs want the default list
+        # to hold fields, not values: hence the ignore.)
         ConditionalField(
             FieldListField("values", [0] * ELEMS_PER_PACKET, SignedIntField("v", 0),  # type: ignore[list-item]
                            count_from=lambda pkt: ELEMS_PER_PACKET, max_count=ELEMS_PER_PACKET),
