@@ -13,9 +13,9 @@
  *
  * Sizes and codes come from include/generated.p4, the per-lane registers and
  * actions of the Aggregation control from include/lanes.p4 (both written by
- * python -m ina.p4gen).
+ * python -m ina.protocol.p4gen).
  * The controller reaches tables and counters by the names in
- * controller/ina/p4names.py, which a test checks against the P4Info.
+ * controller/ina/control/p4names.py, which a test checks against the P4Info.
  */
 #include <core.p4>
 #include <v1model.p4>

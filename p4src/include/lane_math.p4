@@ -1,7 +1,7 @@
 // SWAR arithmetic on lanes: each 32-bit element of one lane is combined with the
 // same element of the other; no carry or borrow crosses an element. BMv2 computes
 // a bit<2048> like a bit<32> (a bignum either way), so one lane operation does
-// the work of 64. controller/ina/lanes.py has the same formulas, their derivation,
+// the work of 64. controller/ina/protocol/lanes.py has the same formulas, their derivation,
 // and tests against numpy.
 #ifndef INA_LANE_MATH_P4
 #define INA_LANE_MATH_P4
