@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
+import yaml
 
 from ina.control.controller import Controller
 from ina.control.memory_switch import MemorySwitch
 from ina.control.switch import CounterValue
-from ina.host.worker import Worker, WorkerConfig
-from ina.model.harness import initialised_network
+from ina.host.worker import AllreduceSession, Worker, WorkerConfig
+from ina.model.harness import initialised_network, reduce_arrays
 from ina.model.network import ModelNetwork, ModelTransport
 from ina.protocol.constants import SwitchStat
 from ina.spec.job import Job, JobSpec, validate_job
@@ -26,6 +28,8 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
 FIGURE1 = ROOT / "topologies" / "figure1.yaml"
 FIGURE1_JOB = ROOT / "jobs" / "figure1-sum.yaml"
+#: The draft's Figure 1 job (job 1: s1 aggregates w1, w2, s7 w3, w4, s6 is the root).
+FIGURE1_SPEC: dict[str, Any] = yaml.safe_load(FIGURE1_JOB.read_text())
 
 
 def job_from(topology: Topology, **spec: Any) -> Job:
@@ -34,12 +38,7 @@ def job_from(topology: Topology, **spec: Any) -> Job:
 
 def figure1_job(topology: Topology, **overrides: Any) -> Job:
     """The draft's Figure 1 job, with fields replaced by ``overrides``."""
-    spec: dict[str, Any] = {
-        "job_id": 1, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
-        "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]},
-    }
-    spec.update(overrides)
-    return job_from(topology, **spec)
+    return job_from(topology, **{**FIGURE1_SPEC, **overrides})
 
 
 @dataclass
@@ -61,6 +60,19 @@ def int_arrays(job: Job, size: int, seed: int = 0) -> dict[str, np.ndarray]:
     """A random int32 array per worker, small enough that no SUM overflows."""
     rng = np.random.default_rng(seed)
     return {w: rng.integers(-(2**20), 2**20, size, dtype=np.int32) for w in job.workers}
+
+
+def assert_exact(job: Job, arrays: Mapping[str, npt.ArrayLike],
+                 results: Mapping[str, npt.ArrayLike]) -> None:
+    """Every worker of the job got the reduction of every worker's array."""
+    expected = reduce_arrays(job.op, list(arrays.values()))
+    for w in job.workers:
+        assert np.array_equal(results[w], expected), w
+
+
+def session_results(sessions: Mapping[str, AllreduceSession]) -> dict[str, npt.NDArray[Any]]:
+    """Each worker's result from its finished session."""
+    return {w: s.outcome().values for w, s in sessions.items()}
 
 
 def switch_stat(lab: ModelLab, switch: str, stat: SwitchStat) -> int:

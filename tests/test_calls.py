@@ -13,14 +13,13 @@ import pytest
 
 from ina.errors import AllreduceTimeout, CallMismatch
 from ina.host.worker import AllreduceResult, Worker
-from ina.model.harness import reduce_arrays
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import Flag, JobStat, Op
 from ina.spec.job import Job
 
-from inatest import ModelLab, figure1_job, in_threads, int_arrays, model_workers
+from inatest import ModelLab, assert_exact, figure1_job, in_threads, int_arrays, model_workers
 
 
 def _deploy(lab: ModelLab, job: Job) -> None:
@@ -35,10 +34,11 @@ def _call(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray], timeout: float
 
 def _exact(outcomes: dict[str, AllreduceResult | Exception], job: Job,
            arrays: dict[str, np.ndarray]) -> None:
-    expected = reduce_arrays(job.op, list(arrays.values()))
+    results = {}
     for w, outcome in outcomes.items():
         assert isinstance(outcome, AllreduceResult), (w, outcome)
-        assert np.array_equal(outcome.values, expected), w
+        results[w] = outcome.values
+    assert_exact(job, arrays, results)
 
 
 def test_the_same_workers_make_many_calls_without_a_redeploy(model_lab: ModelLab) -> None:

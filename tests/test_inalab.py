@@ -40,6 +40,20 @@ def _recorded(proc: subprocess.Popen[bytes], run_dir: Path) -> LabRecord:
     return record
 
 
+def _killed_after_recording(proc: subprocess.Popen[bytes], run_dir: Path) -> LabRecord:
+    """The record of a sandbox killed with SIGKILL: nobody removed its files."""
+    record = _recorded(proc, run_dir)
+    proc.kill()
+    proc.wait()
+    return record
+
+
+def _inalab_run(run_dir: Path) -> int:
+    """``inalab run`` with no compiled program: it checks the rest, and starts nothing."""
+    return inalab.main(["-t", str(FIGURE1), "--build", str(run_dir / "none"), "run",
+                        "--no-cli"])
+
+
 def test_a_recorded_sandbox_that_runs_is_running(
         fake_sandbox: subprocess.Popen[bytes], run_dir: Path) -> None:
     record = _recorded(fake_sandbox, run_dir)
@@ -49,9 +63,7 @@ def test_a_recorded_sandbox_that_runs_is_running(
 
 def test_the_record_of_a_sandbox_that_was_killed_is_stale_and_removed(
         fake_sandbox: subprocess.Popen[bytes], run_dir: Path) -> None:
-    record = _recorded(fake_sandbox, run_dir)
-    fake_sandbox.kill()
-    fake_sandbox.wait()
+    record = _killed_after_recording(fake_sandbox, run_dir)
     assert record.running() is None
     assert not record.pid_file.exists() and not record.state_file.exists()
 
@@ -87,8 +99,7 @@ def test_a_second_inalab_run_of_a_running_topology_is_refused(
         fake_sandbox: subprocess.Popen[bytes], run_dir: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     record = _recorded(fake_sandbox, run_dir)
-    code = inalab.main(["-t", str(FIGURE1), "--build", str(run_dir / "none"), "run",
-                         "--no-cli"])
+    code = _inalab_run(run_dir)
     assert code == UsageError.exit_code
     assert "a lab of figure1 is already running" in capsys.readouterr().err
     assert record.running() is not None  # the first run's record is untouched
@@ -97,12 +108,9 @@ def test_a_second_inalab_run_of_a_running_topology_is_refused(
 def test_a_stale_record_does_not_block_inalab_run(
         fake_sandbox: subprocess.Popen[bytes], run_dir: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    record = _recorded(fake_sandbox, run_dir)
-    fake_sandbox.kill()
-    fake_sandbox.wait()
+    record = _killed_after_recording(fake_sandbox, run_dir)
     # It goes on to check the build (missing here) and stops there, starting nothing.
-    code = inalab.main(["-t", str(FIGURE1), "--build", str(run_dir / "none"), "run",
-                         "--no-cli"])
+    code = _inalab_run(run_dir)
     assert code == UsageError.exit_code
     err = capsys.readouterr().err
     assert "already running" not in err and "cannot run here" in err
@@ -118,9 +126,7 @@ def test_inalab_exec_without_a_running_lab_exits_2(
 def test_inalab_host_after_a_killed_run_removes_its_stale_state(
         fake_sandbox: subprocess.Popen[bytes], run_dir: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    record = _recorded(fake_sandbox, run_dir)
-    fake_sandbox.kill()
-    fake_sandbox.wait()
+    record = _killed_after_recording(fake_sandbox, run_dir)
     assert inalab.main(["-t", str(FIGURE1), "host", "w1", "--", "true"]) == 2
     assert "no lab of figure1 is running" in capsys.readouterr().err
     assert not record.pid_file.exists() and not record.state_file.exists()

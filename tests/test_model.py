@@ -21,12 +21,20 @@ from ina.protocol.constants import Flag, JobStat, Op, SwitchStat
 from ina.protocol.frames import Bier, bier_frame, ina_frame
 from ina.spec.job import Job
 
-from inatest import ModelLab, figure1_job, in_threads, int_arrays, model_workers, switch_stat
+from inatest import (
+    ModelLab,
+    assert_exact,
+    figure1_job,
+    in_threads,
+    int_arrays,
+    model_workers,
+    session_results,
+    switch_stat,
+)
 
 
 def _allreduce(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    sessions = allreduce_on_model(lab.net, job, dict(arrays))
-    return {w: s.outcome().values for w, s in sessions.items()}
+    return session_results(allreduce_on_model(lab.net, job, arrays))
 
 
 def _job_stats(lab: ModelLab, job_id: int) -> dict[str, dict[JobStat, int]]:
@@ -45,9 +53,7 @@ def test_figure1_result_is_exact_at_every_worker(model_lab: ModelLab, op: str) -
     _deploy(model_lab, job)
     arrays = int_arrays(job, 200)
     results = _allreduce(model_lab, job, arrays)
-    expected = reduce_arrays(job.op, list(arrays.values()))
-    for w in job.workers:
-        assert np.array_equal(results[w], expected), w
+    assert_exact(job, arrays, results)
 
 
 def test_hosts_outside_the_job_receive_nothing(model_lab: ModelLab) -> None:
@@ -96,9 +102,7 @@ def _second_job(lab: ModelLab) -> Job:
 
 def _assert_exact(lab: ModelLab, job: Job) -> None:
     arrays = int_arrays(job, 130, seed=3)
-    expected = reduce_arrays(job.op, list(arrays.values()))
-    for w, result in _allreduce(lab, job, arrays).items():
-        assert np.array_equal(result, expected), w
+    assert_exact(job, arrays, _allreduce(lab, job, arrays))
 
 
 def test_a_second_job_is_exact_while_the_first_is_deployed(model_lab: ModelLab) -> None:
@@ -237,9 +241,7 @@ def test_allreduce_is_exact_over_impaired_links(model_lab: ModelLab,
     lab = _lossy_lab(model_lab, **impairment)
     arrays = int_arrays(job, P * 60)
     results = _allreduce(lab, job, arrays)
-    expected = reduce_arrays(Op.SUM, list(arrays.values()))
-    for w in job.workers:
-        assert np.array_equal(results[w], expected), w
+    assert_exact(job, arrays, results)
 
 
 def test_a_lost_result_is_sent_again_from_the_stored_aggregate(model_lab: ModelLab) -> None:
@@ -303,9 +305,7 @@ def test_a_server_root_finishes_the_aggregation_and_starts_bier(model_lab: Model
     arrays = int_arrays(job, P * 30)
     root = ServerRoot(job, model_lab.topology)
     sessions = allreduce_on_model(model_lab.net, job, arrays, servers={"w5": root})
-    expected = reduce_arrays(Op.SUM, list(arrays.values()))
-    for w, s in sessions.items():
-        assert np.array_equal(s.outcome().values, expected), w
+    assert_exact(job, arrays, session_results(sessions))
     assert root.stats["multicast"] >= 30
     assert all(not model_lab.net.inbox[h] for h in ("w6", "w7", "w8"))
 

@@ -11,23 +11,31 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-import numpy as np
 import pytest
 
 from ina.control import p4names as n
 from ina.control.vat_planner import plan_job
 from ina.errors import JobError
-from ina.model.harness import allreduce_on_model, reduce_arrays
+from ina.model.harness import allreduce_on_model
 from ina.model.network import Impairment
 from ina.protocol.bitmaps import set_of, split_sets
 from ina.protocol.codec import InaHeader, InaPacket
-from ina.protocol.constants import BIER_SETS, ETHERTYPE_BIER, Flag, JobStat, Op, SwitchStat
+from ina.protocol.constants import BIER_SETS, ETHERTYPE_BIER, Flag, JobStat, SwitchStat
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.frames import Bier, bier_frame, ina_frame, parse_frame
 from ina.spec.job import DEFAULT_SLOTS, Job, JobSpec
 from ina.spec.topology import Topology
 
-from inatest import ROOT, ModelLab, int_arrays, job_from, make_model_lab, switch_stat
+from inatest import (
+    ROOT,
+    ModelLab,
+    assert_exact,
+    int_arrays,
+    job_from,
+    make_model_lab,
+    session_results,
+    switch_stat,
+)
 
 WORKERS = ["h1_1", "h1_2", "h2_1", "h3_2", "h4_1", "h4_2"]
 
@@ -51,9 +59,7 @@ def _run(lab: ModelLab, job: Job, size: int) -> None:
     asyncio.run(lab.ctl.deploy(job))
     arrays = int_arrays(job, size, seed=5)
     sessions = allreduce_on_model(lab.net, job, arrays)
-    expected = reduce_arrays(job.op, list(arrays.values()))
-    for w, s in sessions.items():
-        assert np.array_equal(s.outcome().values, expected), w
+    assert_exact(job, arrays, session_results(sessions))
 
 
 def test_the_root_spans_every_set_and_each_aggregator_one(topology: Topology) -> None:
@@ -134,9 +140,7 @@ def test_a_server_root_sends_one_bier_packet_per_set(lab: ModelLab,
 
     monkeypatch.setattr(root, "accept", accept_and_record)
     sessions = allreduce_on_model(lab.net, job, arrays, servers={"h4_2": root})
-    expected = reduce_arrays(Op.SUM, list(arrays.values()))
-    for w, s in sessions.items():
-        assert np.array_equal(s.outcome().values, expected), w
+    assert_exact(job, arrays, session_results(sessions))
     assert root.stats["multicast"] == 1 + 4  # the call's descriptor and four chunks ...
     assert sorted(b.si for b in sent) == sorted([0, 1, 2, 3] * 5)  # ... each to four sets
 
@@ -229,7 +233,5 @@ def test_a_job_over_the_k16_fat_tree_uses_four_sets_and_is_exact() -> None:
     net, _ = deployed_network(topology, job)
     arrays = int_arrays(job, P * 2 + 1, seed=5)
     sessions = allreduce_on_model(net, job, arrays)
-    expected = reduce_arrays(Op.SUM, list(arrays.values()))
-    for w, s in sessions.items():
-        assert np.array_equal(s.outcome().values, expected), w
+    assert_exact(job, arrays, session_results(sessions))
     assert sum(len(inbox) for h, inbox in net.inbox.items() if h not in workers) == 0

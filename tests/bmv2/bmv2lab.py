@@ -3,12 +3,13 @@ workers on hosts, listen on hosts, put raw frames on a host's link."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +27,8 @@ from ina.spec.job import Job, JobSpec, validate_job
 from ina.spec.topology import Topology
 
 HERE = Path(__file__).resolve().parent
+#: Jobs deployed for a test: (job file, job) each.
+Deployed = list[tuple[Path, Job]]
 T = TypeVar("T")
 
 
@@ -53,6 +56,19 @@ class NetLab:
 
     def teardown(self, job_id: int) -> None:
         self.controller_call(lambda ctl: ctl.teardown(job_id))
+
+    @contextlib.contextmanager
+    def deployed(self, *specs: dict[str, Any]) -> Iterator[Deployed]:
+        """The jobs of ``specs`` deployed while the block runs."""
+        jobs: Deployed = []
+        try:
+            for spec in specs:
+                path = self.write_job(**spec)
+                jobs.append((path, self.deploy(path)))
+            yield jobs
+        finally:
+            for _, job in jobs:
+                self.teardown(job.job_id)
 
     def start_workers(self, job_path: Path, job: Job, size: int, seed: int,
                       timeout: float = 10.0, only: Sequence[str] | None = None,

@@ -17,8 +17,8 @@ import pytest
 from ina.lab import sandbox
 from ina.lab.mininet import missing_tools
 
-from bmv2.bmv2lab import Labs, NetLab
-from inatest import FIGURE1, ROOT
+from bmv2.bmv2lab import Deployed, Labs, NetLab
+from inatest import FIGURE1, FIGURE1_SPEC, ROOT
 
 P4C = "p4c-bm2-ss"
 
@@ -55,3 +55,11 @@ def labs(compiled: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
 @pytest.fixture
 def figure1_lab(labs: Labs) -> NetLab:
     return labs.get(FIGURE1)
+
+
+@pytest.fixture
+def deployed(figure1_lab: NetLab, request: pytest.FixtureRequest) -> Iterator[Deployed]:
+    """The job specs a test is parametrized with (indirectly; the Figure 1 job by
+    default), deployed for the test and torn down after it."""
+    with figure1_lab.deployed(*getattr(request, "param", [FIGURE1_SPEC])) as jobs:
+        yield jobs

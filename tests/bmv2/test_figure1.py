@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -25,16 +23,10 @@ from ina.protocol.bitmaps import bit_of
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import INA_UDP_PORT, JobStat, SwitchStat
 from ina.protocol.scapy_layers import INA
-from ina.spec.job import Job
 
-from bmv2.bmv2lab import NetLab
-from inatest import FIGURE1
+from bmv2.bmv2lab import Deployed, NetLab
+from inatest import FIGURE1, FIGURE1_SPEC
 
-#: The jobs a test has deployed: (job file, job).
-Deployed = list[tuple[Path, Job]]
-
-FIGURE1_SPEC = {"job_id": 1, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
-                "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}}
 SECOND_SPEC = {"job_id": 2, "op": "sum", "workers": ["w2", "w5", "w7"], "root": "s7",
                "aggregators": {"s6": ["w5", "w7"]}}
 SIZE = P * 5 + 7  # six packets per worker, the last one partial
@@ -52,19 +44,6 @@ def _switch_stats(lab: NetLab) -> dict[str, dict[SwitchStat, int]]:
     status = lab.controller_call(lambda ctl: ctl.status())
     return {sw: {k: v.packets for k, v in s.switch_stats.items() if v.packets}
             for sw, s in status.items()}
-
-
-@pytest.fixture
-def deployed(figure1_lab: NetLab, request: pytest.FixtureRequest) -> Iterator[Deployed]:
-    """Deploy the given specs (job 1 by default) for one test, then tear them down."""
-    specs = getattr(request, "param", [FIGURE1_SPEC])
-    jobs: Deployed = []
-    for spec in specs:
-        path = figure1_lab.write_job(**spec)
-        jobs.append((path, figure1_lab.deploy(path)))
-    yield jobs
-    for _, job in jobs:
-        figure1_lab.teardown(job.job_id)
 
 
 def test_hosts_ping_each_other(figure1_lab: NetLab) -> None:

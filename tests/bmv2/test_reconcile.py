@@ -6,11 +6,8 @@ deployed job's AllReduce running meanwhile lose nothing. Run with `make test`.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
-import pytest
 
 from ina.control import p4names as n
 from ina.control.controller import BaseChanges, Controller
@@ -19,12 +16,9 @@ from ina.control.switch_state import base_plan
 from ina.host.arrays import random_array
 from ina.model.harness import reduce_arrays
 from ina.protocol.frames import ip_int
-from ina.spec.job import Job
 
-from bmv2.bmv2lab import NetLab
+from bmv2.bmv2lab import Deployed, NetLab
 
-FIGURE1_SPEC = {"job_id": 1, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
-                "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}}
 WRONG_MAC = 0x02DEADBEEF00
 
 
@@ -120,17 +114,9 @@ def test_init_modifies_a_changed_multicast_group_in_place(figure1_lab: NetLab) -
     assert right in groups
 
 
-@pytest.fixture
-def figure1_job(figure1_lab: NetLab) -> Iterator[tuple[Path, Job]]:
-    path = figure1_lab.write_job(**FIGURE1_SPEC)
-    job = figure1_lab.deploy(path)
-    yield path, job
-    figure1_lab.teardown(job.job_id)
-
-
 def test_allreduce_stays_exact_while_init_runs_and_modifies(
-        figure1_lab: NetLab, figure1_job: tuple[Path, Job]) -> None:
-    path, job = figure1_job
+        figure1_lab: NetLab, deployed: Deployed) -> None:
+    (path, job), = deployed
     entries_before = _job_entries(figure1_lab)
     size = 64 * 2000
     procs = figure1_lab.start_workers(path, job, size, seed=300, timeout=30)

@@ -29,9 +29,8 @@ from ina.protocol.scapy_layers import INA
 from ina.spec.job import Job
 
 from bmv2.bmv2lab import NetLab
+from inatest import FIGURE1_SPEC
 
-FIGURE1_SPEC = {"job_id": 1, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
-                "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}}
 # Other workers, and VAT nodes on s5 (root), s6 and s7: all three switches carry
 # both jobs at once (s6 and s7 are VAT nodes of both).
 SHARING_SPEC = {"job_id": 2, "op": "sum", "workers": ["w5", "w6", "w7", "w8"], "root": "s5",
