@@ -7,6 +7,11 @@ The worker API in one call::
                        job="jobs/figure1-sum.yaml", worker="w1")
     result.values        # the reduced array (int32, or float32 for float input)
     result.error_bound   # float input only: per-element bound on the error
+
+The subpackages, each depending only on those before it: protocol (the wire),
+spec (topology, jobs), control (the controller), model (the reference data
+plane), host (workers, server roots), lab (emulation, benchmarks), cli (the
+commands); errors holds every exception class. README.md, "Architecture".
 """
 
 from ina.errors import AllreduceError, AllreduceTimeout

@@ -9,11 +9,11 @@ import asyncio
 
 import numpy as np
 import pytest
-import yaml
 
 from ina.control.controller import SwitchStatus
 from ina.control.switch import CounterValue
 from ina.host.arrays import random_array
+from ina.lab.deploy import deploy
 from ina.model.harness import allreduce_on_model, deployed_network
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import JobStat, SwitchStat
@@ -58,9 +58,8 @@ def test_bmv2_and_the_model_agree(labs: Labs, name: str) -> None:
     spec = JobSpec.from_dict(CASES[name])
     job_id = spec.job_id
     before = _counters(lab.controller_call(lambda ctl: ctl.status()), job_id)
-    job = lab.controller_call(lambda ctl: ctl.deploy(spec)).job
     path = lab.workdir / f"job{job_id}.yaml"
-    path.write_text(yaml.safe_dump(job.to_spec()))
+    job = deploy(lab.lab, spec, path)
     try:
         # A least RTO of 10 s: no retransmission, so both see exactly the same packets.
         bmv2_results = lab.finish_workers(

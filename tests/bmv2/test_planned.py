@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import yaml
 
+from ina.lab.deploy import deploy
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.spec.job import JobSpec
 
@@ -31,11 +31,9 @@ def test_a_planned_job_is_exact_at_every_worker_and_silent_elsewhere(
     lab: NetLab = labs.get(ROOT / "topologies" / f"{name}.yaml")
     workers = CASES[name]
     spec = JobSpec.from_dict({"job_id": 9, "op": "sum", "workers": workers})
-    deployment = lab.controller_call(lambda ctl: ctl.deploy(spec))
-    job = deployment.job
-    assert len(job.nodes) >= 2, "the planner should aggregate below the root here"
     path = lab.workdir / "job9.yaml"
-    path.write_text(yaml.safe_dump(job.to_spec()))
+    job = deploy(lab.lab, spec, path)
+    assert len(job.nodes) >= 2, "the planner should aggregate below the root here"
     try:
         others = [h for h in sorted(lab.topology.hosts) if h not in workers]
         listeners = {h: lab.listen(h) for h in others}
