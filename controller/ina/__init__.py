@@ -9,8 +9,8 @@ The worker API in one call::
     result.error_bound   # float input only: per-element bound on the error
 
 The subpackages, each depending only on those before it: protocol (the wire),
-spec (topology, jobs), control (the controller), model (the reference data
-plane), host (workers, server roots), lab (emulation, benchmarks), cli (the
+spec (topology, jobs), control (the controller), host (workers, server roots),
+model (the reference data plane), lab (emulation, benchmarks), cli (the
 commands); errors holds every exception class. README.md, "Architecture".
 """
 
