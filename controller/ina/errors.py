@@ -98,6 +98,13 @@ class UsageError(InaError, ValueError):
     exit_code = 2
 
 
+class Unreachable(InaError, LookupError):
+    """No route joins two elements of a topology, because a switch or link that
+    would carry it is down."""
+
+    exit_code = 2
+
+
 # --- Failures of switches, the controller, the lab, the AllReduce: exit 3 ------------
 
 

@@ -35,11 +35,18 @@
 // slots, the workers' window), so past every sequence number any worker can
 // have sent (a worker sends s only once s - W is complete). Until one of the
 // call's sequence numbers completes, every SYNC gets the same answer, so all
-// workers of a call agree. Workers then reduce a descriptor of the call (the
-// array's length, kind and op, with MAX) at that first number: a barrier that
-// tells every worker if they disagree. A worker that gives up on a call sends
-// an ABORT with the highest sequence number it sent, which the root counts as
-// completed: the next call starts past whatever the interrupted one left.
+// workers of a call agree. The first SYNC of a deployment or of a new plan of
+// the job (see below) gets its own proposal (its seq) back instead. Workers
+// then reduce a descriptor of the call (the array's length, kind and op, with
+// MAX) at that first number: a barrier that tells every worker if they
+// disagree. A worker that gives up on a call sends an ABORT with the highest
+// sequence number it sent, which the root counts as completed: the next call
+// starts past whatever the interrupted one left.
+//
+// Plans. A job re-planned after a failure gets a new epoch on every node and a
+// new generation (gen), which the workers' edge switches stamp on their packets
+// (ingress.p4): a node refuses a packet of another generation, whose P-BM was
+// meant for another tree, and counts it (DROP_OLD_PLAN).
 //
 // Registers hold only what the data plane writes. A cell whose epoch differs
 // from the job entry's is a leftover of a torn-down job and counts as empty.
@@ -174,11 +181,18 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         progress.write((bit<32>)meta.job_index, newer ? meta.epoch ++ seq : done_up_to);
     }
 
-    // A call's start: the call's first sequence number, back to the worker.
+    // A call's start: the call's first sequence number, back to the worker, with
+    // the generation of the job's plan. In a new plan (or deployment), the first
+    // SYNC's proposal (its seq) fixes it: a worker whose call had started under
+    // the previous plan proposes that call's start, so the workers still agree.
     action answer_sync() {
         progress.read(done_up_to, (bit<32>)meta.job_index);
-        hdr.ina.seq = (done_up_to[63:32] == meta.epoch)
-                      ? done_up_to[31:0] + (bit<32>)meta.slot_mask + 2 : 0;
+        bool first = done_up_to[63:32] != meta.epoch;
+        hdr.ina.seq = first ? hdr.ina.seq : done_up_to[31:0] + (bit<32>)meta.slot_mask + 2;
+        progress.write((bit<32>)meta.job_index,
+                       first ? meta.epoch ++ (hdr.ina.seq - (bit<32>)meta.slot_mask - 2)
+                             : done_up_to);
+        hdr.ina.gen = meta.gen;
         hdr.ina.flags = hdr.ina.flags | FLAG_REPLY;
         hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
         hdr.ipv4.src_addr = meta.node_ip;
@@ -260,6 +274,12 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         }
         if ((hdr.ina.pbm & ~meta.abm) != 0) {
             refuse(JOB_STAT_DROP_FOREIGN_PBM);
+            return;
+        }
+        if (hdr.ina.gen != meta.gen) {
+            // Of another plan of the job (in flight when it was re-planned): its
+            // P-BM may not fit this plan's tree. Its sender will send it again.
+            refuse(JOB_STAT_DROP_OLD_PLAN);
             return;
         }
         open_cell();

@@ -16,6 +16,7 @@ const bit<2> ROLE_ROOT = 3;
 const bit<2> MEMBER_NONE = 0;
 const bit<2> MEMBER_WORKER = 1;
 const bit<2> MEMBER_ROOT = 2;
+const bit<2> MEMBER_ON_HOSTS = 3;
 
 // What egress did with a BIER copy.
 const bit<2> BIER_OUT_PRUNED = 1;

@@ -1,5 +1,6 @@
 control InaDeparser(packet_out packet, in headers_t hdr) {
     apply {
+        packet.emit(hdr.packet_in);
         packet.emit(hdr.ethernet);
         packet.emit(hdr.bier);
         packet.emit(hdr.ipv4);

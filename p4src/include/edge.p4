@@ -21,8 +21,24 @@ control Edge(in headers_t hdr, in port_t port, inout metadata_t meta) {
         size = MAX_PORTS;
     }
 
-    action member() {
+    // A worker of the job: its contributions go to its parent VAT node, its SYNCs to
+    // the job's root, both in the job plan's generation gen. Hosts need not know
+    // the VAT: a new plan rewrites this entry, and the worker is told (REPLAN).
+    action member(ipv4_addr_t parent_ip, ipv4_addr_t root_ip, bit<8> gen) {
         meta.membership = MEMBER_WORKER;
+        meta.steer_parent = parent_ip;
+        meta.steer_root = root_ip;
+        meta.member_gen = gen;
+    }
+
+    // A worker of a job that no switch can aggregate now: its SYNC is answered here
+    // (ON_HOSTS), and the workers reduce among themselves. slots is the job's
+    // window: the controller reads it back when it moves the job to switches again
+    // (the switches are its only record of deployed jobs).
+    action member_on_hosts(bit<8> gen, bit<16> slots) {
+        meta.membership = MEMBER_ON_HOSTS;
+        meta.member_gen = gen;
+        meta.slot_mask = slots - 1;
     }
 
     action bier_source() {
@@ -38,7 +54,7 @@ control Edge(in headers_t hdr, in port_t port, inout metadata_t meta) {
             hdr.ina.job_id: exact @name("job_id");
             port: exact @name("ingress_port");
         }
-        actions = { member; bier_source; @defaultonly not_member; }
+        actions = { member; member_on_hosts; bier_source; @defaultonly not_member; }
         const default_action = not_member();
         size = MAX_JOBS * MAX_PORTS;
     }

@@ -13,7 +13,7 @@ const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_BIER = 0xab37;  // RFC 8296
 const bit<8> IP_PROTO_UDP = 17;
 const bit<16> INA_UDP_PORT = 18753;
-const bit<4> INA_VERSION = 2;
+const bit<4> INA_VERSION = 3;
 const bit<16> ELEMS_PER_PACKET = 256;
 const bit<4> BIER_NIBBLE = 5;
 const bit<4> BIER_VERSION = 0;
@@ -23,6 +23,8 @@ const bit<20> BIER_BIFT_ID = 1;  // of set 0; set s has BIER_BIFT_ID + s
 const int BIER_SETS = 16;  // RFC 8279 set identifiers
 const bit<8> BIER_INITIAL_TTL = 64;
 const bit<8> IPV4_INITIAL_TTL = 64;
+const bit<16> ETHERTYPE_PROBE = 0x88b6;  // the controller's link probes
+const bit<9> CPU_PORT = 510;  // packet-in and packet-out (--cpu-port)
 const bit<4> OP_SUM = 1;
 const bit<4> OP_MIN = 2;
 const bit<4> OP_MAX = 3;
@@ -31,6 +33,8 @@ const bit<8> FLAG_OVERFLOW = 2;
 const bit<8> FLAG_SYNC = 4;
 const bit<8> FLAG_REPLY = 8;
 const bit<8> FLAG_ABORT = 16;
+const bit<8> FLAG_REPLAN = 32;
+const bit<8> FLAG_ON_HOSTS = 64;
 
 // SWAR masks: the top bit of every 32-bit element of a lane, and the other 31.
 const lane_t LANE_HIGH = 2048w0x80000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000;
@@ -42,9 +46,9 @@ const int MAX_JOBS = 64;
 const int IPV4_ROUTES = 4096;
 const int MAX_PORTS = 64;
 const int BIER_SETS_LOG2 = 4;
-const int JOB_STAT_STRIDE = 16;
-const int JOB_STAT_STRIDE_LOG2 = 4;
-const int SWITCH_STATS = 18;
+const int JOB_STAT_STRIDE = 32;
+const int JOB_STAT_STRIDE_LOG2 = 5;
+const int SWITCH_STATS = 20;
 const bit<16> BIER_MCAST_GROUP = 1;  // one copy per port
 const bit<16> JOB_GROUP_BASE = 256;  // + job index: the ports toward the job's workers
 
@@ -65,6 +69,8 @@ const bit<8> JOB_STAT_DROP_COUNT_MISMATCH = 11;
 const bit<8> JOB_STAT_DROP_OP_MISMATCH = 12;
 const bit<8> JOB_STAT_SYNCED = 13;
 const bit<8> JOB_STAT_ABORTED = 14;
+const bit<8> JOB_STAT_DROP_OLD_PLAN = 15;
+const bit<8> JOB_STAT_TOLD = 16;
 const bit<8> SWITCH_STAT_NONE = 255;
 const bit<8> SWITCH_STAT_DROP_PARSER_ERROR = 0;
 const bit<8> SWITCH_STAT_DROP_BAD_VERSION = 1;
@@ -84,6 +90,8 @@ const bit<8> SWITCH_STAT_DROP_IP_CHECKSUM = 14;
 const bit<8> SWITCH_STAT_BIER_COPY_PRUNED = 15;
 const bit<8> SWITCH_STAT_BIER_COPY_SENT = 16;
 const bit<8> SWITCH_STAT_BIER_COPY_DELIVERED = 17;
+const bit<8> SWITCH_STAT_PROBE_SENT = 18;
+const bit<8> SWITCH_STAT_PROBE_RECEIVED = 19;
 
 // The packet's array: 256 int32 values as 4 lanes.
 header ina_data_h {

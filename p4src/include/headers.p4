@@ -2,6 +2,21 @@
 #ifndef INA_HEADERS_P4
 #define INA_HEADERS_P4
 
+// The controller's packets: packet-out arrives on CPU_PORT with this header in
+// front, to be sent out of egress_port; packet-in leaves through CPU_PORT with
+// the port it came in on (P4Runtime PacketIn/PacketOut metadata).
+@controller_header("packet_out")
+header packet_out_h {
+    port_t egress_port;
+    bit<7> pad;
+}
+
+@controller_header("packet_in")
+header packet_in_h {
+    port_t ingress_port;
+    bit<7> pad;
+}
+
 header ethernet_h {
     mac_addr_t dst_addr;
     mac_addr_t src_addr;
@@ -58,11 +73,13 @@ header ina_h {
     bit<32>  seq;
     bit<16>  count;     // meaningful elements; the rest of the array is padding
     bit<8>   si;        // BIER set of the P-BM (RFC 8279 SI)
-    bit<8>   reserved;
+    bit<8>   gen;       // generation of the job's plan the packet belongs to
     bitmap_t pbm;
 }
 
 struct headers_t {
+    packet_out_h packet_out;
+    packet_in_h  packet_in;
     ethernet_h ethernet;
     bier_h     bier;
     ipv4_h     ipv4;
@@ -79,6 +96,9 @@ struct metadata_t {
     bitmap_t    host_bit;
     bit<8>      host_si;
     bit<2>      membership;     // MEMBER_*
+    ipv4_addr_t steer_parent;   // a worker's contributions go to its parent VAT node ...
+    ipv4_addr_t steer_root;     // ... and its SYNCs to the job's root (job_members)
+    bit<8>      member_gen;     // the generation of the job's plan at this edge
     // addresses.p4
     bool        to_me;
     // jobs.p4: the job's entry on this switch
@@ -90,6 +110,7 @@ struct metadata_t {
     bit<16>     slot_base;
     bit<16>     slot_mask;
     bit<32>     epoch;
+    bit<8>      gen;            // the generation of the job's plan this entry is of
     ipv4_addr_t node_ip;
     ipv4_addr_t parent_ip;
     // outcome of ingress

@@ -24,7 +24,8 @@ control InaValidate(in headers_t hdr, inout metadata_t meta) {
                 }
             } else if (hdr.ina.pbm != meta.host_bit || hdr.ina.si != meta.host_si) {
                 meta.drop_reason = SWITCH_STAT_DROP_FORGED_PBM;
-            } else if (meta.membership != MEMBER_WORKER) {
+            } else if (meta.membership != MEMBER_WORKER
+                       && meta.membership != MEMBER_ON_HOSTS) {
                 meta.drop_reason = SWITCH_STAT_DROP_NOT_MEMBER;
             }
         }

@@ -1,6 +1,9 @@
-// Ingress: every packet is either BIER (replicated by bier_ingress/bier_egress),
-// INA over IPv4 (checked, then handled by its job's VAT node if this switch has
-// one), or plain IPv4 (routed). Drops are counted here, once, by reason.
+// Ingress: every packet is either the controller's (a packet-out, sent where it
+// says; a link probe from a neighbour, passed up as a packet-in), BIER
+// (replicated by bier_ingress/bier_egress), INA over IPv4 (checked, steered by
+// a worker's edge switch to its parent VAT node, then handled by its job's VAT
+// node if this switch has one), or plain IPv4 (routed). Drops are counted here,
+// once, by reason.
 control InaIngress(inout headers_t hdr, inout metadata_t meta,
                    inout standard_metadata_t std) {
     counter(MAX_JOBS * JOB_STAT_STRIDE, CounterType.packets_and_bytes) job_stats;
@@ -25,9 +28,62 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         meta.consumed = false;
     }
 
+    // The controller's packet (a link probe): out of the port it names.
+    action controller_out() {
+        std.egress_spec = hdr.packet_out.egress_port;
+        hdr.packet_out.setInvalid();
+        switch_stats.count((bit<32>)SWITCH_STAT_PROBE_SENT);
+    }
+
+    // A neighbour's link probe: up to the controller, with the port it came in on.
+    action probe_in() {
+        hdr.packet_in.setValid();
+        hdr.packet_in.ingress_port = std.ingress_port;
+        hdr.packet_in.pad = 0;
+        std.egress_spec = CPU_PORT;
+        switch_stats.count((bit<32>)SWITCH_STAT_PROBE_RECEIVED);
+    }
+
+    // A worker's edge switch steers its packets: SYNCs and ABORTs to the job's
+    // root (in the plan's generation), contributions to its parent VAT node.
+    action to_root() {
+        hdr.ipv4.dst_addr = meta.steer_root;
+        hdr.ina.gen = meta.member_gen;
+    }
+
+    action to_parent() {
+        hdr.ipv4.dst_addr = meta.steer_parent;
+    }
+
+    // The worker must know something first: the job's plan changed (its packet is
+    // of another generation), or no switch aggregates the job now. The packet goes
+    // back as a notice (SYNC | REPLY | what) in the plan's generation; its array,
+    // if any, goes with it (cutting it off would cost BMv2 more than sending it).
+    action tell_worker(bit<8> what) {
+        hdr.ina.flags = FLAG_SYNC | FLAG_REPLY | what;
+        hdr.ina.gen = meta.member_gen;
+        hdr.udp.checksum = 0;
+        ipv4_addr_t worker = hdr.ipv4.src_addr;
+        hdr.ipv4.src_addr = hdr.ipv4.dst_addr;
+        hdr.ipv4.dst_addr = worker;
+        meta.to_me = false;
+        meta.job_stat = JOB_STAT_TOLD;
+    }
+
     apply {
+        if (hdr.packet_out.isValid()) {
+            controller_out();
+            return;
+        }
         init_metadata();
         edge.apply(hdr, std.ingress_port, meta);
+        if (meta.from_host && meta.membership == MEMBER_WORKER) {
+            if ((hdr.ina.flags & FLAG_SYNC) != 0) {
+                to_root();
+            } else if (hdr.ina.gen == meta.member_gen) {
+                to_parent();
+            }
+        }
         // The job's entry, looked up once for BIER and IPv4 alike (a table can be
         // applied in one place only); it only sets metadata.
         if (hdr.ina.isValid()) {
@@ -57,10 +113,25 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                         || hdr.ina.pbm == 0 || hdr.ina.si >= (bit<8>)BIER_SETS
                         || (meta.from_host && (hdr.ina.pbm != meta.host_bit
                                                || hdr.ina.si != meta.host_si
-                                               || meta.membership != MEMBER_WORKER))) {
+                                               || meta.membership != MEMBER_WORKER
+                                               || hdr.ina.gen != meta.member_gen))) {
                     ina_validate.apply(hdr, meta);
+                    if (meta.drop_reason == SWITCH_STAT_NONE && meta.from_host) {
+                        if (meta.membership == MEMBER_ON_HOSTS) {
+                            if ((hdr.ina.flags & FLAG_ABORT) != 0) {
+                                meta.consumed = true;  // no call on switches to give up
+                            } else {
+                                tell_worker(FLAG_ON_HOSTS);
+                            }
+                        } else if (meta.membership == MEMBER_WORKER
+                                   && (hdr.ina.flags & FLAG_SYNC) == 0
+                                   && hdr.ina.gen != meta.member_gen) {
+                            tell_worker(FLAG_REPLAN);
+                        }
+                    }
                 }
-                if (meta.drop_reason == SWITCH_STAT_NONE) {
+                if (meta.drop_reason == SWITCH_STAT_NONE && meta.job_stat == JOB_STAT_NONE
+                        && !meta.consumed) {
                     if (meta.job_role == ROLE_TRANSIT) {
                         meta.job_stat = JOB_STAT_TRANSIT;
                     } else if (meta.job_role != ROLE_NONE) {
@@ -77,6 +148,8 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                     meta.drop_reason = SWITCH_STAT_DROP_NOT_SUPPORTED;
                 }
             }
+        } else if (hdr.ethernet.ether_type == ETHERTYPE_PROBE && !meta.from_host) {
+            probe_in();
         } else {
             meta.drop_reason = SWITCH_STAT_DROP_NOT_SUPPORTED;
         }

@@ -9,7 +9,7 @@
 // of a deployed job the lookup of the switch's addresses.
 control Jobs(in bit<16> job_id, in bit<8> si, in ipv4_addr_t dst, inout metadata_t meta) {
     action vat_node(bit<8> job_index, bit<16> slot_base, bit<16> slot_mask,
-                    bit<32> epoch, ipv4_addr_t node_ip, ipv4_addr_t parent_ip,
+                    bit<32> epoch, bit<8> gen, ipv4_addr_t node_ip, ipv4_addr_t parent_ip,
                     bit<8> set_id, bitmap_t abm) {
         meta.job_role = ROLE_AGGREGATOR;
         meta.job_index = job_index;
@@ -18,6 +18,7 @@ control Jobs(in bit<16> job_id, in bit<8> si, in ipv4_addr_t dst, inout metadata
         meta.slot_base = slot_base;
         meta.slot_mask = slot_mask;
         meta.epoch = epoch;
+        meta.gen = gen;
         meta.node_ip = node_ip;
         meta.parent_ip = parent_ip;
         meta.to_me = dst == node_ip;
@@ -25,7 +26,7 @@ control Jobs(in bit<16> job_id, in bit<8> si, in ipv4_addr_t dst, inout metadata
 
     // sets == 1: the job's A-BM is abm, in set set_id. sets > 1: vat_sets has it.
     action vat_root(bit<8> job_index, bit<8> sets, bit<16> slot_base,
-                    bit<16> slot_mask, bit<32> epoch, ipv4_addr_t node_ip,
+                    bit<16> slot_mask, bit<32> epoch, bit<8> gen, ipv4_addr_t node_ip,
                     bit<8> set_id, bitmap_t abm) {
         meta.job_role = ROLE_ROOT;
         meta.job_index = job_index;
@@ -35,6 +36,7 @@ control Jobs(in bit<16> job_id, in bit<8> si, in ipv4_addr_t dst, inout metadata
         meta.slot_base = slot_base;
         meta.slot_mask = slot_mask;
         meta.epoch = epoch;
+        meta.gen = gen;
         meta.node_ip = node_ip;
         meta.to_me = dst == node_ip;
     }

@@ -1,8 +1,21 @@
-// Ethernet, then BIER (RFC 8296) or IPv4; UDP to INA_UDP_PORT carries INA.
+// The controller's packet-out header on CPU_PORT; Ethernet, then BIER (RFC 8296)
+// or IPv4; UDP to INA_UDP_PORT carries INA (a link probe is Ethernet alone).
 // A header cut short stops here with error.PacketTooShort; ingress drops it.
 parser InaParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
                  inout standard_metadata_t std) {
     state start {
+        transition select(std.ingress_port) {
+            CPU_PORT: parse_packet_out;
+            default: parse_ethernet;
+        }
+    }
+
+    state parse_packet_out {
+        packet.extract(hdr.packet_out);
+        transition parse_ethernet;
+    }
+
+    state parse_ethernet {
         packet.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_IPV4: parse_ipv4;

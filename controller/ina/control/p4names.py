@@ -60,13 +60,14 @@ HOST_PORTS = TableSpec(
 VAT_NODE = ActionSpec(
     "InaIngress.jobs.vat_node",
     (("job_index", 8), ("slot_base", 16), ("slot_mask", 16),
-     ("epoch", 32), ("node_ip", 32), ("parent_ip", 32), ("set_id", 8), ("abm", BM)),
+     ("epoch", 32), ("gen", 8), ("node_ip", 32), ("parent_ip", 32), ("set_id", 8),
+     ("abm", BM)),
 )
 # A root's A-BM is in (set_id, abm) when it lies in one set (sets == 1), else in vat_sets.
 VAT_ROOT = ActionSpec(
     "InaIngress.jobs.vat_root",
     (("job_index", 8), ("sets", 8), ("slot_base", 16), ("slot_mask", 16),
-     ("epoch", 32), ("node_ip", 32), ("set_id", 8), ("abm", BM)),
+     ("epoch", 32), ("gen", 8), ("node_ip", 32), ("set_id", 8), ("abm", BM)),
 )
 TRANSIT = ActionSpec("InaIngress.jobs.transit", (("job_index", 8), ("node_ip", 32)))
 NO_JOB = ActionSpec("InaIngress.jobs.no_job")
@@ -100,12 +101,16 @@ BIER_PORTS = TableSpec(
 )
 
 # Ingress: which host ports may contribute to which job, or inject its results.
-MEMBER = ActionSpec("InaIngress.edge.member")
+# A worker's edge switch steers its contributions to its parent VAT node and its
+# SYNCs to the root, in the plan's generation; on hosts: no switch aggregates the job.
+MEMBER = ActionSpec("InaIngress.edge.member", (("parent_ip", 32), ("root_ip", 32), ("gen", 8)))
+MEMBER_ON_HOSTS = ActionSpec("InaIngress.edge.member_on_hosts", (("gen", 8), ("slots", 16)))
 BIER_SOURCE = ActionSpec("InaIngress.edge.bier_source")
 NOT_MEMBER = ActionSpec("InaIngress.edge.not_member")
 JOB_MEMBERS = TableSpec(
     "InaIngress.edge.job_members",
-    (("job_id", "exact", 16), ("ingress_port", "exact", 9)), (MEMBER, BIER_SOURCE), NOT_MEMBER,
+    (("job_id", "exact", 16), ("ingress_port", "exact", 9)),
+    (MEMBER, MEMBER_ON_HOSTS, BIER_SOURCE), NOT_MEMBER,
 )
 
 TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, VAT_JOBS, VAT_SETS, JOB_MEMBERS,

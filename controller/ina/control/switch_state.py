@@ -12,7 +12,7 @@ feeds P4Runtime and the model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ina.control import p4names as n
 from ina.control.allocation import Allocation
@@ -39,6 +39,8 @@ def base_plan(topology: Topology, switch: str) -> list[Entity]:
     ]
     destinations = sorted(topology.hosts) + sorted(s for s in topology.switches if s != switch)
     for dest in destinations:
+        if not topology.reaches(switch, dest):
+            continue  # cut off by a failure: no route, so the packet is dropped and counted
         port = topology.next_hop(switch, dest)
         result.append(entry(
             n.IPV4_ROUTES, {"dst_addr": Lpm(ip_int(topology.address(dest)), 32)}, n.FORWARD,
@@ -75,13 +77,15 @@ def base_plan(topology: Topology, switch: str) -> list[Entity]:
 
 
 def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
-             epoch: int) -> dict[str, list[TableEntry]]:
+             epoch: int, gen: int = 0) -> dict[str, list[TableEntry]]:
     """The job's vat_jobs entry on every switch in ``alloc`` (with vat_sets entries,
     its A-BM per set, on VAT nodes, and result_sets on a root switch), and a
-    job_members entry for each worker's port on its edge switch.
+    job_members entry for each worker's port on its edge switch, which steers the
+    worker's packets to its parent and its SYNCs to the root.
 
     ``epoch`` tells this deployment's slot state from a torn-down job's leftovers
-    (the data plane cannot have its registers cleared over P4Runtime).
+    (the data plane cannot have its registers cleared over P4Runtime); ``gen``
+    (0..255) is the generation of the job's plan, which a re-plan increments.
     """
     result: dict[str, list[TableEntry]] = {}
     for sw, a in alloc.items():
@@ -93,7 +97,7 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
                                 node_ip=node_ip)]
             continue
         common = dict(job_index=a.job_index, slot_base=a.slot_base, slot_mask=job.slots - 1,
-                      epoch=epoch, node_ip=node_ip)
+                      epoch=epoch, gen=gen, node_ip=node_ip)
         sets = split_sets(node.abm)
         # One set: its A-BM in the entry. Several (a root only): a vat_sets entry each.
         set_id, bits = next(iter(sets.items())) if len(sets) == 1 else (0, 0)
@@ -110,15 +114,31 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
             # Each (port, set) copy of a result for several sets gets its set's A-BM.
             result[sw] += [entry(n.RESULT_SETS, {"job_id": job.job_id, "si": si}, n.RESULT_SET,
                                  abm=bits) for si, bits in sets.items()]
+    root_ip = ip_int(topology.address(job.root))
     for worker in job.workers:
         edge, port = topology.host_attachment(worker)
         result[edge].append(entry(n.JOB_MEMBERS, {"job_id": job.job_id, "ingress_port": port},
-                                  n.MEMBER))
+                                  n.MEMBER, parent_ip=ip_int(job.target_of(worker, topology)),
+                                  root_ip=root_ip, gen=gen))
     if job.root in topology.hosts:
         # A server root finishes the aggregation and starts the BIER delivery itself.
         edge, port = topology.host_attachment(job.root)
         result[edge].append(entry(n.JOB_MEMBERS, {"job_id": job.job_id, "ingress_port": port},
                                   n.BIER_SOURCE))
+    return result
+
+
+def on_hosts_plan(job_id: int, workers: Sequence[str], slots: int, topology: Topology,
+                  gen: int) -> dict[str, list[TableEntry]]:
+    """A job that no switch aggregates (R2): on each worker's edge switch, an entry
+    that answers the worker's packets with ON_HOSTS, so the workers reduce among
+    themselves (ina.host.worker); ``slots`` is kept for a later re-plan."""
+    result: dict[str, list[TableEntry]] = {}
+    for worker in workers:
+        edge, port = topology.host_attachment(worker)
+        result.setdefault(edge, []).append(entry(
+            n.JOB_MEMBERS, {"job_id": job_id, "ingress_port": port}, n.MEMBER_ON_HOSTS,
+            gen=gen, slots=slots))
     return result
 
 

@@ -86,6 +86,10 @@ def plan_job(topology: Topology, job_id: int, workers: Sequence[str], op: Op | s
         c = capacity.get(sw, Capacity())
         return c.job_indices > 0 and c.free_slot_run >= slots
 
+    cut = [w for w in workers if w in topology.hosts and not topology.attached(w)]
+    if cut:
+        raise PlanError([f"workers {', '.join(cut)} are cut off "
+                         f"({topology.failures.describe()} down)"])
     usable = {sw for sw in topology.switches if fits(sw)}
     if root is not None:
         if root not in topology.switches and root not in topology.hosts:
@@ -104,6 +108,10 @@ def plan_job(topology: Topology, job_id: int, workers: Sequence[str], op: Op | s
     best_job: Job | None = None
     reasons = []
     for r in candidates:
+        if not all(topology.reaches(w, r) for w in workers):
+            reasons.append(f"root {r}: cannot reach every worker "
+                           f"({topology.failures.describe()} down)")
+            continue
         try:
             job = _plan_for_root(topology, spec, r, usable)
         except JobError as exc:

@@ -5,14 +5,15 @@ INA header (12 bytes + the P-BM)::
     0               1               2               3
     | ver:4 | op:4  |    flags:8    |           job_id:16           |
     |                             seq:32                            |
-    |            count:16           |     si:8      |  reserved:8   |
+    |            count:16           |     si:8      |     gen:8     |
     |                   P-BM: BITSTRING_BITS bits                   |
 
 followed by ELEMS_PER_PACKET signed 32-bit big-endian integers, of which the
 first ``count`` are meaningful (the rest are zero on the wire). ``si`` is the
 BIER set of the P-BM, whose bits travel most significant byte first (see
-``ina.protocol.bitmaps``). The data plane reads the array as LANES lanes of
-LANE_BITS bits (``ina.protocol.lanes``).
+``ina.protocol.bitmaps``); ``gen`` the generation of the job's plan the packet
+belongs to (a worker's edge switch stamps it; a re-plan changes it). The data
+plane reads the array as LANES lanes of LANE_BITS bits (``ina.protocol.lanes``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class InaHeader:
     flags: Flag = Flag.NONE
     version: int = INA_VERSION
     si: int = 0
+    gen: int = 0
 
     def pack(self) -> bytes:
         fixed = _INA_FIXED.pack(
@@ -58,7 +60,7 @@ class InaHeader:
             self.seq,
             self.count,
             self.si,
-            0,
+            self.gen & 0xFF,
         )
         return fixed + self.pbm.to_bytes(BITSTRING_BYTES, "big")
 
@@ -66,7 +68,7 @@ class InaHeader:
     def unpack(cls, data: bytes) -> InaHeader:
         if len(data) < INA_HEADER_BYTES:
             raise WireError(f"INA header needs {INA_HEADER_BYTES} bytes, got {len(data)}")
-        ver_op, flags, job_id, seq, count, si, _ = _INA_FIXED.unpack_from(data)
+        ver_op, flags, job_id, seq, count, si, gen = _INA_FIXED.unpack_from(data)
         op_code = ver_op & 0xF
         op = Op(op_code) if op_code in Op._value2member_map_ else op_code
         return cls(
@@ -78,6 +80,7 @@ class InaHeader:
             flags=Flag(flags),
             version=ver_op >> 4,
             si=si,
+            gen=gen,
         )
 
 

@@ -31,7 +31,8 @@ IP_PROTO_UDP = 17
 #: UDP destination port that marks an INA packet (and on which workers listen).
 INA_UDP_PORT = 0x4941  # 18753, "IA"
 #: 2: values travel and are combined as LANES lanes of LANE_BITS bits.
-INA_VERSION = 2
+#: 3: the header's 8 reserved bits are the generation of the job's plan (gen).
+INA_VERSION = 3
 
 BIER_NIBBLE = 0b0101  # RFC 8296: first nibble after the BIFT-id/TC/S/TTL word
 BIER_VERSION = 0
@@ -71,6 +72,13 @@ class Flag(enum.IntFlag):
     #: With SYNC: a worker gave up on its call; ``seq`` is the highest sequence
     #: number it sent. The root starts the next call past it (nothing answers).
     ABORT = 0x10
+    #: With SYNC | REPLY, from a worker's edge switch: the job was planned anew (a
+    #: switch or link failed or came back); the header's ``gen`` is the new plan's
+    #: generation. The worker sends its recent packets again, stamped with it.
+    REPLAN = 0x20
+    #: With SYNC | REPLY, from a worker's edge switch: no switch can aggregate the job
+    #: now; its workers reduce among themselves (a ring over TCP).
+    ON_HOSTS = 0x40
 
 
 # --- Data-plane sizes -----------------------------------------------------------
@@ -88,12 +96,17 @@ MAX_PORTS = 64
 #: Multicast group that reaches every BIER-capable port of a switch (one copy per
 #: port; the packet's set is in its BIFT-id).
 BIER_MCAST_GROUP = 1
+#: The port BMv2 gives the controller's packets (--cpu-port): packet-out arrives on
+#: it, packet-in leaves through it.
+CPU_PORT = 510
+#: EtherType of the controller's link probes (IEEE 802 local experimental).
+ETHERTYPE_PROBE = 0x88B6
 #: Multicast group of a job on a switch: JOB_GROUP_BASE + its job index. Its
 #: replicas are the ports (and, for a root spanning BIER sets, the (port, set)
 #: pairs) that lead to the job's workers, so no copy is made only to be pruned.
 JOB_GROUP_BASE = 0x100
 #: Counter slots reserved per job in the job_stats counter (a power of two).
-JOB_STAT_STRIDE = 16
+JOB_STAT_STRIDE = 32
 
 
 class JobStat(enum.IntEnum):
@@ -114,6 +127,8 @@ class JobStat(enum.IntEnum):
     DROP_OP_MISMATCH = 12  # op differs from the slot's
     SYNCED = 13  # root: a worker's SYNC answered (a call starts)
     ABORTED = 14  # root: a worker gave up on its call (the next call starts past it)
+    DROP_OLD_PLAN = 15  # a VAT node got a packet of another generation of the job's plan
+    TOLD = 16  # edge: a worker told of a new plan (REPLAN) or of reduction on hosts
 
 
 class SwitchStat(enum.IntEnum):
@@ -137,6 +152,8 @@ class SwitchStat(enum.IntEnum):
     BIER_COPY_PRUNED = 15  # replica whose masked BitString was empty (normal, RFC 8279)
     BIER_COPY_SENT = 16  # replica sent to a neighbour BFR
     BIER_COPY_DELIVERED = 17  # replica decapsulated to a host
+    PROBE_SENT = 18  # a controller's link probe sent out of a port (packet-out)
+    PROBE_RECEIVED = 19  # a link probe from a neighbour passed to the controller (packet-in)
 
 
 SWITCH_STATS = len(SwitchStat)

@@ -53,7 +53,7 @@ class INA(Packet):
         IntField("seq", 0),
         ShortField("count", 0),
         ByteField("si", 0),
-        ByteField("reserved", 0),
+        ByteField("gen", 0),
         BitField("pbm", 0, BITSTRING_BITS),
         # A call's SYNC and its REPLY carry no array. (scapy's stubs want the default list
         # to hold fields, not values: hence the ignore.)

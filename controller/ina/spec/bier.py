@@ -28,10 +28,12 @@ class BiftEntry:
 
 
 def bift(topology: Topology, switch: str) -> list[BiftEntry]:
-    """The switch's BIFT, one row per BFER of the topology, by BFR-id."""
+    """The switch's BIFT, one row per BFER it can reach, by BFR-id."""
     port_fbm = port_fbms(topology, switch)
     rows = []
     for host in sorted(topology.hosts.values(), key=lambda h: h.bfr_id):
+        if not topology.reaches(switch, host.name):
+            continue
         port = topology.next_hop(switch, host.name)
         rows.append(BiftEntry(host.bfr_id, port, topology.ports(switch)[port].node, port_fbm[port]))
     return rows
@@ -41,6 +43,8 @@ def port_fbms(topology: Topology, switch: str) -> dict[int, int]:
     """F-BM of each port of ``switch`` that leads to at least one BFER."""
     result: dict[int, int] = {}
     for host in topology.hosts.values():
+        if not topology.reaches(switch, host.name):
+            continue  # cut off by a failure
         port = topology.next_hop(switch, host.name)
         result[port] = result.get(port, 0) | host.bit
     return dict(sorted(result.items()))

@@ -344,11 +344,29 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
             problems.append(
                 f"aggregator {sw} covers workers in BIER sets {sets}: a node below the root "
                 "must lie within one set (its result travels in one packet with one P-BM)")
+    problems += unreachable(job, topology)
+    if problems:
+        raise JobError(problems, spec.source)
     conflicts = route_conflicts(job, topology)
     problems += [str(c) for c in conflicts]
     if problems:
         raise JobError(problems, spec.source, conflicts)
     return job
+
+
+def unreachable(job: Job, topology: Topology) -> list[str]:
+    """What a failure cut off in the job: workers, and VAT edges without a route."""
+    problems = [f"worker {w} is cut off ({topology.failures.describe()} down)"
+                for w in job.workers if not topology.attached(w)]
+    if job.root in topology.hosts and not topology.attached(job.root):
+        problems.append(f"root {job.root} is cut off ({topology.failures.describe()} down)")
+    if problems:
+        return problems
+    for child, parent in job.edges():
+        if not topology.reaches(child, parent):
+            problems.append(f"{child} cannot reach its parent {parent} "
+                            f"({topology.failures.describe()} down)")
+    return problems
 
 
 def _abm(workers: frozenset[str], worker_bit: dict[str, int]) -> int:

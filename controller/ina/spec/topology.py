@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ina.errors import TopologyError, YamlFileError
+from ina.errors import TopologyError, Unreachable, YamlFileError
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.constants import MAX_BFR_ID, MAX_PORTS
 from ina.spec.yamlfile import load_yaml
@@ -78,6 +78,32 @@ class Neighbor:
     is_host: bool
 
 
+@dataclass(frozen=True)
+class Failures:
+    """Switches and links that are down. A link is named by the two nodes it joins
+    (parallel links between them go down together); a host's link too."""
+
+    switches: frozenset[str] = frozenset()
+    links: frozenset[frozenset[str]] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.switches or self.links)
+
+    def with_switch(self, name: str, down: bool = True) -> Failures:
+        switches = self.switches | {name} if down else self.switches - {name}
+        return Failures(frozenset(switches), self.links)
+
+    def with_link(self, a: str, b: str, down: bool = True) -> Failures:
+        pair = frozenset((a, b))
+        links = self.links | {pair} if down else self.links - {pair}
+        return Failures(self.switches, frozenset(links))
+
+    def describe(self) -> str:
+        parts = [f"switch {s}" for s in sorted(self.switches)]
+        parts += [f"link {'-'.join(sorted(pair))}" for pair in sorted(self.links, key=sorted)]
+        return ", ".join(parts) or "nothing"
+
+
 _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 _GRPC = re.compile(r"[\w.\-\[\]:]+:\d+", re.ASCII)
 _NAME = re.compile(r"[A-Za-z_][\w.-]*", re.ASCII)
@@ -96,6 +122,9 @@ class Topology:
     switches: dict[str, SwitchSpec]
     hosts: dict[str, HostSpec]
     links: list[Link]
+    #: What is down: ``without`` leaves the failed switches and links out, and
+    #: hosts may then be cut off and switches unreachable from each other.
+    failures: Failures = field(default_factory=Failures)
     _ports: dict[str, dict[int, Neighbor]] = field(default_factory=dict, repr=False)
     _next_hop: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
     _attachment: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)
@@ -136,6 +165,30 @@ class Topology:
         topo._validate(problems)
         if problems:
             raise TopologyError(problems, where)
+        topo._compute_routes()
+        return topo
+
+    def without(self, failures: Failures) -> Topology:
+        """This topology with ``failures`` down (replacing any it had): the failed
+        switches and links left out, routes recomputed on what is left. Hosts
+        behind a failed switch or link stay in ``hosts``, cut off (``attached``
+        is False); parts of the network may be unreachable from each other.
+        ValueError names a switch or link that the topology does not have."""
+        unknown = [f"switch {s!r}" for s in sorted(failures.switches - set(self.switches))]
+        have = {frozenset((link.a.node, link.b.node)) for link in self.links}
+        unknown += [f"link {'-'.join(sorted(pair))}" for pair in
+                    sorted(failures.links - have, key=sorted)]
+        if unknown:
+            raise ValueError(f"topology {self.name!r} has no {', '.join(unknown)}")
+        links = [link for link in self.links
+                 if frozenset((link.a.node, link.b.node)) not in failures.links
+                 and link.a.node not in failures.switches
+                 and link.b.node not in failures.switches]
+        switches = {n: s for n, s in self.switches.items() if n not in failures.switches}
+        topo = Topology(self.name, switches, dict(self.hosts), links, failures)
+        problems: list[str] = []
+        topo._validate(problems)
+        assert not problems, problems  # a part of a valid topology is valid
         topo._compute_routes()
         return topo
 
@@ -198,12 +251,12 @@ class Topology:
                     near.port, far.node, far.port, far.node in self.hosts
                 )
         for host, attached in host_links.items():
-            if len(attached) != 1:
+            if len(attached) != 1 and not (self.failures and not attached):
                 problems.append(
                     f"host {host} must have exactly one link to a switch, has {len(attached)}"
                 )
         self._ports = ports
-        if not problems:
+        if not problems and not self.failures:
             unreachable = self._unreachable()
             if unreachable:
                 problems.append(f"not connected: cannot reach {sorted(unreachable)}")
@@ -238,6 +291,8 @@ class Topology:
         self._next_hop = {s: {} for s in self.switches}
         for dest in sorted(self.switches) + sorted(self.hosts):
             if dest in self.hosts:
+                if not self.attached(dest):
+                    continue
                 sw, port = self.host_attachment(dest)
                 self._next_hop[sw][dest] = port
                 frontier = [sw]
@@ -260,16 +315,46 @@ class Topology:
         """The switch's used ports and what each leads to."""
         return dict(sorted(self._ports[switch].items()))
 
+    def attached(self, host: str) -> bool:
+        """Whether the host has a link to a switch (not so behind a failure)."""
+        return host in self._attachment
+
     def host_attachment(self, host: str) -> tuple[str, int]:
-        """(edge switch, port) of a host."""
-        return self._attachment[host]
+        """(edge switch, port) of a host; Unreachable if a failure cut it off."""
+        try:
+            return self._attachment[host]
+        except KeyError:
+            if host in self.hosts:
+                raise Unreachable(f"host {host} is cut off ({self.failures.describe()} "
+                                  "down)") from None
+            raise
+
+    def reaches(self, src: str, dest: str) -> bool:
+        """Whether a route joins nodes ``src`` and ``dest`` (hosts or switches)."""
+        if src == dest:
+            return True
+        if src in self.hosts:
+            if not self.attached(src):
+                return False
+            src = self._attachment[src][0]
+            if src == dest:
+                return True
+        return src in self._next_hop and dest in self._next_hop[src]
 
     def next_hop(self, switch: str, dest: str) -> int:
-        """Port on which ``switch`` forwards toward node ``dest`` (a host or switch)."""
-        return self._next_hop[switch][dest]
+        """Port on which ``switch`` forwards toward node ``dest`` (a host or switch);
+        Unreachable if no route joins them."""
+        try:
+            return self._next_hop[switch][dest]
+        except KeyError:
+            if switch in self._next_hop and (dest in self.hosts or dest in self.switches):
+                raise Unreachable(f"{switch} cannot reach {dest} "
+                                  f"({self.failures.describe()} down)") from None
+            raise
 
     def path(self, src: str, dest: str) -> list[str]:
-        """Nodes from ``src`` to ``dest`` (both included) along the routes."""
+        """Nodes from ``src`` to ``dest`` (both included) along the routes;
+        Unreachable if no route joins them."""
         if src == dest:
             return [src]
         node = self.host_attachment(src)[0] if src in self.hosts else src

@@ -1,0 +1,167 @@
+"""Failure detection without I/O: which switches and links are down, from what the
+controller observed.
+
+Two kinds of evidence, both timed by the caller's clock:
+
+- **Switch liveness**: a P4Runtime request answered (``switch_answered``). A
+  switch that answered none for ``detect_after`` seconds is down: its process
+  died (the channel is gone) or hangs (requests time out).
+- **Link probes**: the controller sends a probe out of every switch port that
+  leads to another switch (packet-out) and the neighbour passes it up
+  (packet-in, ``probe_received``). A link is down when no probe crossed it in one
+  direction for ``detect_after`` seconds while both its switches answer and
+  carry probes: a switch whose own probes cannot be sent (another controller is
+  primary for a moment) pauses the verdict on its links.
+
+A switch or link that was down is up again once it has answered (switch) or
+carried probes both ways (link) since it went down. Verdicts never change
+faster than the evidence: a busy switch whose probes wait in its queues is late
+by milliseconds, far below ``detect_after``.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from ina.protocol.constants import ETHERTYPE_PROBE
+from ina.spec.topology import Failures, Topology
+
+#: Probe payload after the Ethernet header: magic, sender device id, sender port,
+#: sequence number.
+_PROBE = struct.Struct("!4sQHI")
+_MAGIC = b"INAp"
+_BROADCAST = b"\xff" * 6
+
+
+@dataclass(frozen=True)
+class Probe:
+    device_id: int  # the sending switch
+    port: int  # the port it was sent out of
+    seq: int
+
+    def frame(self, src_mac: bytes) -> bytes:
+        return (_BROADCAST + src_mac + ETHERTYPE_PROBE.to_bytes(2, "big")
+                + _PROBE.pack(_MAGIC, self.device_id, self.port, self.seq & 0xFFFFFFFF))
+
+    @classmethod
+    def parse(cls, frame: bytes) -> Probe | None:
+        """The probe in a packet-in frame, or None if it is not one of ours."""
+        if len(frame) < 14 + _PROBE.size or frame[12:14] != ETHERTYPE_PROBE.to_bytes(2, "big"):
+            return None
+        magic, device_id, port, seq = _PROBE.unpack_from(frame, 14)
+        return cls(device_id, port, seq) if magic == _MAGIC else None
+
+
+@dataclass(frozen=True)
+class LinkEnds:
+    """A link between two switches: (switch, port) at each end."""
+
+    a: str
+    a_port: int
+    b: str
+    b_port: int
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset((self.a, self.b))
+
+
+@dataclass
+class _Heard:
+    at: float  # last probe heard (or when watching began)
+    since_down: bool = False  # heard since the link was declared down
+
+
+@dataclass
+class Detector:
+    topology: Topology
+    detect_after: float
+    now: float = 0.0  # when watching began
+    down: Failures = field(default_factory=Failures)
+    _answered: dict[str, float] = field(default_factory=dict)
+    _went_down: dict[str, float] = field(default_factory=dict)
+    _can_probe: dict[str, bool] = field(default_factory=dict)
+    _probing_since: dict[str, float] = field(default_factory=dict)
+    _heard: dict[tuple[str, int], _Heard] = field(default_factory=dict)  # by receiving end
+    _links: list[LinkEnds] = field(default_factory=list)
+    _by_device: dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        topo = self.topology
+        self._by_device = {s.device_id: name for name, s in topo.switches.items()}
+        for sw in sorted(topo.switches):
+            self._answered[sw] = self.now
+            self._can_probe[sw] = False
+            self._probing_since[sw] = self.now
+            for port, nb in topo.ports(sw).items():
+                if nb.is_host or (nb.node, nb.remote_port) < (sw, port):
+                    continue
+                assert nb.remote_port is not None
+                self._links.append(LinkEnds(sw, port, nb.node, nb.remote_port))
+        for link in self._links:
+            self._heard[(link.a, link.a_port)] = _Heard(self.now)
+            self._heard[(link.b, link.b_port)] = _Heard(self.now)
+
+    @property
+    def links(self) -> list[LinkEnds]:
+        return list(self._links)
+
+    # --- evidence --------------------------------------------------------------------
+
+    def switch_answered(self, switch: str, now: float) -> None:
+        self._answered[switch] = now
+
+    def probing(self, switch: str, can: bool, now: float) -> None:
+        """Whether the controller can send ``switch``'s probes (it is primary)."""
+        if can and not self._can_probe[switch]:
+            self._probing_since[switch] = now
+        self._can_probe[switch] = can
+
+    def probe_received(self, switch: str, in_port: int, probe: Probe, now: float) -> bool:
+        """A probe passed up by ``switch`` from ``in_port``; False if it does not fit
+        the topology (a stray, or a miswired lab)."""
+        sender = self._by_device.get(probe.device_id)
+        nb = self.topology.ports(switch).get(in_port) if switch in self.topology.switches \
+            else None
+        if sender is None or nb is None or nb.node != sender or nb.remote_port != probe.port:
+            return False
+        heard = self._heard[(switch, in_port)]
+        heard.at = now
+        heard.since_down = True
+        return True
+
+    # --- verdict -----------------------------------------------------------------------
+
+    def verdict(self, now: float) -> Failures:
+        """What is down now; ``down`` keeps it."""
+        switches = set()
+        for sw, answered in self._answered.items():
+            if sw in self.down.switches:
+                if answered <= self._went_down.get(sw, float("inf")):
+                    switches.add(sw)  # nothing answered since it went down
+            elif now - answered > self.detect_after:
+                switches.add(sw)
+        links = set()
+        for link in self._links:
+            if link.a in switches or link.b in switches:
+                continue  # down with its switch
+            ends = [self._heard[(link.a, link.a_port)], self._heard[(link.b, link.b_port)]]
+            if link.nodes in self.down.links:
+                if not all(h.since_down for h in ends):
+                    links.add(link.nodes)
+                continue
+            # Each end hears its neighbour's probes; judge only while both send them.
+            judged_since = max(self._probing_since[link.a], self._probing_since[link.b])
+            if not (self._can_probe[link.a] and self._can_probe[link.b]):
+                continue
+            if any(now - max(h.at, judged_since) > self.detect_after for h in ends):
+                links.add(link.nodes)
+        for sw in switches - self.down.switches:
+            self._went_down[sw] = now
+        for nodes in links - self.down.links:
+            for end in (e for e in self._links if e.nodes == nodes):
+                self._heard[(end.a, end.a_port)].since_down = False
+                self._heard[(end.b, end.b_port)].since_down = False
+        self.down = Failures(frozenset(switches), frozenset(links))
+        return self.down

@@ -1,0 +1,153 @@
+"""Failure detection from liveness answers and link probes (no I/O: a virtual clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ina.control.detect import Detector, Probe
+from ina.spec.topology import Failures, Topology
+
+from inatest import ROOT
+
+TOPO = Topology.load(ROOT / "topologies" / "leaf-spine-2x4.yaml")
+DETECT = 0.4
+STEP = 0.1
+MAC = bytes(6)
+
+
+class Watched:
+    """A detector fed as the watcher feeds it: every STEP, each switch that is up
+    answers and each link that is up carries a probe both ways."""
+
+    def __init__(self) -> None:
+        self.det = Detector(TOPO, DETECT)
+        self.now = 0.0
+        self.dead_switches: set[str] = set()
+        self.dead_links: set[frozenset[str]] = set()
+        self.mute: set[str] = set()  # switches the watcher cannot send probes from
+        for sw in TOPO.switches:
+            self.det.probing(sw, True, 0.0)
+
+    def run(self, seconds: float) -> Failures:
+        end = self.now + seconds
+        while self.now < end - 1e-9:
+            self.now += STEP
+            for sw in TOPO.switches:
+                self.det.probing(sw, sw not in self.mute, self.now)
+                if sw not in self.dead_switches:
+                    self.det.switch_answered(sw, self.now)
+            for link in self.det.links:
+                if link.nodes in self.dead_links or link.nodes & self.dead_switches:
+                    continue
+                if link.a not in self.mute:
+                    self.det.probe_received(link.b, link.b_port, self.probe(link.a, link.a_port),
+                                            self.now)
+                if link.b not in self.mute:
+                    self.det.probe_received(link.a, link.a_port, self.probe(link.b, link.b_port),
+                                            self.now)
+            verdict = self.det.verdict(self.now)
+        return verdict
+
+    @staticmethod
+    def probe(switch: str, port: int) -> Probe:
+        return Probe(TOPO.switches[switch].device_id, port, 1)
+
+
+def test_nothing_is_down_while_everything_answers() -> None:
+    assert not Watched().run(5.0)
+
+
+def test_a_switch_that_stops_answering_is_down_after_the_detection_time() -> None:
+    w = Watched()
+    w.run(1.0)
+    w.dead_switches.add("spine1")
+    assert not w.run(DETECT - STEP)  # not yet
+    assert w.run(2 * STEP) == Failures(switches=frozenset({"spine1"}))
+
+
+def test_links_of_a_dead_switch_are_not_reported_on_their_own() -> None:
+    w = Watched()
+    w.dead_switches.add("spine1")
+    assert w.run(2.0).links == frozenset()
+
+
+def test_a_link_that_stops_carrying_probes_is_down() -> None:
+    w = Watched()
+    w.run(1.0)
+    w.dead_links.add(frozenset({"leaf1", "spine1"}))
+    assert w.run(DETECT + 2 * STEP) == Failures(links=frozenset({frozenset({"leaf1", "spine1"})}))
+
+
+def test_a_link_is_down_when_one_direction_fails() -> None:
+    w = Watched()
+    w.run(1.0)
+    link = next(lk for lk in w.det.links if lk.nodes == {"leaf2", "spine2"})
+    for _ in range(10):  # only spine2 -> leaf2 is heard
+        w.now += STEP
+        for sw in TOPO.switches:
+            w.det.switch_answered(sw, w.now)
+        for other in w.det.links:
+            w.det.probe_received(other.b, other.b_port, w.probe(other.a, other.a_port), w.now)
+            if other is not link:
+                w.det.probe_received(other.a, other.a_port, w.probe(other.b, other.b_port),
+                                     w.now)
+    assert w.det.verdict(w.now).links == {frozenset({"leaf2", "spine2"})}
+
+
+def test_late_probes_are_not_a_failure() -> None:
+    """A busy switch delays probes, by less than the detection time."""
+    w = Watched()
+    for _ in range(20):
+        w.now += DETECT * 0.9
+        for sw in TOPO.switches:
+            w.det.switch_answered(sw, w.now)
+        for link in w.det.links:
+            w.det.probe_received(link.b, link.b_port, w.probe(link.a, link.a_port), w.now)
+            w.det.probe_received(link.a, link.a_port, w.probe(link.b, link.b_port), w.now)
+        assert not w.det.verdict(w.now)
+
+
+def test_links_are_not_judged_while_their_probes_cannot_be_sent() -> None:
+    """Another controller is primary on spine1 (an inactl command): its probes stop,
+    which must not count against its links."""
+    w = Watched()
+    w.run(1.0)
+    w.mute.add("spine1")
+    assert not w.run(2.0)
+    w.mute.clear()
+    assert not w.run(2.0)
+
+
+def test_a_switch_comes_back_once_it_answers_again() -> None:
+    w = Watched()
+    w.dead_switches.add("spine2")
+    assert w.run(1.0).switches == {"spine2"}
+    w.dead_switches.clear()
+    assert not w.run(STEP)
+
+
+def test_a_link_comes_back_once_probes_cross_it_both_ways() -> None:
+    w = Watched()
+    w.dead_links.add(frozenset({"leaf3", "spine1"}))
+    assert w.run(1.0).links == {frozenset({"leaf3", "spine1"})}
+    w.dead_links.clear()
+    assert not w.run(STEP)
+
+
+def test_a_probe_round_trips_through_its_frame() -> None:
+    probe = Probe(7, 3, 99)
+    assert Probe.parse(probe.frame(MAC)) == probe
+
+
+@pytest.mark.parametrize("frame", [b"", bytes(64), Probe(7, 3, 1).frame(MAC)[:20],
+                                   Probe(7, 3, 1).frame(MAC).replace(b"INAp", b"XXXX")])
+def test_other_frames_are_not_probes(frame: bytes) -> None:
+    assert Probe.parse(frame) is None
+
+
+def test_a_probe_that_does_not_fit_the_topology_is_ignored() -> None:
+    det = Detector(TOPO, DETECT)
+    leaf1 = TOPO.switches["leaf1"].device_id
+    in_port = next(p for p, nb in TOPO.ports("spine1").items() if nb.node == "leaf1")
+    assert not det.probe_received("spine1", in_port, Probe(leaf1, 99, 1), 0.1)  # wrong port
+    assert not det.probe_received("spine1", in_port, Probe(12345, 1, 1), 0.1)  # no such switch
