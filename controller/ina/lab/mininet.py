@@ -24,6 +24,7 @@ from typing import Any
 from ina.control.controller import Controller
 from ina.errors import LabError
 from ina.lab import sandbox
+from ina.protocol.constants import CPU_PORT
 from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ def bmv2_command(device_id: int, grpc: str, thrift_port: int, interfaces: dict[i
     controller pushes it) and these ports."""
     args = [SWITCH_BINARY, "--device-id", str(device_id), "--no-p4",
             "--thrift-port", str(thrift_port)]
+    # The controller's packet-out/packet-in (link probes) go through this port.
     for port, intf in sorted(interfaces.items()):
         args += ["-i", f"{port}@{intf}"]
     if log_file is not None:
@@ -113,7 +115,7 @@ def bmv2_command(device_id: int, grpc: str, thrift_port: int, interfaces: dict[i
         args += ["--log-level", "off"]
     if pcap_dir is not None:
         args += ["--pcap", str(pcap_dir)]
-    return [*args, "--", "--grpc-server-addr", grpc]
+    return [*args, "--", "--grpc-server-addr", grpc, "--cpu-port", str(CPU_PORT)]
 
 
 @dataclass
@@ -170,7 +172,8 @@ def _bmv2_switch_class() -> type:
                                   " (run with a log directory to see why)"))
             return port_open(self.grpc)
 
-        def stop(self, deleteIntfs: bool = True) -> None:
+        def halt(self) -> None:
+            """End the BMv2 process (a failed switch); its ports stay."""
             if self.proc is not None and self.proc.poll() is None:
                 self.proc.terminate()
                 try:
@@ -178,9 +181,19 @@ def _bmv2_switch_class() -> type:
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     self.proc.wait()
+
+        def stop(self, deleteIntfs: bool = True) -> None:
+            self.halt()
             super().stop(deleteIntfs)
 
     return BMv2Switch
+
+
+def _in_lab(cmd: str) -> str:
+    """Run a shell command in the sandbox's root namespace (where the switches'
+    interfaces are); its output."""
+    done = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
+    return done.stdout + done.stderr
 
 
 class Lab:
@@ -269,6 +282,47 @@ class Lab:
     def host(self, name: str) -> Any:
         return self.net[name]
 
+    # --- failures ------------------------------------------------------------------
+
+    def fail_switch(self, name: str) -> None:
+        """Stop a switch's BMv2 process, as a crash would: its state is gone."""
+        self._switch(name).halt()
+        LOG.info("%s: stopped", name)
+
+    def recover_switch(self, name: str) -> None:
+        """Start a failed switch again, empty (no program): the controller must
+        install its pipeline and state again (``inactl up``, or ``inactl watch``)."""
+        switch = self._switch(name)
+        if switch.proc is not None and switch.proc.poll() is None:
+            raise LabError(f"{name} is running")
+        switch.start([])
+        wait_until(switch.connected, self.options.startup_timeout,
+                   f"{name} to open its gRPC port")
+        LOG.info("%s: started again", name)
+
+    def set_link(self, a: str, b: str, up: bool) -> None:
+        """Take the link between nodes a and b down (both ends' interfaces), or up."""
+        ends = [end for link in self.topology.links if {link.a.node, link.b.node} == {a, b}
+                for end in (link.a, link.b)]
+        if not ends:
+            raise LabError(f"no link between {a} and {b} in topology {self.topology.name}")
+        for end in ends:
+            if end.node in self.topology.switches:
+                intf, run = f"{end.node}-eth{end.port}", _in_lab
+            else:
+                host = self.net[end.node]
+                intf, run = host.defaultIntf().name, host.cmd
+            out = run(f"ip link set dev {intf} {'up' if up else 'down'}; echo rc=$?")
+            if not out.strip().endswith("rc=0"):
+                raise LabError(f"{end.node}: cannot set {intf} {'up' if up else 'down'}: "
+                               f"{out.strip()}")
+        LOG.info("link %s-%s %s", a, b, "up" if up else "down")
+
+    def _switch(self, name: str) -> Any:
+        if name not in self.topology.switches:
+            raise LabError(f"no switch {name} in topology {self.topology.name}")
+        return self.net[name]
+
     def impair(self, loss: float = 0.0, duplicate: float = 0.0) -> None:
         """Lose and duplicate frames on every link, both ways, with these probabilities
         (nftables on each interface's egress: this kernel has no sch_netem, so no
@@ -308,14 +362,9 @@ class Lab:
     def _interfaces(self) -> list[tuple[str, str, Callable[[str], str]]]:
         """(node, interface, run a shell command where it lives) for every link end."""
         result: list[tuple[str, str, Callable[[str], str]]] = []
-
-        def in_lab(cmd: str) -> str:
-            done = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
-            return done.stdout + done.stderr
-
         for sw in sorted(self.topology.switches):
             for port in self.topology.ports(sw):
-                result.append((sw, f"{sw}-eth{port}", in_lab))
+                result.append((sw, f"{sw}-eth{port}", _in_lab))
         for name in sorted(self.topology.hosts):
             host = self.net[name]
             result.append((name, host.defaultIntf().name, host.cmd))

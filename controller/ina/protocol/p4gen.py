@@ -81,7 +81,7 @@ def render_constants() -> str:
         f"const int BIER_SETS = {c.BIER_SETS};  // RFC 8279 set identifiers",
         f"const bit<8> BIER_INITIAL_TTL = {c.BIER_INITIAL_TTL};",
         f"const bit<8> IPV4_INITIAL_TTL = {c.IPV4_INITIAL_TTL};",
-        f"const bit<16> ETHERTYPE_PROBE = {c.ETHERTYPE_PROBE:#06x};  // the controller's link probes",
+        f"const bit<16> ETHERTYPE_PROBE = {c.ETHERTYPE_PROBE:#06x};  // link probes",
         f"const bit<9> CPU_PORT = {c.CPU_PORT};  // packet-in and packet-out (--cpu-port)",
     ]
     lines += [f"const bit<4> OP_{op.name} = {int(op)};" for op in c.Op]

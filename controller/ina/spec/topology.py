@@ -173,13 +173,13 @@ class Topology:
         switches and links left out, routes recomputed on what is left. Hosts
         behind a failed switch or link stay in ``hosts``, cut off (``attached``
         is False); parts of the network may be unreachable from each other.
-        ValueError names a switch or link that the topology does not have."""
+        TopologyError names a switch or link that the topology does not have."""
         unknown = [f"switch {s!r}" for s in sorted(failures.switches - set(self.switches))]
         have = {frozenset((link.a.node, link.b.node)) for link in self.links}
         unknown += [f"link {'-'.join(sorted(pair))}" for pair in
                     sorted(failures.links - have, key=sorted)]
         if unknown:
-            raise ValueError(f"topology {self.name!r} has no {', '.join(unknown)}")
+            raise TopologyError([f"topology {self.name!r} has no {u}" for u in unknown])
         links = [link for link in self.links
                  if frozenset((link.a.node, link.b.node)) not in failures.links
                  and link.a.node not in failures.switches
