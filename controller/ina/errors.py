@@ -67,8 +67,8 @@ class JobError(InputError):
         self.conflicts = tuple(conflicts)
 
 
-class PlanError(InputError):
-    """No valid VAT exists for a job."""
+class PlanError(JobError):
+    """No valid VAT exists for a job (no path, or no switch with room for it)."""
 
     summary = "cannot plan the job"
 

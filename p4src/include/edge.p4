@@ -24,17 +24,18 @@ control Edge(in headers_t hdr, in port_t port, inout metadata_t meta) {
     // A worker of the job: its contributions go to its parent VAT node, its SYNCs to
     // the job's root, both in the job plan's generation gen. Hosts need not know
     // the VAT: a new plan rewrites this entry, and the worker is told (REPLAN).
-    action member(ipv4_addr_t parent_ip, ipv4_addr_t root_ip, bit<8> gen) {
+    // slots is the job's window, which the controller reads back to re-plan the
+    // job when its VAT nodes are gone (the switches are its only record of jobs).
+    action member(ipv4_addr_t parent_ip, ipv4_addr_t root_ip, bit<8> gen, bit<16> slots) {
         meta.membership = MEMBER_WORKER;
         meta.steer_parent = parent_ip;
         meta.steer_root = root_ip;
         meta.member_gen = gen;
+        meta.slot_mask = slots - 1;
     }
 
     // A worker of a job that no switch can aggregate now: its SYNC is answered here
-    // (ON_HOSTS), and the workers reduce among themselves. slots is the job's
-    // window: the controller reads it back when it moves the job to switches again
-    // (the switches are its only record of deployed jobs).
+    // (ON_HOSTS), and the workers reduce among themselves. slots: as for member.
     action member_on_hosts(bit<8> gen, bit<16> slots) {
         meta.membership = MEMBER_ON_HOSTS;
         meta.member_gen = gen;

@@ -7,8 +7,12 @@
     inactl -t topologies/figure1.yaml check --job JOB      # contacts no switch
     inactl -t topologies/figure1.yaml plan --job JOB -o FILE
     inactl -t topologies/figure1.yaml bift
+    inactl -t topologies/leaf-spine-2x4.yaml down switch spine1   # or: down link leaf1 spine1
+    inactl -t topologies/leaf-spine-2x4.yaml up switch spine1
 
-An invalid topology or job is refused before anything is written.
+An invalid topology or job is refused before anything is written. Switches and
+links declared down (``down``) or detected down (``watch``) are recorded next to
+the running lab (ina.lab.labstate) and left out of the topology by every command.
 """
 
 from __future__ import annotations
@@ -17,20 +21,23 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ina.cli import common
 from ina.control import p4names
 from ina.control.controller import Controller, SwitchStatus
+from ina.control.repair import ON_HOSTS, load_failures, read_jobs, repair, save_failures
 from ina.control.report import render_status
+from ina.control.switch import SwitchClient
 from ina.control.vat_planner import resolve, root_only, stream_cost
-from ina.errors import P4InfoError, UsageError
+from ina.errors import P4InfoError, PlanError, UsageError
+from ina.lab.labstate import LabRecord
 from ina.protocol.bitmaps import format_bitmap, split_sets
 from ina.spec.bier import bift
 from ina.spec.job import Job, JobSpec
-from ina.spec.topology import Topology
+from ina.spec.topology import Failures, Topology
 
 PROG = "inactl"
 
@@ -50,8 +57,9 @@ def parser() -> argparse.ArgumentParser:
                                      "switch it needs")
     common.add_job(d)
     d.add_argument("--save-plan", type=Path, metavar="FILE",
-                   help="write the deployed job, with its VAT, as an explicit job file "
-                        "(workers need it when the job was planned)")
+                   help="write the deployed job, with its VAT, as an explicit job file")
+    d.add_argument("--no-fallback", action="store_true",
+                   help="refuse a job no switch can take, instead of running it on its hosts")
     t = sub.add_parser("teardown", help="remove every entry of a job")
     t.add_argument("--job-id", type=int, required=True)
     s = sub.add_parser("status", help="per switch: job entries, counters, drops by reason")
@@ -64,6 +72,14 @@ def parser() -> argparse.ArgumentParser:
     common.add_job(pl)
     pl.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
     sub.add_parser("bift", help="print every switch's BIER forwarding table (contacts no switch)")
+    for verb, what in (("down", "failed: routes and jobs move around it"),
+                       ("up", "back: routes return to the shortest paths")):
+        f = sub.add_parser(verb, help=f"declare a switch or link {what}")
+        f.add_argument("element", choices=("switch", "link"))
+        f.add_argument("names", nargs="+", metavar="NAME",
+                       help="the switch, or the two nodes the link joins")
+    sub.add_parser("repair", help="make the switches right for the declared failures again "
+                                  "(after a repair was interrupted)")
     return p
 
 
@@ -76,7 +92,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    topology = Topology.load(args.topology)
+    full = Topology.load(args.topology)
+    failures_file = LabRecord(full.name).failures_file
+    failures = load_failures(failures_file)
+    if args.command in ("down", "up"):
+        failures = _declared(args, full, failures)
+    topology = full.without(failures) if failures else full
     if args.command in ("check", "plan"):
         return _check(topology, args.job, getattr(args, "output", None))
     if args.command == "bift":
@@ -86,7 +107,11 @@ def _main(args: argparse.Namespace) -> int:
     # time with the switches' free capacity.)
     spec = JobSpec.load(args.job) if args.command == "deploy" else None
     if spec is not None:
-        resolve(spec, topology)
+        try:
+            resolve(spec, topology)
+        except PlanError:
+            if args.no_fallback:
+                raise
     problems = p4names.check_p4info(args.p4info) if args.p4info.exists() else [
         f"{args.p4info} not found: compile the P4 program first (make build)"]
     if problems:
@@ -94,22 +119,54 @@ def _main(args: argparse.Namespace) -> int:
                           + "\n  ".join(problems))
     if args.command == "init" and not args.p4blob.exists():
         raise P4InfoError(f"{args.p4blob} not found: compile the P4 program first (make build)")
-    return asyncio.run(_run(args, topology, spec))
+    if args.command in ("down", "up", "repair"):
+        # Recorded first: the failure is real whether or not the repair completes
+        # (``inactl repair`` finishes an interrupted one).
+        save_failures(failures_file, failures)
+    return asyncio.run(_run(args, full, topology, spec))
 
 
-async def _run(args: argparse.Namespace, topology: Topology, spec: JobSpec | None) -> int:
+def _declared(args: argparse.Namespace, full: Topology, failures: Failures) -> Failures:
+    """The failures after ``inactl down|up switch NAME`` or ``link A B``."""
+    down = args.command == "down"
+    if args.element == "switch":
+        if len(args.names) != 1:
+            raise UsageError("give one switch: inactl down switch NAME")
+        failures = failures.with_switch(args.names[0], down)
+    else:
+        if len(args.names) != 2 or args.names[0] == args.names[1]:
+            raise UsageError("give the two nodes a link joins: inactl down link A B")
+        failures = failures.with_link(args.names[0], args.names[1], down)
+    full.without(failures)  # names a switch or link the topology does not have
+    return failures
+
+
+async def _run(args: argparse.Namespace, full: Topology, topology: Topology,
+               spec: JobSpec | None) -> int:
     from ina.control.p4runtime import connect
 
-    async with connect(topology, args.p4info, args.p4blob, push=args.command == "init",
+    # A switch that is back (or restarted empty) gets the pipeline again.
+    push = args.command in ("init", "up", "repair")
+    async with connect(topology, args.p4info, args.p4blob, push=push,
                        timeout=args.timeout) as clients:
         ctl = Controller(topology, clients)
         handlers: dict[str, Callable[[], Awaitable[int]]] = {
             "init": lambda: _init(ctl),
-            "deploy": lambda: _deploy(ctl, spec, args.save_plan),
+            "deploy": lambda: _deploy(ctl, spec, args.save_plan, not args.no_fallback),
             "teardown": lambda: _teardown(ctl, args.job_id),
             "status": lambda: _status(ctl, args.job_id, args.json),
+            "down": lambda: _repair(full, topology, clients),
+            "up": lambda: _repair(full, topology, clients),
+            "repair": lambda: _repair(full, topology, clients),
         }
         return await handlers[args.command]()
+
+
+async def _repair(full: Topology, topology: Topology,
+                  clients: Mapping[str, SwitchClient]) -> int:
+    report = await repair(full, topology.failures, clients)
+    print(report.describe())
+    return 0
 
 
 async def _init(ctl: Controller) -> int:
@@ -122,9 +179,17 @@ async def _init(ctl: Controller) -> int:
     return 0
 
 
-async def _deploy(ctl: Controller, spec: JobSpec | None, save_plan: Path | None) -> int:
+async def _deploy(ctl: Controller, spec: JobSpec | None, save_plan: Path | None,
+                  fallback: bool) -> int:
     assert spec is not None
-    d = await ctl.deploy(spec)
+    d = await ctl.deploy(spec, fallback=fallback)
+    if d.job is None:
+        print(f"job {spec.job_id} deployed on its hosts: no switch can aggregate it "
+              f"({d.fallback}); its workers reduce among themselves")
+        if save_plan is not None:
+            raise UsageError(f"job {spec.job_id} runs on its hosts: it has no VAT to save "
+                             f"in {save_plan}")
+        return 0
     if save_plan is not None:
         _save(save_plan, d.job, f"job {d.job.job_id} is deployed, but its plan was not saved: ")
     print(f"job {d.job.job_id} ({d.job.op.name.lower()}) deployed:")
@@ -176,11 +241,25 @@ def _status_json(status: dict[str, SwitchStatus], job_id: int | None) -> dict[st
 
 async def _status(ctl: Controller, job_id: int | None, as_json: bool) -> int:
     status = await ctl.status()
+    entries, groups = await ctl.read_job_state()
+    modes = {j: r.mode for j, r in read_jobs(ctl.topology, entries, groups).items()
+             if job_id is None or j == job_id}
+    down = ctl.topology.failures
     if as_json:
-        print(json.dumps(_status_json(status, job_id), indent=2))
+        doc = _status_json(status, job_id)
+        doc["_down"] = {"switches": sorted(down.switches),
+                        "links": sorted(sorted(pair) for pair in down.links)}
+        doc["_jobs"] = {str(j): {"on": mode} for j, mode in modes.items()}
+        print(json.dumps(doc, indent=2))
     else:
+        if down:
+            print(f"down: {down.describe()}")
+        for j, mode in sorted(modes.items()):
+            if mode == ON_HOSTS:
+                print(f"job {j}: on its hosts (no switch can aggregate it: its workers "
+                      "reduce among themselves)")
         print(render_status(status, job_id))
-    if job_id is not None and not any(j.job_id == job_id for s in status.values() for j in s.jobs):
+    if job_id is not None and job_id not in modes:
         raise UsageError(f"job {job_id} is not deployed")
     return 0
 

@@ -20,13 +20,26 @@ from ina.control import p4names as n
 from ina.control.allocation import Allocation, allocate, capacity
 from ina.control.entities import Entity, McastGroup, TableEntry
 from ina.control.switch import CounterValue, SwitchClient
-from ina.control.switch_state import base_plan, job_group_id, job_groups, job_plan
+from ina.control.switch_state import (
+    base_plan,
+    job_group_id,
+    job_groups,
+    job_plan,
+    on_hosts_plan,
+)
 from ina.control.vat_planner import resolve
-from ina.errors import ControllerError, DeployError, JobError
+from ina.errors import (
+    CapacityError,
+    ControllerError,
+    DeployError,
+    InputError,
+    JobError,
+    PlanError,
+)
 from ina.protocol.bitmaps import bfr_ids_of, join_set
 from ina.protocol.constants import JOB_GROUP_BASE, JOB_STAT_STRIDE, JobStat, SwitchStat
 from ina.protocol.frames import ip_str
-from ina.spec.job import DEFAULT_SLOTS, Job, JobSpec
+from ina.spec.job import Job, JobSpec
 from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
@@ -63,11 +76,12 @@ class BaseChanges:
 
 @dataclass(frozen=True)
 class Deployment:
-    job: Job
+    job: Job | None  # None: on hosts (no switch could take it; see ``fallback``)
     allocations: dict[str, Allocation]
     epoch: int
     entries: dict[str, list[TableEntry]]
     groups: dict[str, McastGroup]  # the job's BIER group on each switch of its delivery tree
+    fallback: str = ""  # why the job runs on its hosts, if it does
 
 
 @dataclass(frozen=True)
@@ -199,6 +213,18 @@ class Controller:
         self._raise_failures("reading the job tables", results)
         return {sw: r for sw, r in results.items() if isinstance(r, list)}
 
+    async def read_job_state(self) -> tuple[dict[str, list[TableEntry]],
+                                            dict[str, list[McastGroup]]]:
+        """Every entry of the job tables and every job's multicast group, per switch."""
+        entries = await self._read_jobs()
+
+        async def read(sw: str, client: SwitchClient) -> list[McastGroup]:
+            return [g for g in await client.read_groups() if g.group_id >= JOB_GROUP_BASE]
+
+        results = await self._each(read)
+        self._raise_failures("reading the multicast groups", results)
+        return entries, {sw: r for sw, r in results.items() if isinstance(r, list)}
+
     async def jobs(self) -> dict[int, list[JobOnSwitch]]:
         """Every deployed job and its entries, by job id."""
         result: dict[int, list[JobOnSwitch]] = {}
@@ -207,23 +233,36 @@ class Controller:
                 result.setdefault(j.job_id, []).append(j)
         return dict(sorted(result.items()))
 
-    async def deploy(self, spec: JobSpec | Job, epoch: int | None = None) -> Deployment:
+    async def deploy(self, spec: JobSpec | Job, epoch: int | None = None,
+                     fallback: bool = False) -> Deployment:
         """Validate (or plan, for a spec without aggregators, with the switches' free
-        capacity), allocate, write the job to all its switches; all or nothing."""
+        capacity), allocate, write the job to all its switches; all or nothing.
+
+        With ``fallback``, a job that no switch can take (no capacity, or no path)
+        is deployed on its hosts instead (R2): its workers' edge switches tell them
+        to reduce among themselves (``Deployment.job`` is None)."""
         existing = await self._read_jobs()
-        if isinstance(spec, Job):
-            job = spec
-        else:
-            slots = spec.slots if isinstance(spec.slots, int) else DEFAULT_SLOTS
-            room = {sw: capacity(existing.get(sw, []), slots) for sw in self.topology.switches}
-            job = resolve(spec, self.topology, room)
+        job_id = spec.job_id
         holders = sorted(sw for sw, entries in existing.items()
-                         if any(_job_id(e) == job.job_id for e in entries))
+                         if any(_job_id(e) == job_id for e in entries))
         if holders:
-            raise JobError([f"job {job.job_id} is already deployed (on {', '.join(holders)}); "
+            raise JobError([f"job {job_id} is already deployed (on {', '.join(holders)}); "
                             "tear it down first or choose another job_id"])
+        slots = spec.slots
+        try:
+            if isinstance(spec, Job):
+                job = spec
+            else:
+                room = {sw: capacity(existing.get(sw, []), slots)
+                        for sw in self.topology.switches}
+                job = resolve(spec, self.topology, room)
+            alloc = allocate(job, self.topology, existing)
+        except (PlanError, CapacityError) as exc:
+            if not fallback:
+                raise
+            await self._check_initialised()
+            return await self._deploy_on_hosts(spec, exc)
         await self._check_initialised()
-        alloc = allocate(job, self.topology, existing)
         epoch = epoch if epoch is not None else secrets.randbits(32) | 1
         plan = job_plan(job, self.topology, alloc, epoch)
         groups = job_groups(job, self.topology, alloc)
@@ -250,6 +289,20 @@ class Controller:
             raise DeployError(job.job_id, failures, rollback_failures)
         LOG.info("job %d deployed on %s", job.job_id, ", ".join(plan))
         return Deployment(job, alloc, epoch, plan, groups)
+
+    async def _deploy_on_hosts(self, spec: JobSpec | Job, reason: InputError) -> Deployment:
+        why = "; ".join(reason.problems)
+        LOG.warning("job %d: no switch can aggregate it (%s): it runs on its hosts",
+                    spec.job_id, why)
+        plan = on_hosts_plan(spec.job_id, spec.workers, spec.slots, self.topology, 0)
+        results = await self._each(lambda sw, c: c.insert(plan[sw]), list(plan))
+        failures = {sw: r for sw, r in results.items() if isinstance(r, BaseException)}
+        if failures:
+            rollback = await self._each(lambda sw, c: self._remove_exact(c, plan[sw]),
+                                        list(plan))
+            raise DeployError(spec.job_id, failures, {sw: r for sw, r in rollback.items()
+                                                      if isinstance(r, BaseException)})
+        return Deployment(None, {}, 0, plan, {}, why)
 
     @staticmethod
     async def _remove_exact(client: SwitchClient, entities: Sequence[Entity]) -> None:

@@ -103,7 +103,8 @@ BIER_PORTS = TableSpec(
 # Ingress: which host ports may contribute to which job, or inject its results.
 # A worker's edge switch steers its contributions to its parent VAT node and its
 # SYNCs to the root, in the plan's generation; on hosts: no switch aggregates the job.
-MEMBER = ActionSpec("InaIngress.edge.member", (("parent_ip", 32), ("root_ip", 32), ("gen", 8)))
+MEMBER = ActionSpec("InaIngress.edge.member",
+                    (("parent_ip", 32), ("root_ip", 32), ("gen", 8), ("slots", 16)))
 MEMBER_ON_HOSTS = ActionSpec("InaIngress.edge.member_on_hosts", (("gen", 8), ("slots", 16)))
 BIER_SOURCE = ActionSpec("InaIngress.edge.bier_source")
 NOT_MEMBER = ActionSpec("InaIngress.edge.not_member")

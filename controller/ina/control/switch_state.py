@@ -119,7 +119,7 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
         edge, port = topology.host_attachment(worker)
         result[edge].append(entry(n.JOB_MEMBERS, {"job_id": job.job_id, "ingress_port": port},
                                   n.MEMBER, parent_ip=ip_int(job.target_of(worker, topology)),
-                                  root_ip=root_ip, gen=gen))
+                                  root_ip=root_ip, gen=gen, slots=job.slots))
     if job.root in topology.hosts:
         # A server root finishes the aggregation and starts the BIER delivery itself.
         edge, port = topology.host_attachment(job.root)

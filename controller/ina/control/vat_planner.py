@@ -161,5 +161,5 @@ def resolve(spec: JobSpec, topology: Topology,
         plan = plan_job(topology, spec.job_id, spec.workers, spec.op, spec.root, spec.slots,
                         capacity)
     except PlanError as exc:
-        raise JobError(exc.problems, spec.source) from exc
+        raise PlanError(exc.problems, spec.source) from exc
     return plan.job

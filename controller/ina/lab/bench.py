@@ -471,9 +471,9 @@ def run_deploy_bench(build_dir: Path, topology_path: Path = DEPLOY_TOPOLOGY,
                     for concurrent in (True, False):
                         ctl = Controller(topology, clients, concurrent=concurrent)
                         started = time.perf_counter()
-                        deployment = await ctl.deploy(spec)
+                        await ctl.deploy(spec)
                         times[concurrent].append(time.perf_counter() - started)
-                        await ctl.teardown(deployment.job.job_id)
+                        await ctl.teardown(spec.job_id)
 
         asyncio.run(measure())
     at_once, serial = statistics.median(times[True]), statistics.median(times[False])

@@ -32,6 +32,7 @@ def deploy(lab: Lab, job: JobSpec | Job, job_file: Path | None = None) -> Job:
     has no VAT) and, with ``job_file``, write the deployed job there as an explicit
     job file: what workers and a server root read."""
     deployed = controller_call(lab, lambda ctl: ctl.deploy(job)).job
+    assert deployed is not None  # without fallback, a job that fits nowhere raises
     if job_file is not None:
         deployed.save(job_file)
     return deployed

@@ -8,7 +8,10 @@ In the run directory (``$INA_RUN_DIR``, default ``.run``):
   reused by another process is not taken for it), and the PID of the ``inalab run``
   that owns it;
 - ``<topology>.json``: the PID of every host's shell as the sandbox sees it, written
-  once the switches are up and initialised.
+  once the switches are up and initialised;
+- ``<topology>.failures.yaml``: the switches and links declared or detected down
+  (``inactl down``/``up``, ``inactl watch``), which every ``inactl`` command
+  leaves out of the topology.
 
 ``inalab run`` removes both when its lab ends. A run killed with SIGKILL cannot:
 its files are then stale, which every reader detects (the recorded process is gone,
@@ -118,6 +121,10 @@ class LabRecord:
     def state_file(self) -> Path:
         return self.directory / f"{self.topology}.json"
 
+    @property
+    def failures_file(self) -> Path:
+        return self.directory / f"{self.topology}.failures.yaml"
+
     def lock(self) -> DirectoryLock:
         """Exclusive use of the run directory, while a caller checks and claims it."""
         return DirectoryLock(self.directory)
@@ -167,6 +174,7 @@ class LabRecord:
             self._remove()
 
     def _remove(self) -> None:
+        self.failures_file.unlink(missing_ok=True)
         self.state_file.unlink(missing_ok=True)
         self.pid_file.unlink(missing_ok=True)
 

@@ -1,0 +1,379 @@
+"""Repair after a failure (R11) and fallback when switches cannot aggregate (R2).
+
+``repair(full, failures, clients)`` makes the live switches right for the fabric
+that is left (``full.without(failures)``), changing only what differs:
+
+1. **Base state**: routes and BIER F-BMs recomputed on the surviving topology
+   (``Controller.init``: MODIFY where an entry changed, so forwarding never stops).
+2. **Every deployed job**, read back from the switches (they are the only record):
+   - its VAT still works (every node alive, every route between them there): it
+     stays, with its epoch and generation; only the entries and multicast groups
+     of the switches its traffic now crosses change;
+   - else it is re-planned on the surviving switches with their free capacity,
+     a new epoch and the next generation (``gen``): the workers' edge switches
+     turn packets of the old plan back to the workers as REPLAN notices, and the
+     workers start the interrupted call again under the new plan
+     (ina.host.worker);
+   - no switch can take it (no capacity or no path): it falls back to its hosts:
+     the edge switches answer its workers' packets with ON_HOSTS, and they reduce
+     among themselves (a ring over TCP, ina.host.worker);
+   - a worker is cut off (its edge switch or its link failed): nothing can finish
+     the job's calls; it is reported stalled and left as it is.
+
+A job on hosts moves back onto switches as soon as a plan fits again (after the
+element is back): switches are what it was deployed for. A job on switches whose
+VAT still works stays where it is, even if a better VAT exists after a restore:
+moving it would make every worker resend its call.
+
+Writes go in an order that keeps every packet meaningful: a job's new groups and
+VAT/transit entries first, then its edge switches' member entries (which switch
+the workers to the new plan), then what is stale (entries before groups).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ina.control import p4names as n
+from ina.control.allocation import Allocation, allocate, capacity
+from ina.control.controller import Controller
+from ina.control.entities import Entity, McastGroup, TableEntry
+from ina.control.switch import SwitchClient
+from ina.control.switch_state import job_group_id, job_groups, job_plan, on_hosts_plan
+from ina.control.vat_planner import plan_job
+from ina.errors import CapacityError, InputError, PlanError, TopologyError
+from ina.protocol.bitmaps import join_set
+from ina.protocol.constants import JOB_STAT_STRIDE, Op
+from ina.protocol.frames import ip_str
+from ina.spec.job import Job, JobSpec, validate_job
+from ina.spec.topology import Failures, Topology
+
+LOG = logging.getLogger(__name__)
+
+#: Where a job's calls run.
+ON_SWITCHES, ON_HOSTS = "switches", "hosts"
+
+
+# --- The failures file: what inactl down/up and inactl watch declared --------------
+
+
+def load_failures(path: Path) -> Failures:
+    """The failures recorded in ``path`` (none if it does not exist)."""
+    if not path.exists():
+        return Failures()
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+        switches = frozenset(str(s) for s in data.get("switches", []))
+        links = frozenset(frozenset(str(x) for x in pair) for pair in data.get("links", []))
+    except (OSError, yaml.YAMLError, AttributeError, TypeError) as exc:
+        raise TopologyError([f"cannot read the failures file: {exc}"], str(path)) from exc
+    if any(len(pair) != 2 for pair in links):
+        raise TopologyError(["a link is two different nodes"], str(path))
+    return Failures(switches, links)
+
+
+def save_failures(path: Path, failures: Failures) -> None:
+    """Record ``failures`` in ``path``; no failures: no file."""
+    if not failures:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"switches": sorted(failures.switches),
+            "links": sorted(sorted(pair) for pair in failures.links)}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(data))
+    tmp.replace(path)
+
+
+# --- A deployed job, as the switches record it -------------------------------------
+
+
+@dataclass
+class JobRecord:
+    """One job read back from the live switches."""
+
+    job_id: int
+    entries: dict[str, list[TableEntry]] = field(default_factory=dict)  # by switch
+    groups: dict[str, McastGroup] = field(default_factory=dict)  # by switch
+    workers: set[str] = field(default_factory=set)
+    slots: int = 0
+    gen: int = 0
+    epoch: int = 0
+    mode: str = ON_SWITCHES
+    root: str | None = None
+
+    def allocations(self) -> dict[str, Allocation]:
+        result = {}
+        for sw, entries in self.entries.items():
+            for e in entries:
+                if e.table == n.VAT_JOBS.name:
+                    base = e.param("slot_base") if e.action != n.TRANSIT.name else 0
+                    result[sw] = Allocation(e.param("job_index"), base)
+        return result
+
+
+def read_jobs(topology: Topology, entries: Mapping[str, Sequence[TableEntry]],
+              groups: Mapping[str, Sequence[McastGroup]]) -> dict[int, JobRecord]:
+    """Every job the switches hold, with its workers (from the member entries of
+    their edge switches and the A-BMs of its VAT nodes), slots, generation, epoch."""
+    by_bit = {h.bit: name for name, h in topology.hosts.items()}
+    records: dict[int, JobRecord] = {}
+    for sw, es in sorted(entries.items()):
+        ports = topology.ports(sw)
+        for e in es:
+            job_id = e.match_value("job_id")
+            assert isinstance(job_id, int)
+            r = records.setdefault(job_id, JobRecord(job_id))
+            r.entries.setdefault(sw, []).append(e)
+            if e.table == n.JOB_MEMBERS.name and e.action != n.BIER_SOURCE.name:
+                port = e.match_value("ingress_port")
+                nb = ports.get(port) if isinstance(port, int) else None
+                if nb is not None and nb.is_host:
+                    r.workers.add(nb.node)
+                r.gen, r.slots = e.param("gen"), e.param("slots")
+                if e.action == n.MEMBER_ON_HOSTS.name:
+                    r.mode = ON_HOSTS
+            elif e.table == n.JOB_MEMBERS.name:
+                port = e.match_value("ingress_port")
+                nb = ports.get(port) if isinstance(port, int) else None
+                if nb is not None:
+                    r.root = nb.node  # a server root
+            elif e.table == n.VAT_JOBS.name and e.action != n.TRANSIT.name:
+                r.slots, r.epoch = e.param("slot_mask") + 1, e.param("epoch")
+                if e.action == n.VAT_ROOT.name:
+                    r.root = sw
+                if e.param("abm"):
+                    r.workers.update(_hosts_of(join_set(e.param("set_id"), e.param("abm")),
+                                               by_bit))
+            elif e.table == n.VAT_SETS.name:
+                si = e.match_value("si")
+                assert isinstance(si, int)
+                r.workers.update(_hosts_of(join_set(si, e.param("abm")), by_bit))
+    for r in records.values():
+        for sw, es in r.entries.items():
+            index = next((e.param("job_index") for e in es if e.table == n.VAT_JOBS.name), None)
+            if index is None:
+                continue
+            group = next((g for g in groups.get(sw, ()) if g.group_id == job_group_id(index)),
+                         None)
+            if group is not None:
+                r.groups[sw] = group
+    return records
+
+
+def _hosts_of(bits: int, by_bit: Mapping[int, str]) -> list[str]:
+    result = []
+    while bits:
+        low = bits & -bits
+        if low in by_bit:
+            result.append(by_bit[low])
+        bits ^= low
+    return result
+
+
+def current_vat(record: JobRecord, topology: Topology) -> Job | None:
+    """The job's VAT as its live switches hold it, if it still works on
+    ``topology`` (its root and every node alive, every route there), else None."""
+    if record.mode != ON_SWITCHES or record.root is None or not record.slots:
+        return None
+    by_ip = {topology.address(name): name for name in (*topology.switches, *topology.hosts)}
+    aggregators: dict[str, tuple[str, ...]] = {}
+    for sw, es in record.entries.items():
+        for e in es:
+            if e.table == n.VAT_JOBS.name and e.action == n.VAT_NODE.name:
+                parent = by_ip.get(ip_str(e.param("parent_ip")))
+                if parent is None or (parent in topology.switches
+                                      and parent not in record.entries):
+                    return None  # its parent failed
+                covered = [w for w in sorted(record.workers)
+                           if join_set(e.param("set_id"), e.param("abm"))
+                           & topology.hosts[w].bit]
+                aggregators[sw] = tuple(covered)
+            elif e.table == n.JOB_MEMBERS.name and e.action == n.MEMBER.name:
+                parent = by_ip.get(ip_str(e.param("parent_ip")))
+                if parent is None or (parent in topology.switches
+                                      and parent not in record.entries):
+                    return None
+    if record.root in topology.switches and record.root not in record.entries:
+        return None
+    try:
+        spec = JobSpec(record.job_id, Op.SUM, tuple(sorted(record.workers)), record.root,
+                       aggregators, record.slots)
+        return validate_job(spec, topology)
+    except InputError:
+        return None
+
+
+# --- Repair ------------------------------------------------------------------------
+
+
+@dataclass
+class JobRepair:
+    job_id: int
+    action: str  # kept, rerouted, re-planned, on hosts, back on switches, stalled
+    detail: str = ""
+    switches: tuple[str, ...] = ()  # where its VAT nodes are now
+
+    def describe(self) -> str:
+        where = f" (VAT on {', '.join(self.switches)})" if self.switches else ""
+        return f"job {self.job_id}: {self.action}{where}" + (f": {self.detail}"
+                                                              if self.detail else "")
+
+
+@dataclass
+class RepairReport:
+    failures: Failures
+    base: dict[str, str] = field(default_factory=dict)  # per switch: what changed
+    jobs: list[JobRepair] = field(default_factory=list)
+
+    def describe(self) -> str:
+        lines = [f"down: {self.failures.describe()}"]
+        changed = {sw: d for sw, d in self.base.items() if not d.startswith("0 inserted, 0 "
+                                                                           "modified, 0 del")}
+        lines += [f"{sw}: base state {d}" for sw, d in sorted(changed.items())]
+        lines += [j.describe() for j in self.jobs] or ["no jobs deployed"]
+        return "\n".join(lines)
+
+
+async def repair(full: Topology, failures: Failures,
+                 clients: Mapping[str, SwitchClient]) -> RepairReport:
+    """Make the live switches (``clients``: one for every switch not in
+    ``failures``) right for ``full.without(failures)``: base state, then every job."""
+    topology = full.without(failures)
+    controller = Controller(topology, {sw: clients[sw] for sw in topology.switches})
+    report = RepairReport(failures)
+    changes = await controller.init()
+    report.base = {sw: c.describe() for sw, c in changes.items()}
+    entries, groups = await controller.read_job_state()
+    records = read_jobs(topology, entries, groups)
+    for job_id, record in sorted(records.items()):
+        others = {sw: [e for e in es if e.match_value("job_id") != job_id]
+                  for sw, es in entries.items()}
+        outcome = await _repair_job(controller, topology, record, others)
+        LOG.info("%s", outcome.describe())
+        report.jobs.append(outcome)
+        # What the next job sees as taken: this job's entries as they are now.
+        entries = await controller._read_jobs()
+    return report
+
+
+async def _repair_job(controller: Controller, topology: Topology, record: JobRecord,
+                      others: Mapping[str, Sequence[TableEntry]]) -> JobRepair:
+    cut = sorted(w for w in record.workers if not topology.attached(w))
+    if cut:
+        return JobRepair(record.job_id, "stalled",
+                         f"workers {', '.join(cut)} are cut off "
+                         f"({topology.failures.describe()} down); it resumes when they are back")
+    if not record.workers:
+        return JobRepair(record.job_id, "stalled", "no worker of it is reachable")
+    job = current_vat(record, topology)
+    if job is not None:
+        alloc = record.allocations()
+        fresh = allocate(job, topology, others)
+        alloc = {sw: alloc.get(sw, a) for sw, a in fresh.items()}
+        desired = _job_state(job, topology, alloc, record.epoch, record.gen)
+        changed = await write_job(controller, record, desired, alloc)
+        return JobRepair(record.job_id, "rerouted" if changed else "kept", "",
+                         tuple(sorted(job.nodes)))
+    gen = (record.gen + 1) % 256
+    workers = sorted(record.workers)
+    slots = record.slots
+    try:
+        room = {sw: capacity(others.get(sw, []), slots) for sw in topology.switches}
+        job = plan_job(topology, record.job_id, workers, Op.SUM, None, slots, room).job
+        alloc = allocate(job, topology, others)
+    except (PlanError, CapacityError) as exc:
+        desired = {sw: list[Entity](es) for sw, es in
+                   on_hosts_plan(record.job_id, workers, slots, topology, gen).items()}
+        await write_job(controller, record, desired, {})
+        reason = "; ".join(exc.problems)
+        if record.mode == ON_HOSTS:
+            return JobRepair(record.job_id, "on hosts", f"still no plan fits: {reason}")
+        LOG.warning("job %d falls back to its hosts: %s", record.job_id, reason)
+        return JobRepair(record.job_id, "on hosts", f"no switch can aggregate it: {reason}")
+    epoch = secrets.randbits(32) | 1
+    desired = _job_state(job, topology, alloc, epoch, gen)
+    await write_job(controller, record, desired, alloc)
+    action = "back on switches" if record.mode == ON_HOSTS else "re-planned"
+    return JobRepair(record.job_id, action, f"generation {gen}", tuple(sorted(job.nodes)))
+
+
+def _job_state(job: Job, topology: Topology, alloc: Mapping[str, Allocation], epoch: int,
+               gen: int) -> dict[str, list[Entity]]:
+    plan = job_plan(job, topology, alloc, epoch, gen)
+    groups = job_groups(job, topology, alloc)
+    return {sw: ([groups[sw]] if sw in groups else []) + list(es) for sw, es in plan.items()}
+
+
+def _key(e: Entity) -> Any:
+    return ("group", e.group_id) if isinstance(e, McastGroup) else e.key
+
+
+async def write_job(controller: Controller, record: JobRecord,
+                    desired: Mapping[str, Sequence[Entity]],
+                    alloc: Mapping[str, Allocation]) -> bool:
+    """Change the job's entries and groups from what ``record`` read to ``desired``:
+    new state first, the member entries (the switch-over) next, stale state last.
+    True if anything was written."""
+    old_alloc = record.allocations()
+    current: dict[str, dict[Any, Entity]] = {}
+    for sw in set(record.entries) | set(record.groups):
+        held: list[Entity] = [*record.entries.get(sw, [])]
+        if sw in record.groups:
+            held.append(record.groups[sw])
+        current[sw] = {_key(e): e for e in held}
+    wanted = {sw: {_key(e): e for e in es} for sw, es in desired.items()}
+    switches = sorted(set(current) | set(wanted))
+
+    def new(sw: str, members: bool) -> tuple[list[Entity], list[Entity]]:
+        have, want = current.get(sw, {}), wanted.get(sw, {})
+        pick = [e for e in want.values()
+                if (isinstance(e, TableEntry) and e.table == n.JOB_MEMBERS.name) == members]
+        return ([e for e in pick if _key(e) not in have],
+                [e for e in pick if _key(e) in have and have[_key(e)] != e])
+
+    written = False
+    # 1. Groups, VAT and transit entries (counters of a job index new to it at zero).
+    for_each: dict[str, tuple[list[Entity], list[Entity]]] = {
+        sw: new(sw, members=False) for sw in switches}
+    for sw in switches:
+        if sw in alloc and (sw not in old_alloc or old_alloc[sw].job_index
+                            != alloc[sw].job_index):
+            i = alloc[sw].job_index
+            for counter in n.JOB_STAT_COUNTERS:
+                await controller.clients[sw].reset_counter(
+                    counter, range(i * JOB_STAT_STRIDE, (i + 1) * JOB_STAT_STRIDE))
+    results = await controller._each(_apply(for_each), [sw for sw in switches
+                                                        if any(for_each[sw])])
+    controller._raise_failures(f"writing job {record.job_id}", results)
+    written |= bool(results)
+    # 2. The workers' edge switches: from now on their packets follow the new state.
+    members = {sw: new(sw, members=True) for sw in switches}
+    results = await controller._each(_apply(members), [sw for sw in switches
+                                                       if any(members[sw])])
+    controller._raise_failures(f"switching job {record.job_id}'s workers over", results)
+    written |= bool(results)
+    # 3. What is stale: entries before groups.
+    stale = {sw: sorted((e for k, e in current.get(sw, {}).items() if k not in wanted.get(sw, {})),
+                        key=lambda e: isinstance(e, McastGroup)) for sw in switches}
+    results = await controller._each(lambda sw, c: c.delete(stale[sw]),
+                                     [sw for sw in switches if stale[sw]])
+    controller._raise_failures(f"removing job {record.job_id}'s stale state", results)
+    return written or bool(results)
+
+
+def _apply(changes: Mapping[str, tuple[list[Entity], list[Entity]]]) -> Any:
+    async def apply(sw: str, client: SwitchClient) -> None:
+        ins, mod = changes[sw]
+        # Groups before the entries that send to them.
+        await client.insert(sorted(ins, key=lambda e: not isinstance(e, McastGroup)))
+        await client.modify(mod)
+    return apply
+
