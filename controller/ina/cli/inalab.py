@@ -4,6 +4,8 @@
     inalab -t topologies/figure1.yaml exec -- inactl -t topologies/figure1.yaml status
     inalab -t topologies/figure1.yaml host w1 -- ping -c1 10.0.0.8
     inalab -t topologies/figure1.yaml demo --job jobs/figure1-sum.yaml
+    inalab -t topologies/leaf-spine-2x4.yaml fail switch spine1      # or: fail link leaf1 spine1
+    inalab -t topologies/leaf-spine-2x4.yaml recover switch spine1
 
 ``run`` records the sandbox it made in .run/<topology>.pid and, once the lab is
 up, its hosts in .run/<topology>.json, so that ``exec`` (the lab's network, where
@@ -138,7 +140,8 @@ def _need_lab_tools(build: Path) -> None:
         raise UsageError("Mininet + BMv2 cannot run here: " + "; ".join(problems))
 
 
-def _enter(args: argparse.Namespace, topology: Topology, host: str | None) -> int:
+def _running_lab(topology: Topology) -> tuple[int, dict[str, int]]:
+    """The running lab's sandbox PID 1 and its hosts' PIDs (as the sandbox sees them)."""
     record = LabRecord(topology.name)
     with record.lock():
         running = record.running()
@@ -151,13 +154,46 @@ def _enter(args: argparse.Namespace, topology: Topology, host: str | None) -> in
     if hosts is None:
         raise UsageError(f"the lab of {topology.name} is still starting: try again once "
                        "inalab run says it is up")
+    return sandbox.init_pid(running.pid), hosts
+
+
+def _enter(args: argparse.Namespace, topology: Topology, host: str | None) -> int:
+    init, hosts = _running_lab(topology)
     if host is not None and host not in hosts:
         raise UsageError(f"{host} is not a host of {topology.name}")
     if not args.command:
         raise UsageError("give a command after --")
-    init = sandbox.init_pid(running.pid)
     target = init if host is None else sandbox.outer_pid(init, hosts[host])
     os.execvp("nsenter", ["nsenter", "--target", str(target), "--net", "--", *args.command])
+
+
+def _fault(args: argparse.Namespace, topology: Topology) -> int:
+    """``fail`` or ``recover`` a switch or link of the running lab."""
+    from ina.lab import faults
+
+    fail = args.cmd == "fail"
+    if args.element == "switch":
+        if len(args.names) != 1 or args.names[0] not in topology.switches:
+            raise UsageError(f"give one switch of {topology.name}: "
+                             f"{', '.join(sorted(topology.switches))}")
+        name = args.names[0]
+        init, _ = _running_lab(topology)
+        if fail:
+            pid = faults.fail_switch(init, topology, name)
+            print(f"{name} stopped (process {pid}); tell the controller: inactl down switch "
+                  f"{name} (inactl watch finds out by itself)")
+        else:
+            faults.recover_switch(init, topology, name)
+            print(f"{name} started again, empty; tell the controller: inactl up switch {name}")
+        return 0
+    if len(args.names) != 2:
+        raise UsageError("give the two nodes a link joins: inalab fail link A B")
+    init, hosts = _running_lab(topology)
+    faults.set_link(init, hosts, topology, args.names[0], args.names[1], up=not fail)
+    verb = "down" if fail else "up"
+    print(f"link {args.names[0]}-{args.names[1]} {verb}; tell the controller: inactl {verb} "
+          f"link {args.names[0]} {args.names[1]}")
+    return 0
 
 
 def _demo(args: argparse.Namespace, topology: Topology, argv: list[str]) -> int:
@@ -200,6 +236,12 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--size", type=int, default=1000, help="values per worker")
     d.add_argument("--seed", type=int, default=1)
     d.add_argument("--model", action="store_true", help="use the reference model even with BMv2")
+    for verb, what in (("fail", "stop a switch's BMv2 process, or take a link down"),
+                       ("recover", "start a failed switch again (empty), or bring a link up")):
+        f = sub.add_parser(verb, help=f"in the running lab: {what}")
+        f.add_argument("element", choices=("switch", "link"))
+        f.add_argument("names", nargs="+", metavar="NAME",
+                       help="the switch, or the two nodes the link joins")
     p.add_argument("--sandboxed", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -219,6 +261,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         return _run(args, topology) if args.sandboxed else _start(args, topology, argv)
     if args.cmd == "demo":
         return _demo(args, topology, argv)
+    if args.cmd in ("fail", "recover"):
+        return _fault(args, topology)
     return _enter(args, topology, args.host if args.cmd == "host" else None)
 
 

@@ -302,8 +302,7 @@ class Lab:
 
     def set_link(self, a: str, b: str, up: bool) -> None:
         """Take the link between nodes a and b down (both ends' interfaces), or up."""
-        ends = [end for link in self.topology.links if {link.a.node, link.b.node} == {a, b}
-                for end in (link.a, link.b)]
+        ends = self.topology.link_ends(a, b)
         if not ends:
             raise LabError(f"no link between {a} and {b} in topology {self.topology.name}")
         for end in ends:

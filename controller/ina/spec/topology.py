@@ -311,6 +311,11 @@ class Topology:
                         nxt.append(nb.node)
                 frontier = sorted(nxt)
 
+    def link_ends(self, a: str, b: str) -> list[Endpoint]:
+        """Both ends of every link between nodes a and b (none: no such link)."""
+        return [end for link in self.links if {link.a.node, link.b.node} == {a, b}
+                for end in (link.a, link.b)]
+
     def ports(self, switch: str) -> dict[int, Neighbor]:
         """The switch's used ports and what each leads to."""
         return dict(sorted(self._ports[switch].items()))
