@@ -1,6 +1,10 @@
 # In-network aggregation on BMv2. `make help` lists the targets.
 TOPO ?= topologies/figure1.yaml
-JOB ?= jobs/figure1-sum.yaml
+# The job of the topology's demo: a planned one on the leaf-spine fabric.
+JOB ?= $(if $(findstring leaf-spine-2x4.yaml,$(TOPO)),jobs/leaf-spine-sum.yaml,jobs/figure1-sum.yaml)
+# make demo FAIL="switch spine1" (or "link leaf1 spine1"): fail it mid-AllReduce.
+FAIL ?=
+SIZE ?= $(if $(FAIL),1000000,1000)
 JOB_ID ?= 1
 BUILD ?= build
 VENV ?= .venv
@@ -20,7 +24,8 @@ help:
 	@echo "make deploy    deploy JOB=$(JOB) on the running lab"
 	@echo "make status    per-switch entries and counters of the running lab"
 	@echo "make teardown  remove JOB_ID=$(JOB_ID) from the running lab"
-	@echo "make demo      the Figure 1 AllReduce end to end (BMv2 if present, else the model)"
+	@echo "make demo      the Figure 1 AllReduce end to end (BMv2 if present, else the model);"
+	@echo "               TOPO=topologies/leaf-spine-2x4.yaml FAIL=\"switch spine1\": a spine fails mid-AllReduce"
 	@echo "make bench     INA vs parameter server vs ring, CPU- and link-bound (Figure 1, fat-tree)"
 	@echo "make bench-dataplane  one switch: aggregation vs plain forwarding, packets/s"
 	@echo "make bench-loss    INA under 1% and 5% loss per link against no loss"
@@ -66,7 +71,7 @@ status:
 
 demo:
 	@if command -v $(P4C) >/dev/null; then $(MAKE) --no-print-directory build; fi
-	$(VENV)/bin/inalab -t $(TOPO) --build $(BUILD) demo --job $(JOB)
+	$(VENV)/bin/inalab -t $(TOPO) --build $(BUILD) demo --job $(JOB) --size $(SIZE) $(if $(FAIL),--fail $(FAIL))
 
 bench: build
 	$(VENV)/bin/inabench --build $(BUILD) allreduce --json docs/allreduce.json --png docs/allreduce.png

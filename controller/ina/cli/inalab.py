@@ -28,10 +28,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ina.cli import common
+from ina.control.vat_planner import resolve
 from ina.errors import UsageError
 from ina.lab import sandbox
 from ina.lab.labstate import LabRecord, SandboxProcess
-from ina.spec.job import JobSpec, validate_job
+from ina.spec.job import JobSpec
 from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
@@ -200,8 +201,14 @@ def _demo(args: argparse.Namespace, topology: Topology, argv: list[str]) -> int:
     from ina.lab.demo import run_on_bmv2, run_on_model
     from ina.lab.mininet import missing_tools
 
-    job = validate_job(JobSpec.load(args.job), topology)
+    job = resolve(JobSpec.load(args.job), topology)
     reason = "--model was given" if args.model else "; ".join(missing_tools(args.build))
+    if args.fail and (len(args.fail) != {"switch": 2, "link": 3}.get(args.fail[0])
+                      or not topology.link_ends(*args.fail[1:]) and args.fail[0] == "link"
+                      or args.fail[0] == "switch" and args.fail[1] not in topology.switches):
+        raise UsageError("--fail takes 'switch NAME' or 'link A B' of the topology")
+    if args.fail and reason:
+        raise UsageError(f"--fail needs Mininet + BMv2: {reason}")
     if reason:
         print(f"Running on the reference model (pure Python), not BMv2: {reason}.")
         result = run_on_model(topology, job, args.size, args.seed)
@@ -211,7 +218,7 @@ def _demo(args: argparse.Namespace, topology: Topology, argv: list[str]) -> int:
         sandbox.stop_on((signal.SIGTERM, signal.SIGHUP, signal.SIGINT))
         print("Running on Mininet + BMv2 (simple_switch_grpc), in private namespaces.")
         result = run_on_bmv2(args.topology, args.job, args.size, args.seed, args.build,
-                             args.logs)
+                             args.logs, args.fail or ())
     print(result.render())
     print("\nAllReduce " + ("correct at every worker." if result.ok else "FAILED."))
     return 0 if result.ok else 1
@@ -236,6 +243,9 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--size", type=int, default=1000, help="values per worker")
     d.add_argument("--seed", type=int, default=1)
     d.add_argument("--model", action="store_true", help="use the reference model even with BMv2")
+    d.add_argument("--fail", nargs="+", metavar="WHAT",
+                   help="BMv2 only: 'switch NAME' or 'link A B', failed once the AllReduce "
+                        "is under way and declared to the controller, which repairs the job")
     for verb, what in (("fail", "stop a switch's BMv2 process, or take a link down"),
                        ("recover", "start a failed switch again (empty), or bring a link up")):
         f = sub.add_parser(verb, help=f"in the running lab: {what}")

@@ -11,17 +11,22 @@ import asyncio
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ina.control.controller import SwitchStatus
 from ina.control.report import render_status
+from ina.control.switch import CounterValue
+from ina.errors import LabError
 from ina.host.arrays import random_array
 from ina.model.harness import allreduce_on_model, deployed_network, reduce_arrays
-from ina.spec.job import Job, JobSpec, validate_job
+from ina.protocol.constants import JobStat
+from ina.spec.job import Job, JobSpec
 from ina.spec.topology import Topology
 
 Arrays = dict[str, npt.NDArray[np.int32]]
@@ -45,6 +50,7 @@ class DemoResult:
     failures: dict[str, str] = field(default_factory=dict)  # worker -> "(exit code): why"
     outsiders: list[str] = field(default_factory=list)  # non-workers that got packets
     elapsed: float | None = None  # seconds the workers took, on BMv2
+    events: list[str] = field(default_factory=list)  # what happened during the AllReduce
 
     def exact(self, worker: str) -> bool:
         got = self.results.get(worker)
@@ -68,6 +74,8 @@ class DemoResult:
             lines.append(f"  hosts outside the job received packets: {self.outsiders}")
         if self.elapsed is not None:
             lines.append(f"  workers finished in {self.elapsed:.1f}s")
+        if self.events:
+            lines += ["", "during the AllReduce:"] + [f"  {e}" for e in self.events]
         lines += ["", f"counters ({self.data_plane}):",
                   render_status(self.status, job.job_id)]
         return "\n".join(lines)
@@ -85,17 +93,20 @@ def run_on_model(topology: Topology, job: Job, size: int, seed: int) -> DemoResu
 
 
 def run_on_bmv2(topology_path: Path, job_path: Path, size: int, seed: int,
-                build_dir: Path, log_dir: Path | None) -> DemoResult:
-    """Inside the sandbox: start the lab, deploy, run the workers on their hosts."""
-    from ina.lab.deploy import controller_call, deploy
+                build_dir: Path, log_dir: Path | None,
+                fail: Sequence[str] = ()) -> DemoResult:
+    """Inside the sandbox: start the lab, deploy, run the workers on their hosts.
+    ``fail``: ("switch", NAME) or ("link", A, B), failed once the AllReduce is
+    under way (the root has multicast results) and declared to the controller,
+    which repairs the job while the workers run."""
+    from ina.lab.deploy import controller_call, deploy, repair_lab
     from ina.lab.mininet import Lab, LabOptions
 
     topology = Topology.load(topology_path)
-    job = validate_job(JobSpec.load(job_path), topology)
-    arrays = worker_arrays(job, size, seed)
     with Lab(topology, LabOptions(build_dir=build_dir, log_dir=log_dir)) as lab:
         lab.init_switches_sync()
-        deploy(lab, job)
+        job = deploy(lab, JobSpec.load(job_path))
+        arrays = worker_arrays(job, size, seed)
         out_dir = Path("/tmp/ina-demo")
         out_dir.mkdir(exist_ok=True)
         procs = {}
@@ -107,6 +118,9 @@ def run_on_bmv2(topology_path: Path, job_path: Path, size: int, seed: int,
                  "--seed", str(seed + i), "--output", str(out_dir / f"{w}.npy")],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
+        events = []
+        if fail:
+            events = _fail_during(lab, job, fail, started, controller_call, repair_lab)
         results, failures = {}, {}
         for w, proc in procs.items():
             _, err = proc.communicate(timeout=120)
@@ -117,4 +131,33 @@ def run_on_bmv2(topology_path: Path, job_path: Path, size: int, seed: int,
         elapsed = time.monotonic() - started
         status = controller_call(lab, lambda ctl: ctl.status())
     return DemoResult(job, size, reduce_arrays(job.op, list(arrays.values())), results, status,
-                      "BMv2, read over P4Runtime", failures, elapsed=elapsed)
+                      "BMv2, read over P4Runtime", failures, elapsed=elapsed, events=events)
+
+
+def _fail_during(lab: Any, job: Job, fail: Sequence[str], started: float,
+                 controller_call: Any, repair_lab: Any) -> list[str]:
+    """Fail the element once the root has multicast a result, then repair."""
+
+    def multicast() -> int:
+        status = controller_call(lab, lambda ctl: ctl.status())
+        root = status.get(job.root)
+        return 0 if root is None else root.job_stats.get(job.job_id, {}).get(
+            JobStat.MULTICAST, CounterValue()).packets
+
+    deadline = time.monotonic() + 60
+    while multicast() == 0:  # each poll is a P4Runtime round trip: no busy loop
+        if time.monotonic() > deadline:
+            raise LabError("the AllReduce did not start within 60s: no failure injected")
+    events = [f"{time.monotonic() - started:5.2f}s  the root {job.root} multicasts results "
+              f"(VAT on {', '.join(sorted(job.nodes))})"]
+    if fail[0] == "switch":
+        lab.fail_switch(fail[1])
+        what = f"switch {fail[1]}"
+    else:
+        lab.set_link(fail[1], fail[2], up=False)
+        what = f"link {fail[1]}-{fail[2]}"
+    events.append(f"{time.monotonic() - started:5.2f}s  {what} failed")
+    report = repair_lab(lab)
+    events.append(f"{time.monotonic() - started:5.2f}s  repaired: "
+                  + "; ".join(j.describe() for j in report.jobs))
+    return events

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ina.control.controller import Controller
+from ina.control.repair import RepairReport, repair
 from ina.lab.mininet import Lab
 from ina.spec.job import Job, JobSpec
 
@@ -17,12 +18,30 @@ T = TypeVar("T")
 
 
 def controller_call(lab: Lab, fn: Callable[[Controller], Awaitable[T]]) -> T:
-    """``fn(controller)`` with the lab's switches connected over P4Runtime."""
+    """``fn(controller)`` with the lab's live switches connected over P4Runtime (the
+    topology without what the lab failed)."""
     from ina.control.p4runtime import connect  # grpc is slow to import
 
+    topology = lab.topology.without(lab.failures)
+
     async def call() -> T:
-        async with connect(lab.topology, lab.p4info) as clients:
-            return await fn(Controller(lab.topology, clients))
+        async with connect(topology, lab.p4info) as clients:
+            return await fn(Controller(topology, clients))
+
+    return asyncio.run(call())
+
+
+def repair_lab(lab: Lab) -> RepairReport:
+    """Tell the controller what the lab failed or recovered (as ``inactl down|up``
+    does): routes and jobs repaired on the live switches, a recovered switch given
+    its pipeline again."""
+    from ina.control.p4runtime import connect
+
+    topology = lab.topology.without(lab.failures)
+
+    async def call() -> RepairReport:
+        async with connect(topology, lab.p4info, lab.p4blob, push=True) as clients:
+            return await repair(lab.topology, lab.failures, clients)
 
     return asyncio.run(call())
 

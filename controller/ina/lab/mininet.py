@@ -25,7 +25,7 @@ from ina.control.controller import Controller
 from ina.errors import LabError
 from ina.lab import sandbox
 from ina.protocol.constants import CPU_PORT
-from ina.spec.topology import Topology
+from ina.spec.topology import Failures, Topology
 
 LOG = logging.getLogger(__name__)
 SWITCH_BINARY = "simple_switch_grpc"
@@ -203,6 +203,7 @@ class Lab:
         self.topology = topology
         self.options = options or LabOptions()
         self.net: Any = None
+        self.failures = Failures()  # what fail_switch and set_link broke
 
     @property
     def p4info(self) -> Path:
@@ -287,6 +288,7 @@ class Lab:
     def fail_switch(self, name: str) -> None:
         """Stop a switch's BMv2 process, as a crash would: its state is gone."""
         self._switch(name).halt()
+        self.failures = self.failures.with_switch(name)
         LOG.info("%s: stopped", name)
 
     def recover_switch(self, name: str) -> None:
@@ -298,6 +300,7 @@ class Lab:
         switch.start([])
         wait_until(switch.connected, self.options.startup_timeout,
                    f"{name} to open its gRPC port")
+        self.failures = self.failures.with_switch(name, down=False)
         LOG.info("%s: started again", name)
 
     def set_link(self, a: str, b: str, up: bool) -> None:
@@ -315,6 +318,7 @@ class Lab:
             if not out.strip().endswith("rc=0"):
                 raise LabError(f"{end.node}: cannot set {intf} {'up' if up else 'down'}: "
                                f"{out.strip()}")
+        self.failures = self.failures.with_link(a, b, down=not up)
         LOG.info("link %s-%s %s", a, b, "up" if up else "down")
 
     def _switch(self, name: str) -> Any:
