@@ -14,18 +14,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ina.control.controller import SwitchStatus
 from ina.control.report import render_status
-from ina.control.switch import CounterValue
-from ina.errors import LabError
 from ina.host.arrays import random_array
 from ina.model.harness import allreduce_on_model, deployed_network, reduce_arrays
-from ina.protocol.constants import JobStat
 from ina.spec.job import Job, JobSpec
 from ina.spec.topology import Topology
 
@@ -99,7 +95,7 @@ def run_on_bmv2(topology_path: Path, job_path: Path, size: int, seed: int,
     ``fail``: ("switch", NAME) or ("link", A, B), failed once the AllReduce is
     under way (the root has multicast results) and declared to the controller,
     which repairs the job while the workers run."""
-    from ina.lab.deploy import controller_call, deploy, repair_lab
+    from ina.lab.deploy import controller_call, deploy, fail_during_allreduce
     from ina.lab.mininet import Lab, LabOptions
 
     topology = Topology.load(topology_path)
@@ -118,9 +114,7 @@ def run_on_bmv2(topology_path: Path, job_path: Path, size: int, seed: int,
                  "--seed", str(seed + i), "--output", str(out_dir / f"{w}.npy")],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
-        events = []
-        if fail:
-            events = _fail_during(lab, job, fail, started, controller_call, repair_lab)
+        events = fail_during_allreduce(lab, job, fail, started) if fail else []
         results, failures = {}, {}
         for w, proc in procs.items():
             _, err = proc.communicate(timeout=120)
@@ -132,32 +126,3 @@ def run_on_bmv2(topology_path: Path, job_path: Path, size: int, seed: int,
         status = controller_call(lab, lambda ctl: ctl.status())
     return DemoResult(job, size, reduce_arrays(job.op, list(arrays.values())), results, status,
                       "BMv2, read over P4Runtime", failures, elapsed=elapsed, events=events)
-
-
-def _fail_during(lab: Any, job: Job, fail: Sequence[str], started: float,
-                 controller_call: Any, repair_lab: Any) -> list[str]:
-    """Fail the element once the root has multicast a result, then repair."""
-
-    def multicast() -> int:
-        status = controller_call(lab, lambda ctl: ctl.status())
-        root = status.get(job.root)
-        return 0 if root is None else root.job_stats.get(job.job_id, {}).get(
-            JobStat.MULTICAST, CounterValue()).packets
-
-    deadline = time.monotonic() + 60
-    while multicast() == 0:  # each poll is a P4Runtime round trip: no busy loop
-        if time.monotonic() > deadline:
-            raise LabError("the AllReduce did not start within 60s: no failure injected")
-    events = [f"{time.monotonic() - started:5.2f}s  the root {job.root} multicasts results "
-              f"(VAT on {', '.join(sorted(job.nodes))})"]
-    if fail[0] == "switch":
-        lab.fail_switch(fail[1])
-        what = f"switch {fail[1]}"
-    else:
-        lab.set_link(fail[1], fail[2], up=False)
-        what = f"link {fail[1]}-{fail[2]}"
-    events.append(f"{time.monotonic() - started:5.2f}s  {what} failed")
-    report = repair_lab(lab)
-    events.append(f"{time.monotonic() - started:5.2f}s  repaired: "
-                  + "; ".join(j.describe() for j in report.jobs))
-    return events

@@ -5,13 +5,17 @@ explicit job file they need."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from ina.control.controller import Controller
 from ina.control.repair import RepairReport, repair
+from ina.control.switch import CounterValue
+from ina.errors import LabError
 from ina.lab.mininet import Lab
+from ina.protocol.constants import JobStat
 from ina.spec.job import Job, JobSpec
 
 T = TypeVar("T")
@@ -55,3 +59,33 @@ def deploy(lab: Lab, job: JobSpec | Job, job_file: Path | None = None) -> Job:
     if job_file is not None:
         deployed.save(job_file)
     return deployed
+
+
+def fail_during_allreduce(lab: Lab, job: Job, fail: Sequence[str],
+                          started: float | None = None) -> list[str]:
+    """Once the job's root has multicast a result (its AllReduce is under way), fail
+    ("switch", NAME) or ("link", A, B) and declare it to the controller, which
+    repairs the job while the workers run; what happened, timed from ``started``."""
+    t0 = time.monotonic() if started is None else started
+
+    def multicast() -> int:
+        status = controller_call(lab, lambda ctl: ctl.status())
+        root = status.get(job.root)
+        return 0 if root is None else root.job_stats.get(job.job_id, {}).get(
+            JobStat.MULTICAST, CounterValue()).packets
+
+    deadline = time.monotonic() + 60
+    while multicast() == 0:  # each poll is a P4Runtime round trip: no busy loop
+        if time.monotonic() > deadline:
+            raise LabError(f"job {job.job_id} multicast no result within 60s: nothing failed")
+    events = [f"{time.monotonic() - t0:5.2f}s  root {job.root} multicasts results "
+              f"(VAT on {', '.join(sorted(job.nodes))})"]
+    if fail[0] == "switch":
+        lab.fail_switch(fail[1])
+    else:
+        lab.set_link(fail[1], fail[2], up=False)
+    events.append(f"{time.monotonic() - t0:5.2f}s  {fail[0]} {'-'.join(fail[1:])} failed")
+    report = repair_lab(lab)
+    events.append(f"{time.monotonic() - t0:5.2f}s  repaired: "
+                  + "; ".join(j.describe() for j in report.jobs))
+    return events
