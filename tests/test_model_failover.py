@@ -251,3 +251,18 @@ def test_a_packet_out_to_a_port_without_a_link_is_lost(model_lab: ModelLab) -> N
     assert _inboxes(model_lab) == {}
     assert _counts(model_lab) == {"s5": {"switch.PROBE_SENT": 1}}
 
+
+
+def test_a_bier_packet_out_is_masked_by_the_ports_fbm_and_keeps_its_bift_id(
+        model_lab: ModelLab) -> None:
+    from ina.protocol.frames import Bier, bier_frame
+
+    # s5's port 2 leads to s1, whose hosts are w1 and w2 (bits 1, 2) in set 0.
+    w = model_lab.topology.hosts["w5"]
+    frame = bier_frame(w.mac, "02:00:00:00:00:05", w.ip, Bier(bitstring=0b1111),
+                       _packet(0, 1, [1]))
+    ((port, out),) = model_lab.net.switches["s5"].process(CPU_PORT, packet_out_frame(2, frame))
+    sent = parse_frame(out)
+    assert port == 2 and sent.bier is not None
+    assert (sent.bier.bitstring, sent.bier.bift_id) == (0b0011, 1)
+    assert _counts(model_lab) == {"s5": {"switch.PROBE_SENT": 1, "switch.BIER_COPY_SENT": 1}}
