@@ -17,6 +17,7 @@ from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import Flag, JobStat, Op
+from ina.protocol.frames import ina_frame
 from ina.spec.job import Job
 
 from inatest import ModelLab, assert_exact, figure1_job, in_threads, int_arrays, model_workers
@@ -175,16 +176,31 @@ def test_a_sync_crosses_the_vat_nodes_below_the_root_unabsorbed(model_lab: Model
     assert src == "10.0.100.6" and header.flags == Flag.SYNC | Flag.REPLY and header.seq == 0
 
 
-@pytest.mark.parametrize("target", ["10.0.100.1", "10.0.100.7"])
+@pytest.mark.parametrize("node", ["s1", "s7"])
 def test_a_sync_for_a_node_that_is_not_the_root_is_refused(model_lab: ModelLab,
-                                                           target: str) -> None:
+                                                           node: str) -> None:
+    # From a switch port: a worker's own SYNC is steered to the root by its edge.
     job = figure1_job(model_lab.topology)
     _deploy(model_lab, job)
-    model_lab.net.host_send_payload("w1", target, _sync(1, bit_of(1)))
-    node = {"10.0.100.1": "s1", "10.0.100.7": "s7"}[target]
+    topo = model_lab.topology
+    nb = topo.ports(node)[1].node
+    model_lab.net.inject(node, 1, ina_frame(topo.mac(nb), topo.switches[node].mac,
+                                            topo.address(nb), topo.address(node),
+                                            _sync(1, bit_of(1))))
     stats = asyncio.run(model_lab.ctl.status())
     assert stats[node].job_stats[1][JobStat.DROP_FOREIGN_PBM].packets == 1
     assert not model_lab.net.inbox["w1"]
+
+
+def test_a_workers_sync_to_another_node_is_steered_to_the_root(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    _deploy(model_lab, job)
+    model_lab.net.host_send_payload("w1", "10.0.100.7", _sync(1, bit_of(1)))
+    stats = asyncio.run(model_lab.ctl.status())
+    assert stats["s6"].job_stats[1][JobStat.SYNCED].packets == 1
+    assert stats["s7"].job_stats[1][JobStat.DROP_FOREIGN_PBM].packets == 0
+    ((src, _),) = model_lab.net.received_datagrams("w1")
+    assert src == "10.0.100.6"
 
 
 def test_a_reply_forged_by_a_worker_is_dropped_at_its_edge(model_lab: ModelLab) -> None:

@@ -1,7 +1,9 @@
 """The reference model's network: ``ModelNetwork`` wires the model's switches and
 hosts as the topology says and moves frames until the network is quiet, through
 links that may lose, duplicate or delay them (``Impairment``); ``ModelTransport``
-is a host's socket on it.
+is a host's socket on it. The controller reaches each switch's CPU port as over
+P4Runtime: ``packet_out`` sends a frame out of a port, ``packet_ins`` drains what
+a switch passed up.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ina.control.memory_switch import MemorySwitch
-from ina.model.switch import ModelSwitch
+from ina.model.switch import ModelSwitch, packet_out_frame, split_packet_in
+from ina.protocol.constants import CPU_PORT
 from ina.protocol.frames import ina_frame, parse_frame
 from ina.spec.topology import Topology
 
@@ -42,7 +45,7 @@ class Impairment:
 @dataclass
 class _Hop:
     node: str  # receiving node
-    port: int | None  # its port, None at a host
+    port: int | None  # its port, None at a host (CPU_PORT: from the controller)
     frame: bytes
     sender: str
     impaired: bool = False  # already passed through the impairment
@@ -56,6 +59,9 @@ class ModelNetwork:
         self.topology = topology
         self.switches = {name: ModelSwitch(name, stores[name]) for name in topology.switches}
         self.inbox: dict[str, deque[bytes]] = {h: deque() for h in topology.hosts}
+        # What each switch sent to its CPU port (packet_in header and frame).
+        self.to_cpu: dict[str, deque[bytes]] = {s: deque() for s in topology.switches}
+        self._ports = {s: topology.ports(s) for s in topology.switches}
         self.bytes_on_link: dict[tuple[str, str], int] = {}
         self.impairment = impairment
         self.held: list[_Hop] = []  # frames delayed by the impairment
@@ -69,6 +75,18 @@ class ModelNetwork:
     def inject(self, switch: str, port: int, raw: bytes) -> None:
         """A frame enters ``switch`` on ``port``, as if the neighbour there sent it."""
         self._run([_Hop(switch, port, raw, self.topology.ports(switch)[port].node)])
+
+    def packet_out(self, switch: str, port: int, frame: bytes) -> None:
+        """The controller's PacketOut: ``frame`` enters ``switch`` on its CPU port, to
+        leave by ``port`` (no link is crossed, so no impairment)."""
+        self._run([_Hop(switch, CPU_PORT, packet_out_frame(port, frame), "controller",
+                        impaired=True)])
+
+    def packet_ins(self, switch: str) -> list[tuple[int, bytes]]:
+        """(ingress port, frame) of each PacketIn ``switch`` sent the controller since
+        the last call, in order."""
+        queue, self.to_cpu[switch] = self.to_cpu[switch], deque()
+        return [split_packet_in(raw) for raw in queue]
 
     def release_held(self) -> bool:
         """Deliver the frames the impairment delayed; True if there were any."""
@@ -89,13 +107,20 @@ class ModelNetwork:
                 if n == 0:
                     continue
                 queue.extend([hop] * (n - 1))
-            self._carried(hop.sender, hop.node, len(hop.frame))
             if hop.port is None:
+                self._carried(hop.sender, hop.node, len(hop.frame))
                 self.inbox[hop.node].append(hop.frame)
                 continue
+            if hop.port != CPU_PORT:
+                self._carried(hop.sender, hop.node, len(hop.frame))
+            ports = self._ports[hop.node]
             for out_port, out in self.switches[hop.node].process(hop.port, hop.frame):
-                nb = self.topology.ports(hop.node)[out_port]
-                queue.append(_Hop(nb.node, nb.remote_port, out, hop.node))
+                nb = ports.get(out_port)
+                if nb is not None:
+                    queue.append(_Hop(nb.node, nb.remote_port, out, hop.node))
+                elif out_port == CPU_PORT:
+                    self.to_cpu[hop.node].append(out)
+                # else: a port with no link (a packet-out may name one): lost
 
     def _carried(self, a: str, b: str, nbytes: int) -> None:
         self.bytes_on_link[(a, b)] = self.bytes_on_link.get((a, b), 0) + nbytes

@@ -4,6 +4,12 @@
 with the tables the controller wrote into its ``MemorySwitch`` and with the same
 counters and register state. The structure follows p4src/ control by control;
 keep them in step.
+
+The CPU port is a port like the others, numbered CPU_PORT, as on BMv2 (whose
+P4Runtime server turns what leaves through it into PacketIn messages and
+injects PacketOut messages into it): a packet-out enters on CPU_PORT with its
+packet_out header in front (``packet_out_frame``), a packet-in leaves through
+CPU_PORT with its packet_in header in front (``split_packet_in``).
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ from ina.protocol.constants import (
     BIER_SETS,
     BIER_VERSION,
     BITSTRING_BITS,
+    CPU_PORT,
     ELEMS_PER_PACKET,
     ETHERTYPE_BIER,
     ETHERTYPE_IPV4,
+    ETHERTYPE_PROBE,
     INA_VERSION,
     IPV4_INITIAL_TTL,
     JOB_STAT_STRIDE,
@@ -46,6 +54,23 @@ REG_CELLS = "cells"
 REG_SETS = "set_bitmaps"
 REG_PROGRESS = "progress"  # per job index, at its root: (epoch, highest completed seq)
 REG_LANES = tuple(f"lane{i}" for i in range(LANES))
+# The job_members actions of a host that may send the job's packets (ina_validate.p4).
+_WORKER_MEMBERSHIPS = (n.MEMBER.name, n.MEMBER_ON_HOSTS.name)
+
+#: headers.p4's packet_out_h and packet_in_h: a 9-bit port, 7 bits of padding.
+CONTROLLER_HEADER_BYTES = 2
+#: simple_switch's drop port: a packet sent there is dropped (not counted).
+DROP_PORT = 511
+
+
+def packet_out_frame(port: int, frame: bytes) -> bytes:
+    """What enters CPU_PORT for a P4Runtime PacketOut of ``frame`` to ``port``."""
+    return ((port & 0x1FF) << 7).to_bytes(CONTROLLER_HEADER_BYTES, "big") + frame
+
+
+def split_packet_in(raw: bytes) -> tuple[int, bytes]:
+    """(ingress port, frame) of what left through CPU_PORT: a P4Runtime PacketIn."""
+    return int.from_bytes(raw[:CONTROLLER_HEADER_BYTES], "big") >> 7, raw[CONTROLLER_HEADER_BYTES:]
 
 
 @dataclass(frozen=True)
@@ -75,6 +100,7 @@ class _Meta:
     host_bit: int = 0
     host_si: int = 0
     membership: str | None = None  # the job_members action for this host port
+    member_gen: int = 0  # the job's plan generation in that entry (member, member_on_hosts)
     to_me: bool = False
     job: TableEntry | None = None
     sets: int = 0  # BIER sets the node's A-BM spans
@@ -85,12 +111,16 @@ class _Meta:
     egress_port: int | None = None
     mcast_grp: int = 0
     bier_result: bool = False  # a root's result: egress fills in each copy's set
+    packet_in: bool = False  # a neighbour's link probe, up to the controller
 
 
 class ModelSwitch:
     def __init__(self, name: str, store: MemorySwitch):
         self.name = name
         self.store = store
+        # member entries -> (parent, root, gen), the addresses as strings (as frames
+        # hold them): a worker's edge steers each of its packets with them.
+        self._steering: dict[int, tuple[TableEntry, str, str, int]] = {}
 
     # --- tables -------------------------------------------------------------------
 
@@ -111,7 +141,10 @@ class ModelSwitch:
     # --- pipeline -----------------------------------------------------------------
 
     def process(self, in_port: int, raw: bytes) -> list[tuple[int, bytes]]:
-        """One packet through ingress, replication and egress: the frames sent."""
+        """One packet through ingress, replication and egress: the frames sent, each
+        with its egress port (CPU_PORT: a packet-in, its packet_in header in front)."""
+        if in_port == CPU_PORT and len(raw) >= CONTROLLER_HEADER_BYTES:
+            return self._packet_out(raw)
         if len(raw) < ETHERNET_BYTES:
             # BMv2's parser stops at the Ethernet header: a parser error, counted.
             self.store.count(n.INGRESS_SWITCH_STATS, SwitchStat.DROP_PARSER_ERROR, len(raw))
@@ -119,8 +152,10 @@ class ModelSwitch:
         frame = parse_frame(raw)
         meta = _Meta()
         self._ingress(frame, meta, in_port)
-        if meta.job is not None:
-            base = meta.job.param("job_index") * JOB_STAT_STRIDE
+        if meta.job_events:
+            # Without a job entry here (a TOLD at an edge), BMv2's zeroed metadata
+            # gives job index 0.
+            base = meta.job.param("job_index") * JOB_STAT_STRIDE if meta.job is not None else 0
             for event in sorted(meta.job_events):
                 self.store.count(n.INGRESS_JOB_STATS, base + event, len(raw))
         if meta.drop is not None:
@@ -136,9 +171,33 @@ class ModelSwitch:
                 if self._egress(copy, meta, port, rid, len(raw)):
                     out.append((port, copy.pack()))
             return out
+        if meta.packet_in:
+            self.store.count(n.INGRESS_SWITCH_STATS, SwitchStat.PROBE_RECEIVED, len(raw))
+            return [(CPU_PORT, ((in_port & 0x1FF) << 7).to_bytes(CONTROLLER_HEADER_BYTES, "big")
+                     + raw)]
         if meta.egress_port is None:
             return []
         return [(meta.egress_port, frame.pack())]
+
+    def _packet_out(self, raw: bytes) -> list[tuple[int, bytes]]:
+        """ingress.p4's controller_out: the frame after the packet_out header leaves
+        by the port the header names; egress and the deparser see it as parsed."""
+        port = int.from_bytes(raw[:CONTROLLER_HEADER_BYTES], "big") >> 7
+        self.store.count(n.INGRESS_SWITCH_STATS, SwitchStat.PROBE_SENT, len(raw))
+        if port == DROP_PORT:
+            return []
+        rest = raw[CONTROLLER_HEADER_BYTES:]
+        if len(rest) < ETHERNET_BYTES:
+            return [(port, rest)]  # a parser error, which only ingress would count
+        frame = parse_frame(rest)
+        if frame.bier is None and (frame.ipv4 is None or frame.ipv4.ver_ihl & 0xF != 5):
+            return [(port, rest)]  # nothing to rewrite, no IPv4 checksum to update
+        if frame.bier is not None:
+            # BMv2's metadata is zeroed: no job, not a result, the set from the BIFT-id.
+            frame.bier.bift_id = BIER_BIFT_ID + ((frame.bier.bift_id - BIER_BIFT_ID) & 0xFF)
+            if not self._egress(frame, _Meta(), port, 0, len(raw)):
+                return []
+        return [(port, frame.pack())]
 
     def _ingress(self, frame: Frame, meta: _Meta, in_port: int) -> None:
         edge = self._exact(n.HOST_PORTS, ingress_port=in_port)
@@ -148,6 +207,10 @@ class ModelSwitch:
             if frame.ina is not None:
                 member = self._exact(n.JOB_MEMBERS, job_id=frame.ina.job_id, ingress_port=in_port)
                 meta.membership = member.action if member is not None else None
+                if member is not None and member.action == n.MEMBER.name:
+                    self._steer(frame, meta, member)
+                elif member is not None and member.action == n.MEMBER_ON_HOSTS.name:
+                    meta.member_gen = member.param("gen")
         if frame.ina is not None:  # looked up once, for BIER and IPv4 alike
             meta.job = self._exact(n.VAT_JOBS, job_id=frame.ina.job_id)
             if meta.job is not None and frame.ipv4 is not None:
@@ -168,8 +231,31 @@ class ModelSwitch:
             self._bier_ingress(frame, meta)
         elif frame.ipv4 is not None and frame.ipv4.ver_ihl & 0xF == 5:
             self._ipv4_ingress(frame, meta)
+        elif frame.eth.ethertype == ETHERTYPE_PROBE and not meta.from_host:
+            # probe_in: a neighbour's link probe, up to the controller.
+            meta.packet_in = True
         else:
             meta.drop = SwitchStat.DROP_NOT_SUPPORTED
+
+    def _steer(self, frame: Frame, meta: _Meta, member: TableEntry) -> None:
+        """A worker's edge switch steers its packets: SYNCs and ABORTs to the job's
+        root in the plan's generation, contributions of that generation to its
+        parent VAT node (ingress.p4's to_root and to_parent)."""
+        ina, ipv4 = frame.ina, frame.ipv4
+        assert ina is not None and ipv4 is not None
+        cached = self._steering.get(id(member))
+        if cached is None or cached[0] is not member:
+            cached = (member, ip_str(member.param("parent_ip")), ip_str(member.param("root_ip")),
+                      member.param("gen"))
+            self._steering[id(member)] = cached
+        _, parent, root, gen = cached
+        meta.member_gen = gen
+        if ina.flags & Flag.SYNC:
+            ipv4.dst = root
+            if ina.gen != gen:
+                frame.ina = replace(ina, gen=gen)
+        elif ina.gen == gen:
+            ipv4.dst = parent
 
     def _bier_ingress(self, frame: Frame, meta: _Meta) -> None:
         bier = frame.bier
@@ -211,11 +297,19 @@ class ModelSwitch:
                     meta.drop = SwitchStat.DROP_FORGED_PBM
             elif meta.from_host and (ina.pbm != meta.host_bit or ina.si != meta.host_si):
                 meta.drop = SwitchStat.DROP_FORGED_PBM
-            elif meta.from_host and meta.membership != n.MEMBER.name:
+            elif meta.from_host and meta.membership not in _WORKER_MEMBERSHIPS:
                 meta.drop = SwitchStat.DROP_NOT_MEMBER
             if meta.drop is not None:
                 return
-            if meta.job is not None:
+            if meta.from_host and meta.membership == n.MEMBER_ON_HOSTS.name:
+                if ina.flags & Flag.ABORT:
+                    meta.consumed = True  # no call on switches to give up
+                    return
+                self._tell_worker(frame, meta, Flag.ON_HOSTS)
+            elif (meta.from_host and meta.membership == n.MEMBER.name
+                  and not ina.flags & Flag.SYNC and ina.gen != meta.member_gen):
+                self._tell_worker(frame, meta, Flag.REPLAN)
+            elif meta.job is not None:
                 if meta.job.action == n.TRANSIT.name:
                     meta.job_events.add(JobStat.TRANSIT)
                 else:
@@ -227,6 +321,17 @@ class ModelSwitch:
                          else SwitchStat.DROP_NOT_SUPPORTED)
         else:
             self._route(frame, meta)
+
+    def _tell_worker(self, frame: Frame, meta: _Meta, what: Flag) -> None:
+        """ingress.p4's tell_worker: the packet goes back to the worker as a notice
+        (SYNC | REPLY | what) in the plan's generation, its array with it."""
+        ina, ipv4, udp = frame.ina, frame.ipv4, frame.udp
+        assert ina is not None and ipv4 is not None and udp is not None
+        frame.ina = replace(ina, flags=Flag.SYNC | Flag.REPLY | what, gen=meta.member_gen)
+        udp.checksum = 0
+        ipv4.src, ipv4.dst = ipv4.dst, ipv4.src
+        meta.to_me = False
+        meta.job_events.add(JobStat.TOLD)
 
     def _route(self, frame: Frame, meta: _Meta) -> None:
         """routing.p4"""
@@ -261,6 +366,10 @@ class ModelSwitch:
             return
         if ina.pbm & ~abm & BM_MASK:
             self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)
+            return
+        if ina.gen != job.param("gen"):
+            # Of another plan of the job: its P-BM may not fit this plan's tree.
+            self._job_drop(meta, JobStat.DROP_OLD_PLAN)
             return
         s = self.store
         # The job's 2W cells from 2 * slot_base on; s and s + W share a slot.
@@ -297,23 +406,34 @@ class ModelSwitch:
         job, ina, ipv4, udp = meta.job, frame.ina, frame.ipv4, frame.udp
         assert job is not None and ina is not None and ipv4 is not None and udp is not None
         if not meta.to_me:
-            meta.job_events.add(JobStat.PASSED)
-        elif job.action == n.VAT_ROOT.name and ina.flags & Flag.ABORT:
+            meta.job_events.add(JobStat.PASSED)  # to the root, or its answer back
+        elif job.action != n.VAT_ROOT.name or ina.flags & Flag.REPLY:
+            self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)  # not the job's root
+        elif ina.flags & Flag.ABORT:
+            # A worker gave up on its call after sending up to seq: the next call
+            # starts past it.
             index = job.param("job_index")
             epoch, last = self.store.reg_read(REG_PROGRESS, index, (0, 0))
             if epoch != job.param("epoch") or seq_diff(ina.seq, last) > 0:
                 self.store.reg_write(REG_PROGRESS, index, (job.param("epoch"), ina.seq))
             self._job_drop(meta, JobStat.ABORTED)
-        elif job.action == n.VAT_ROOT.name and not ina.flags & Flag.REPLY:
-            epoch, last = self.store.reg_read(REG_PROGRESS, job.param("job_index"), (0, 0))
-            base = seq_add(last, job.param("slot_mask") + 2) if epoch == job.param("epoch") else 0
-            frame.ina = replace(ina, seq=base, flags=ina.flags | Flag.REPLY)
+        else:
+            # answer_sync. The first SYNC of a deployment or plan (the progress is of
+            # another epoch) gets its own proposal back, which then counts as W + 1
+            # past the highest completed seq; later ones get that W + 1 past.
+            index, epoch = job.param("job_index"), job.param("epoch")
+            done_epoch, last = self.store.reg_read(REG_PROGRESS, index, (0, 0))
+            window = job.param("slot_mask") + 2
+            if done_epoch != epoch:
+                base = ina.seq
+                self.store.reg_write(REG_PROGRESS, index, (epoch, seq_add(base, -window)))
+            else:
+                base = seq_add(last, window)
+            frame.ina = replace(ina, seq=base, flags=ina.flags | Flag.REPLY, gen=job.param("gen"))
             ipv4.dst, ipv4.src, ipv4.ttl = ipv4.src, ip_str(job.param("node_ip")), IPV4_INITIAL_TTL
             udp.checksum = 0
             meta.to_me = False
             meta.job_events.add(JobStat.SYNCED)
-        else:
-            self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)
 
     def _absorb(self, frame: Frame, meta: _Meta, cell: int, set_index: int, cs: CellState,
                 bitmap: int, fresh: bool) -> None:
