@@ -53,7 +53,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch, JobError
+from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch, JobError, PlanChanged
 from ina.host import quantize
 from ina.host.baselines import Ring
 from ina.protocol.arith import INT32_MAX, INT32_MIN, seq_add, seq_diff
@@ -623,22 +623,6 @@ class CallStats:
     on_hosts: int = 0  # calls reduced among the workers (no switch aggregated the job)
 
 
-class _Replanned(Exception):
-    """The job was planned anew during a call (a REPLAN notice): run it again."""
-
-    def __init__(self, gen: int):
-        super().__init__(f"re-planned (gen {gen})")
-        self.gen = gen
-
-
-class _OnHosts(Exception):
-    """No switch aggregates the job now (an ON_HOSTS notice): reduce on hosts."""
-
-    def __init__(self, gen: int):
-        super().__init__(f"on hosts (gen {gen})")
-        self.gen = gen
-
-
 #: A reduction backend: (values, op, first sequence number, phase) -> the result.
 Reduce = Callable[[npt.NDArray[Any], Op, int, str], AllreduceResult]
 
@@ -693,8 +677,7 @@ class Worker:
             check_ints(array)
         elif array.ndim != 1 or array.size == 0:
             raise ValueError("allreduce takes a non-empty one-dimensional array")
-        proposal = 0 if self.continuation is None else self.continuation
-        reply = self._start(proposal)
+        reply = self._start()
         if (not reply.on_hosts and self.continuation is not None
                 and seq_diff(reply.seq, self.continuation) < 0):
             raise AllreduceError(
@@ -724,12 +707,13 @@ class Worker:
                 if on_hosts:
                     return self._call_on_hosts(array, op, is_float, start, known)
                 return self._call(array, op, is_float, start, self._reduce)
-            except _OnHosts as notice:
+            except PlanChanged as notice:
                 self.gen = notice.gen
-                on_hosts, known = True, True
-                LOG.info("job %d: %s: no switch aggregates the job now: the call from seq %d "
-                         "runs on hosts", self.config.job_id, self.config.name, start)
-            except _Replanned as notice:
+                if notice.on_hosts:
+                    on_hosts, known = True, True
+                    LOG.info("job %d: %s: no switch aggregates the job now: the call from "
+                             "seq %d runs on hosts", self.config.job_id, self.config.name, start)
+                    continue
                 replans += 1
                 self.stats.replans += 1
                 if replans > self.max_replans:
@@ -738,14 +722,14 @@ class Worker:
                         f"{replans} times (more than {self.max_replans}): the job's plan "
                         "keeps changing (switches or links failing and coming back?)"
                         ) from None
-                self.gen = notice.gen
                 LOG.info("job %d: %s: the job was planned anew (gen %d): the call runs "
                          "again from seq %d", self.config.job_id, self.config.name,
                          notice.gen, start)
                 again = self._start(start)
                 if again.on_hosts:
                     on_hosts = True
-                    LOG.info("job %d: %s: ... on hosts", self.config.job_id, self.config.name)
+                    LOG.info("job %d: %s: no switch aggregates the job now: the call from "
+                             "seq %d runs on hosts", self.config.job_id, self.config.name, start)
                 elif again.seq != start:
                     raise AllreduceError(
                         f"job {self.config.job_id}: {self.config.name}'s call (from seq "
@@ -843,9 +827,12 @@ class Worker:
 
     # --- the call on switches --------------------------------------------------------
 
-    def _start(self, proposal: int) -> SyncReply:
+    def _start(self, proposal: int | None = None) -> SyncReply:
         """Ask the job's root for the call's first sequence number (SYNC), proposing
-        ``proposal``; learn the plan's generation from the answer."""
+        ``proposal`` (default: the continuation, or 0); learn the plan's generation
+        from the answer."""
+        if proposal is None:
+            proposal = 0 if self.continuation is None else self.continuation
         nonce = secrets.randbits(16)
         payload = sync_request(self.config, nonce, proposal, self.gen)
         started = time.monotonic()
@@ -905,8 +892,8 @@ class Worker:
 
     def _reduce(self, values: npt.NDArray[Any], op: Op, seq_base: int,
                 phase: str) -> AllreduceResult:
-        """One reduction in the network; _Replanned or _OnHosts if the edge switch
-        turns a contribution back."""
+        """One reduction in the network; PlanChanged if the edge switch turns a
+        contribution back with news."""
         session = AllreduceSession(self.config, values, seq_base, self.rto, op, self.gen)
         last_progress = time.monotonic()
         try:
@@ -945,9 +932,9 @@ class Worker:
         if notice.on_hosts:
             chunk = seq_add(notice.seq, -session.seq_base)
             if chunk < session.next:  # of this reduction (not a late one of another)
-                raise _OnHosts(notice.gen)
+                raise PlanChanged(notice.gen, on_hosts=True)
         elif notice.gen != self.gen:
-            raise _Replanned(notice.gen)
+            raise PlanChanged(notice.gen)
 
     def _stalled(self, session: AllreduceSession, phase: str) -> str:
         missing = session.missing()
