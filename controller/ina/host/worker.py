@@ -790,7 +790,7 @@ class Worker:
                 f"{c.ring_address(c.rank)[1]}): {exc}; is every worker of the job "
                 f"({peers}) in this call? (a limit: a worker that finished the call on "
                 "switches before the job moved to hosts does not join)") from exc
-        with ring:
+        try:
             def reduce(values: npt.NDArray[Any], op: Op, seq: int,
                        phase: str) -> AllreduceResult:
                 try:
@@ -804,6 +804,8 @@ class Worker:
 
             start = self._agree_on_start(reduce, start, known)
             return self._call(array, op, is_float, start, reduce)
+        finally:
+            ring.close()
 
     def _agree_on_start(self, reduce: Reduce, start: int, known: bool) -> int:
         """The call's start, agreed among the ring's workers with MAX: the highest and
