@@ -193,10 +193,14 @@ class ModelSwitch:
         if frame.bier is None and (frame.ipv4 is None or frame.ipv4.ver_ihl & 0xF != 5):
             return [(port, rest)]  # nothing to rewrite, no IPv4 checksum to update
         if frame.bier is not None:
-            # BMv2's metadata is zeroed: no job, not a result, the set from the BIFT-id.
-            frame.bier.bift_id = BIER_BIFT_ID + ((frame.bier.bift_id - BIER_BIFT_ID) & 0xFF)
+            # BMv2's metadata is zeroed: no job, not a result; the set is the BIFT-id's,
+            # cut to 8 bits (ingress never checked it), which egress does not write back.
+            bift_id = frame.bier.bift_id
+            frame.bier.bift_id = BIER_BIFT_ID + ((bift_id - BIER_BIFT_ID) & 0xFF)
             if not self._egress(frame, _Meta(), port, 0, len(raw)):
                 return []
+            if frame.bier is not None:
+                frame.bier.bift_id = bift_id
         return [(port, frame.pack())]
 
     def _ingress(self, frame: Frame, meta: _Meta, in_port: int) -> None:
