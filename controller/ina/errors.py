@@ -165,6 +165,18 @@ class CallMismatch(AllreduceError):
     """The workers of a job did not make the same call."""
 
 
+class PlanChanged(AllreduceError):
+    """The job's plan changed during a call: planned anew in generation ``gen``
+    (REPLAN), or no switch aggregates it now (``on_hosts``). ina.host.worker.Worker
+    raises and catches it: the call runs again under the new plan, or on hosts."""
+
+    def __init__(self, gen: int, on_hosts: bool = False):
+        super().__init__(f"the job's plan changed (gen {gen}"
+                         + (", reduced on hosts)" if on_hosts else ")"))
+        self.gen = gen
+        self.on_hosts = on_hosts
+
+
 # --- The compiled program: exit 4 ----------------------------------------------------
 
 

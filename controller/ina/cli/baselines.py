@@ -3,7 +3,8 @@ starts them:
 
     python -m ina.cli.baselines ps-server --port P --workers N
     python -m ina.cli.baselines ps-worker --server IP --port P --random S --seed K
-    python -m ina.cli.baselines ring --rank R --hosts IP0,IP1,... --port P --random S --seed K
+    python -m ina.cli.baselines ring --rank R --hosts IP0,IP1,... --port P --random S --seed K \\
+        [--op sum|min|max]
 
 Each worker prints one JSON line: its elapsed seconds and a digest of the result.
 """
@@ -18,6 +19,7 @@ import time
 from ina.cli import common
 from ina.host.arrays import digest, random_array
 from ina.host.baselines import ps_server, ps_worker, ring_allreduce
+from ina.protocol.constants import Op
 
 
 def parser() -> argparse.ArgumentParser:
@@ -38,6 +40,7 @@ def parser() -> argparse.ArgumentParser:
         else:
             w.add_argument("--rank", type=int, required=True)
             w.add_argument("--hosts", required=True, help="comma-separated IPs, in ring order")
+            w.add_argument("--op", choices=["sum", "min", "max"], default="sum")
     return p
 
 
@@ -58,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "ps-worker":
         result = ps_worker(args.server, args.port, values, ready=ready)
     else:
-        result = ring_allreduce(args.rank, args.hosts.split(","), args.port, values, ready=ready)
+        result = ring_allreduce(args.rank, args.hosts.split(","), args.port, values, ready=ready,
+                                op=Op[args.op.upper()])
     elapsed = time.monotonic() - started[0]
     print(json.dumps({"elapsed": elapsed, "sha256": digest(result), "values": int(result.size)}))
     return 0

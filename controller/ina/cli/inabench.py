@@ -74,8 +74,9 @@ def parser() -> argparse.ArgumentParser:
 
 def reflect(address: str) -> None:
     """Answer every INA packet sent to ``address`` as a root would: SYNCs with
-    sequence number 0, contributions with themselves as the result (the host
-    benchmark's other end, ina.lab.bench.host_rate)."""
+    their proposal (as a root answers the first SYNC of a plan), contributions with
+    themselves as the result (the host benchmark's other end,
+    ina.lab.bench.host_rate)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind((address, INA_UDP_PORT))
         print("ready", flush=True)
@@ -84,7 +85,6 @@ def reflect(address: str) -> None:
             packet = bytearray(data)
             if packet[1] & Flag.SYNC:
                 packet[1] |= Flag.REPLY
-                packet[4:8] = bytes(4)
             else:
                 packet[1] |= Flag.RESULT
             sock.sendto(packet, sender)

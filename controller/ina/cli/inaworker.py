@@ -52,8 +52,8 @@ def _stop(signum: int, frame: object) -> None:
 def parser() -> argparse.ArgumentParser:
     p = common.parser(PROG, __doc__)
     common.add_topology(p)
-    common.add_job(p, "the job file, with its VAT (as inactl plan or deploy --save-plan "
-                      "writes it)")
+    common.add_job(p, "the job file, with or without its VAT (the worker's edge switch "
+                      "steers its packets in the deployed plan)")
     p.add_argument("--worker", required=True, help="this host's name in the topology")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--values", help="comma-separated integers")
@@ -72,6 +72,9 @@ def parser() -> argparse.ArgumentParser:
                         "trips are measured (default %(default)s)")
     p.add_argument("--min-rto", type=float, default=MIN_RTO,
                    help="least retransmission timeout (default %(default)s)")
+    p.add_argument("--ring-port", type=int, metavar="PORT",
+                   help="if no switch aggregates the job, the workers reduce on a TCP ring, "
+                        "rank r listening on PORT + r (default: ina.host.worker.ring_port)")
     p.add_argument("--wait-go", action="store_true",
                    help="once set up, say 'ready' on stdout and wait for a line on stdin "
                         "before the AllReduce starts (benchmarks start every worker at once)")
@@ -82,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     common.setup_logging(args.verbose)
     try:
-        config = WorkerConfig.from_files(args.topology, args.job, args.worker)
+        config = WorkerConfig.from_files(args.topology, args.job, args.worker,
+                                         ring_port=args.ring_port)
         values = _values(args)
     except InaError as exc:
         return common.fail(PROG, exc)
@@ -135,6 +139,7 @@ def _call(args: argparse.Namespace, config: WorkerConfig, values: npt.NDArray[An
         "elapsed": round(elapsed, 4),
         "packets": result.packets, "retransmissions": result.retransmissions,
         "early_retransmissions": worker.stats.early_retransmissions,
+        "replans": worker.stats.replans, "on_hosts": result.on_hosts,
         "rto": round(worker.rto.rto, 4),
         "srtt": round(worker.rto.srtt or 0.0, 4),
         "overflow": result.overflow, "sha256": digest(result.values),

@@ -9,7 +9,8 @@ to accept BIER from this port for this job (job_members, action bier_source);
 the switches replicate them as usual. A retransmission for a complete sequence
 number gets the result again, by BIER to the retransmitter's bits, as on a switch,
 and a worker's SYNC at the start of a call gets the call's first sequence number
-back, as from a root switch.
+back, as from a root switch (the first SYNC gets its own proposal back), with the
+plan's generation its edge switch stamped on it.
 
 ``ServerRoot`` is the aggregation without I/O; ``inaroot`` (ina.cli.inaroot) runs it
 on the server's sockets.
@@ -44,6 +45,7 @@ class _Cell:
     values: npt.NDArray[np.int64] = field(
         default_factory=lambda: np.zeros(ELEMS_PER_PACKET, dtype=np.int64))
     overflow: bool = False
+    gen: int = 0  # the plan's generation of the contributions
 
 
 class ServerRoot:
@@ -64,9 +66,10 @@ class ServerRoot:
         self.cells: dict[int, _Cell] = {}
         self.newest: int | None = None
         self.completed: int | None = None  # the highest completed sequence number
+        self.gen: int | None = None  # the plan's generation, from the last SYNC
         self.stats: dict[str, int] = {k: 0 for k in (
             "absorbed", "multicast", "resent", "duplicate", "stale", "refused", "synced",
-            "aborted")}
+            "aborted", "old_plan", "replanned")}
 
     def accept(self, payload: bytes, src_ip: str | None = None) -> list[bytes]:
         """The frames to send for a UDP payload from ``src_ip``."""
@@ -91,12 +94,17 @@ class ServerRoot:
         if not 1 <= h.count <= ELEMS_PER_PACKET:
             self.stats["refused"] += 1
             return []
+        if self.gen is not None and h.gen != self.gen:
+            # Of another plan of the job (its SYNC came first, so an older one): its
+            # P-BM may not fit this plan's tree. Its sender sends it again.
+            self.stats["old_plan"] += 1
+            return []
         if self.newest is not None and seq_diff(h.seq, self.newest - self.keep) < 0:
             self.stats["stale"] += 1
             return []
         cell = self.cells.get(h.seq)
         if cell is None:
-            cell = self.cells[h.seq] = _Cell(h.seq, h.count, int(h.op))
+            cell = self.cells[h.seq] = _Cell(h.seq, h.count, int(h.op), gen=h.gen)
             self._forget_old(h.seq)
         elif cell.count != h.count or cell.op != h.op:
             self.stats["refused"] += 1
@@ -119,7 +127,9 @@ class ServerRoot:
 
     def _sync(self, h: InaHeader, src_ip: str | None) -> list[bytes]:
         """A call's start: answer with its first sequence number, as a root switch
-        does (aggregation.p4): the job's window plus one past the highest completed."""
+        does (aggregation.p4): the job's window plus one past the highest completed,
+        or, to the first SYNC, its proposal; with the request's ``gen`` (which the
+        worker's edge switch stamped: the plan's generation)."""
         if h.flags & Flag.ABORT:  # a worker gave up after sending up to h.seq
             if self.completed is None or seq_diff(self.completed, h.seq) < 0:
                 self.completed = h.seq
@@ -128,9 +138,23 @@ class ServerRoot:
         if src_ip is None:
             self.stats["refused"] += 1
             return []
-        base = 0 if self.completed is None else seq_add(self.completed, self.job.slots + 1)
+        if self.gen is not None and h.gen != self.gen:
+            if not 0 < (h.gen - self.gen) % 256 < 128:
+                self.stats["old_plan"] += 1  # a late SYNC of an earlier plan
+                return []
+            # A new plan of the job (its workers' edge switches stamp it): a new epoch,
+            # as on a root switch. The workers run their call again from its start.
+            self.cells.clear()
+            self.newest = self.completed = None
+            self.stats["replanned"] += 1
+        self.gen = h.gen
+        if self.completed is None:
+            # The first SYNC: its proposal (the worker's next call) is the start, and
+            # every later SYNC gets the same answer until something completes.
+            self.completed = seq_add(h.seq, -(self.job.slots + 1))
+        base = seq_add(self.completed, self.job.slots + 1)
         reply = InaHeader(job_id=h.job_id, seq=base, pbm=h.pbm, count=h.count, op=h.op,
-                          flags=h.flags | Flag.REPLY, version=h.version, si=h.si)
+                          flags=h.flags | Flag.REPLY, version=h.version, si=h.si, gen=h.gen)
         self.stats["synced"] += 1
         return [udp_frame(self.mac, self.edge_mac, self.ip, src_ip, INA_UDP_PORT, INA_UDP_PORT,
                           reply.pack())]
@@ -162,6 +186,7 @@ class ServerRoot:
         """The result to ``bitstring`` of set ``si``."""
         flags = Flag.RESULT | (Flag.OVERFLOW if cell.overflow else Flag.NONE)
         header = InaHeader(job_id=self.job.job_id, seq=cell.seq, pbm=self.abm_sets[si],
-                           count=cell.count, op=Op(cell.op), flags=flags, si=si)
+                           count=cell.count, op=Op(cell.op), flags=flags, si=si,
+                           gen=cell.gen)
         payload = header.pack() + array_bytes(cell.values)
         return bier_frame(self.mac, self.edge_mac, self.ip, Bier.for_set(si, bitstring), payload)

@@ -1,14 +1,20 @@
 """Host side: send a worker's int32 array for a job, get the reduced array back.
 
 A deployed job serves any number of AllReduce calls, from one process or from
-successive ones. Each call (``Worker.allreduce``) has three steps:
+successive ones. A worker sends every packet to its edge switch, which steers it
+in the job's current plan: SYNCs to the job's root, contributions to the
+worker's parent VAT node (so the worker needs no VAT, and the VAT may change).
+Each call (``Worker.allreduce``) has three steps:
 
 1. **Start.** The worker asks the job's root where the call's sequence numbers
-   begin (a SYNC packet; the root answers with W + 1 past the highest sequence
-   number it has completed, W being the job's slots). Every worker of a call gets
-   the same answer, since nothing of the new call can complete before all of them
-   have started, and the answer lies past anything an earlier call, finished or
-   interrupted, has sent.
+   begin (a SYNC packet, proposing the sequence number after its last call; the
+   root answers the first SYNC after a deployment or a re-plan with its proposal,
+   the others with W + 1 past the highest sequence number it has completed, W
+   being the job's slots). Every worker of a call gets the same answer, since
+   nothing of the new call can complete before all of them have started, and the
+   answer lies past anything an earlier call, finished or interrupted, has sent.
+   The answer carries the plan's generation (``gen``), which every packet of the
+   worker carries from then on.
 2. **Agree.** At that first sequence number the workers reduce a descriptor of
    the call (array length, integer or float, op) with MAX: a barrier that shows
    every worker whether they all make the same call, and fails all of them with
@@ -16,6 +22,11 @@ successive ones. Each call (``Worker.allreduce``) has three steps:
 3. **Reduce.** The array, cut into packets of ELEMS_PER_PACKET values with the
    following sequence numbers (a float32 array: first its block exponents, then
    its values, see ina.host.quantize).
+
+A re-plan of the job during a call (the edge switch turns a contribution back with
+REPLAN and the new ``gen``) makes every worker run the call again from its start;
+a job that no switch aggregates (ON_HOSTS) is reduced on hosts, on a TCP ring of
+its workers, with the same steps and the data plane's arithmetic (``Worker``).
 
 ``AllreduceSession`` is the protocol logic of one reduction without any I/O: a
 sliding window of ``window`` packets (the job's slots), retransmission after an
@@ -32,6 +43,7 @@ import logging
 import secrets
 import socket
 import struct
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -42,18 +54,22 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch, JobError
+from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch, JobError, PlanChanged
 from ina.host import quantize
-from ina.protocol.arith import INT32_MAX, INT32_MIN, seq_add
+from ina.host.baselines import Ring
+from ina.protocol.arith import INT32_MAX, INT32_MIN, seq_add, seq_diff
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import ELEMS_PER_PACKET, INA_HEADER_BYTES, INA_UDP_PORT, Flag, Op
-from ina.spec.job import Job, JobSpec, validate_job
+from ina.spec.job import Job, JobSpec, check_names, validate_job
 from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
 # The fields of the INA header a worker reads: flags, job_id, seq, count.
 _RESULT_FIELDS = struct.Struct("!xBHIH")
+_GEN_OFFSET = 11  # the header's gen byte
+#: Linux's socket option that sends UDP over IPv4 without a checksum (asm/socket.h).
+SO_NO_CHECK = getattr(socket, "SO_NO_CHECK", 11)
 _SEQ = struct.Struct("!I")
 _COUNT = struct.Struct("!H")
 #: Seconds before an unanswered packet is first sent again, until round trips are measured.
@@ -72,43 +88,87 @@ ABORT_COPIES = 3
 RECENT_SAMPLES = 64
 #: Results of packets sent later that make a missing result count as lost.
 DUPLICATE_RESULTS = 3
+#: Times a call may be run again under a new plan of the job before it fails.
+MAX_REPLANS = 8
+#: The ring on hosts (a job no switch aggregates): rank r of job j listens on TCP port
+#: RING_PORT_BASE + RING_RANKS * (j mod RING_JOBS) + (r mod RING_RANKS), below the
+#: ephemeral ports (see ring_port; WorkerConfig.ring_port overrides the base).
+RING_PORT_BASE = INA_UDP_PORT + 1000
+RING_RANKS = 32
+RING_JOBS = 256
 #: Timeouts double the RTO up to this many times (and never beyond its cap) until a
 #: new result arrives.
 MAX_BACKOFF_DOUBLINGS = 2
 
 
+def ring_port(job_id: int, rank: int, base: int | None = None) -> int:
+    """The TCP port on which rank ``rank`` of job ``job_id`` listens when the job is
+    reduced on hosts: ``base + rank`` if a base is given, else RING_PORT_BASE +
+    RING_RANKS * (job_id mod RING_JOBS) + (rank mod RING_RANKS). Ranks of one job
+    share a port only RING_RANKS apart, on different hosts (one worker per host)."""
+    if base is not None:
+        return base + rank
+    return RING_PORT_BASE + RING_RANKS * (job_id % RING_JOBS) + rank % RING_RANKS
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
-    """What a worker must know about its job."""
+    """What a worker must know about its job. A worker sends every packet, its
+    SYNCs included, to its edge switch, which steers them (to the job's root, to
+    the worker's parent VAT node) in the job's current plan: so the VAT may change
+    under the worker. If no switch aggregates the job, the workers reduce among
+    themselves on a ring (``addresses``, ``rank``, ``ring_port``)."""
 
     job_id: int
     op: Op
     pbm: int  # the worker's own bit
-    target: str  # address of its parent VAT node
+    target: str  # where its packets go: its edge switch's loopback
     window: int  # packets outstanding at most (the job's slots)
     workers: int = 1  # workers in the job (float SUM needs the headroom)
-    root: str = ""  # address of the job's root, which answers a call's SYNC
+    root: str = ""  # where its SYNCs go, if not to target
     name: str = "worker"  # this worker, for messages
-    peers: tuple[str, ...] = ()  # every worker of the job, for messages
+    peers: tuple[str, ...] = ()  # every worker of the job, in the job's order
+    addresses: tuple[str, ...] = ()  # their IP addresses (the ring on hosts)
+    rank: int = 0  # this worker's index in peers
+    ring_port: int | None = None  # the ring's port base (None: see ring_port())
+
+    @property
+    def sync_target(self) -> str:
+        return self.root or self.target
+
+    def ring_address(self, rank: int) -> tuple[str, int]:
+        return self.addresses[rank], ring_port(self.job_id, rank, self.ring_port)
 
     @classmethod
-    def from_files(cls, topology: str | Path, job: str | Path, worker: str) -> WorkerConfig:
+    def from_files(cls, topology: str | Path, job: str | Path, worker: str,
+                   ring_port: int | None = None) -> WorkerConfig:
+        """The config of ``worker`` for a job file with its VAT (aggregators) or
+        without (a planned job): the worker needs only the job's workers, op and
+        slots, since its edge switch steers its packets."""
         topo = Topology.load(topology)
         spec = JobSpec.load(job)
-        if spec.aggregators is None:
-            raise JobError(["it has no VAT (no aggregators): a worker needs the deployed plan "
-                            "(inactl plan --job JOB -o FILE, or inactl deploy --job JOB "
-                            "--save-plan FILE)"], str(job))
-        return cls.for_job(validate_job(spec, topo), topo, worker)
+        if spec.aggregators is not None:
+            return cls.for_job(validate_job(spec, topo), topo, worker, ring_port)
+        problems = [p for p in check_names(spec, topo) if not p.startswith("root")]
+        if problems:
+            raise JobError(problems, str(job))
+        return cls.of(spec.job_id, spec.op, spec.workers, spec.slots, topo, worker, ring_port)
 
     @classmethod
-    def for_job(cls, job: Job, topology: Topology, worker: str) -> WorkerConfig:
-        if worker not in job.workers:
-            raise JobError([f"{worker} is not a worker of job {job.job_id} "
-                            f"({', '.join(job.workers)})"])
-        return cls(job.job_id, job.op, job.worker_bit[worker], job.target_of(worker, topology),
-                   job.slots, len(job.workers), topology.address(job.root), worker,
-                   tuple(job.workers))
+    def for_job(cls, job: Job, topology: Topology, worker: str,
+                ring_port: int | None = None) -> WorkerConfig:
+        return cls.of(job.job_id, job.op, job.workers, job.slots, topology, worker, ring_port)
+
+    @classmethod
+    def of(cls, job_id: int, op: Op, workers: Sequence[str], slots: int, topology: Topology,
+           worker: str, ring_port: int | None = None) -> WorkerConfig:
+        if worker not in workers:
+            raise JobError([f"{worker} is not a worker of job {job_id} ({', '.join(workers)})"])
+        edge, _ = topology.host_attachment(worker)
+        edge_ip = topology.address(edge)
+        return cls(job_id, op, topology.hosts[worker].bit, edge_ip, slots, len(workers),
+                   edge_ip, worker, tuple(workers), tuple(topology.address(w) for w in workers),
+                   list(workers).index(worker), ring_port)
 
 
 @dataclass(frozen=True)
@@ -119,6 +179,7 @@ class AllreduceResult:
     retransmissions: int = 0
     #: Float AllReduce only: per element, how far a value may be from the exact one.
     error_bound: npt.NDArray[np.float64] | None = None
+    on_hosts: bool = False  # reduced among the workers: no switch aggregated the job
 
 
 @dataclass
@@ -212,7 +273,8 @@ class AllreduceSession:
     result of every chunk before ``j - window + 1`` has arrived: a sliding window,
     as in SwitchML. So when any worker sends chunk ``j``, every worker already has
     the result of chunk ``j - 2 * window``, the last one to use the same copy of
-    the same slot, and the switches may overwrite it. A chunk is sent again,
+    the same slot, and the switches may overwrite it. Every packet carries ``gen``,
+    the generation of the job's plan the worker knows. A chunk is sent again,
     unchanged, at once when results of DUPLICATE_RESULTS chunks sent after it
     have arrived (it, or a peer's contribution to it, was lost), or, if it is the
     oldest outstanding, when its result is ``rto`` late (a timeout doubles the
@@ -220,7 +282,8 @@ class AllreduceSession:
     """
 
     def __init__(self, config: WorkerConfig, values: npt.ArrayLike, seq_base: int = 0,
-                 rto: RtoEstimator | float | None = None, op: Op | None = None):
+                 rto: RtoEstimator | float | None = None, op: Op | None = None,
+                 gen: int = 0):
         array = check_ints(values)
         self.config = config
         self.op = config.op if op is None else op
@@ -233,7 +296,8 @@ class AllreduceSession:
         self.wire = wire.tobytes()
         si, bits = one_set(config.pbm)
         self.head = bytearray(InaHeader(job_id=config.job_id, seq=0, pbm=bits,
-                                        count=ELEMS_PER_PACKET, op=self.op, si=si).pack())
+                                        count=ELEMS_PER_PACKET, op=self.op, si=si,
+                                        gen=gen).pack())
         self.seq_base = seq_base
         self.rto = rto if isinstance(rto, RtoEstimator) else RtoEstimator(
             initial=DEFAULT_RTO if rto is None else rto)
@@ -415,22 +479,76 @@ class CallDescriptor:
         return problems
 
 
-def sync_request(config: WorkerConfig, nonce: int) -> bytes:
+def sync_request(config: WorkerConfig, nonce: int, proposal: int = 0, gen: int = 0) -> bytes:
     """A call's SYNC to the job's root: an INA header alone, its ``count`` a nonce
-    that tells the answer to this SYNC from a late answer to an earlier one."""
+    that tells the answer to this SYNC from a late answer to an earlier one, its
+    ``seq`` the worker's proposal for the call's start (what the root answers to the
+    first SYNC of a deployment or of a new plan), its ``gen`` the plan's generation
+    the worker knows (its edge switch stamps the current one)."""
     si, bits = one_set(config.pbm)
-    return InaHeader(job_id=config.job_id, seq=0, pbm=bits, count=nonce & 0xFFFF,
-                     op=config.op, flags=Flag.SYNC, si=si).pack()
+    return InaHeader(job_id=config.job_id, seq=proposal, pbm=bits, count=nonce & 0xFFFF,
+                     op=config.op, flags=Flag.SYNC, si=si, gen=gen).pack()
 
 
-def sync_answer(payload: bytes, config: WorkerConfig, nonce: int) -> int | None:
-    """The call's first sequence number, if ``payload`` answers our SYNC."""
-    if len(payload) < INA_HEADER_BYTES:
+@dataclass(frozen=True)
+class SyncReply:
+    """The answer to a call's SYNC: from the root, the call's first sequence number
+    and the plan's generation; or, from the edge switch, ON_HOSTS (``seq`` is then
+    the proposal sent back): no switch aggregates the job."""
+
+    seq: int
+    gen: int
+    on_hosts: bool = False
+
+
+def sync_reply(payload: bytes, config: WorkerConfig, nonce: int) -> SyncReply | None:
+    """What ``payload`` says, if it answers our SYNC (a header alone, SYNC | REPLY,
+    our job and nonce)."""
+    if not INA_HEADER_BYTES <= len(payload) < INA_HEADER_BYTES + 4 * ELEMS_PER_PACKET:
         return None
     flags, job_id, seq, count = _RESULT_FIELDS.unpack_from(payload)
     answer = Flag.SYNC | Flag.REPLY
-    if job_id == config.job_id and flags & answer == answer and count == nonce & 0xFFFF:
-        return int(seq)
+    if job_id != config.job_id or flags & answer != answer or count != nonce & 0xFFFF:
+        return None
+    gen = payload[_GEN_OFFSET]
+    if flags & Flag.ON_HOSTS:
+        return SyncReply(int(seq), gen, on_hosts=True)
+    if flags & (Flag.REPLAN | Flag.ABORT | Flag.RESULT):
+        return None
+    return SyncReply(int(seq), gen)
+
+
+def sync_answer(payload: bytes, config: WorkerConfig, nonce: int) -> int | None:
+    """The call's first sequence number, if ``payload`` is the root's answer to our
+    SYNC (not an ON_HOSTS notice)."""
+    reply = sync_reply(payload, config, nonce)
+    return None if reply is None or reply.on_hosts else reply.seq
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A worker's contribution turned back by its edge switch (SYNC | REPLY and
+    REPLAN or ON_HOSTS; the array comes back with it): the job was planned anew, in
+    generation ``gen``, or no switch aggregates it now."""
+
+    on_hosts: bool  # else REPLAN
+    gen: int
+    seq: int
+
+
+def notice_of(payload: bytes, config: WorkerConfig) -> Notice | None:
+    """The notice ``payload`` is, if it turns back one of our contributions (a SYNC
+    turned back, a header alone, answers a SYNC: see sync_reply)."""
+    if len(payload) < INA_HEADER_BYTES + 4 * ELEMS_PER_PACKET:
+        return None
+    flags, job_id, seq, _ = _RESULT_FIELDS.unpack_from(payload)
+    told = Flag.SYNC | Flag.REPLY
+    if job_id != config.job_id or flags & told != told or flags & Flag.ABORT:
+        return None
+    if flags & Flag.ON_HOSTS:
+        return Notice(True, payload[_GEN_OFFSET], int(seq))
+    if flags & Flag.REPLAN:
+        return Notice(False, payload[_GEN_OFFSET], int(seq))
     return None
 
 
@@ -439,14 +557,14 @@ def sync_answer(payload: bytes, config: WorkerConfig, nonce: int) -> int | None:
 
 class Transport(Protocol):
     def send(self, payload: bytes, dst: str | None = None) -> None:
-        """Send to ``dst`` (default: the parent VAT node)."""
+        """Send to ``dst`` (default: the worker's edge switch)."""
 
     def recv(self, timeout: float) -> bytes | None:
         """One received INA payload, or None after ``timeout`` seconds."""
 
 
 class UdpTransport:
-    """A UDP socket on INA_UDP_PORT: sends to the parent VAT node, receives results."""
+    """A UDP socket on INA_UDP_PORT: sends to the worker's edge switch, receives results."""
 
     def __init__(self, target: str, bind: str = "0.0.0.0", port: int = INA_UDP_PORT):
         self.target = target
@@ -456,6 +574,11 @@ class UdpTransport:
         # A window of packets waiting in a slow link's queue still counts against
         # the socket's send buffer: room for several windows.
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        if sys.platform == "linux":
+            # No UDP checksum (0, valid for IPv4): the edge switch rewrites the
+            # destination address (steering), which a checksum over it would not
+            # survive, and a server root's kernel would drop the datagram.
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
         self.sock.bind((bind, port))
         self.timeout: float | None = None
 
@@ -504,6 +627,16 @@ class CallStats:
     retransmissions: int = 0
     early_retransmissions: int = 0
     syncs: int = 0
+    replans: int = 0  # calls run again from their start under a new plan of the job
+    on_hosts: int = 0  # calls reduced among the workers (no switch aggregated the job)
+
+
+#: A reduction backend: (values, op, first sequence number, phase) -> the result.
+Reduce = Callable[[npt.NDArray[Any], Op, int, str], AllreduceResult]
+
+
+def _chunks(size: int) -> int:
+    return -(-size // ELEMS_PER_PACKET)
 
 
 @dataclass
@@ -514,6 +647,20 @@ class Worker:
     or float) in the same order; the workers that disagree all fail with
     CallMismatch. ``timeout`` bounds the time without progress (a peer gone, the
     job not deployed): then AllreduceTimeout says what was observed.
+
+    Plans. The worker keeps ``gen``, the generation of the job's plan (from the
+    root's answers and the edge switch's notices), and ``continuation``, the
+    sequence number after its last completed call, which its SYNC proposes as the
+    call's start (the root takes the first proposal after a deployment or a
+    re-plan). If the job is planned anew during a call (REPLAN), the worker SYNCs
+    again proposing the call's start and runs the whole call again from there
+    under the new plan. If no switch aggregates the job (ON_HOSTS), the call runs
+    on hosts: a TCP ring among the job's workers (ina.host.baselines.Ring); the
+    next call asks the root again.
+
+    Limits: workers that completed a call before the job was re-planned, or moved to
+    hosts, cannot redo it with the others: those still in the call fail (with
+    AllreduceError saying so, or AllreduceTimeout on hosts).
     """
 
     config: WorkerConfig
@@ -523,6 +670,9 @@ class Worker:
     progress: Callable[[int, int], None] | None = None
     stats: CallStats = field(default_factory=CallStats)
     highest_sent: int = 0  # in the current call
+    gen: int = 0  # the generation of the job's plan, as far as this worker knows
+    continuation: int | None = None  # the sequence number after the last completed call
+    max_replans: int = MAX_REPLANS  # per call
 
     def allreduce(self, values: npt.ArrayLike | Sequence[int],
                   op: Op | None = None) -> AllreduceResult:
@@ -535,41 +685,166 @@ class Worker:
             check_ints(array)
         elif array.ndim != 1 or array.size == 0:
             raise ValueError("allreduce takes a non-empty one-dimensional array")
-        seq = self._start()
-        self.highest_sent = seq_add(seq, -1)
+        reply = self._start()
+        if (not reply.on_hosts and self.continuation is not None
+                and seq_diff(reply.seq, self.continuation) < 0):
+            raise AllreduceError(
+                f"job {self.config.job_id}: {self.config.name}'s call would start at seq "
+                f"{reply.seq}, before the end of its last call ({self.continuation}): the "
+                "job's root has lost the progress of earlier calls (the job was re-planned "
+                "while its workers were in different calls); the results of this call "
+                "could mix different calls' arrays, so it is not run")
+        self.highest_sent = seq_add(reply.seq, -1)
         try:
-            return self._call(array, op, is_float, seq)
+            result, end = self._calls(array, op, is_float, reply)
         except BaseException:
             self._abort()
             raise
+        self.continuation = end
+        return result
 
-    def _call(self, array: npt.NDArray[Any], op: Op, is_float: bool,
-              seq: int) -> AllreduceResult:
+    def _calls(self, array: npt.NDArray[Any], op: Op, is_float: bool,
+               reply: SyncReply) -> tuple[AllreduceResult, int]:
+        """The call from ``reply``'s start, run again under each new plan, or on hosts."""
+        start, on_hosts, replans = reply.seq, reply.on_hosts, 0
+        # On hosts, the call's start is known if it came from the root (or from a
+        # completed call); a fresh worker's proposal (0) is not.
+        known = not reply.on_hosts or self.continuation is not None
+        while True:
+            try:
+                if on_hosts:
+                    return self._call_on_hosts(array, op, is_float, start, known)
+                return self._call(array, op, is_float, start, self._reduce)
+            except PlanChanged as notice:
+                self.gen = notice.gen
+                if notice.on_hosts:
+                    on_hosts, known = True, True
+                    LOG.info("job %d: %s: no switch aggregates the job now: the call from "
+                             "seq %d runs on hosts", self.config.job_id, self.config.name, start)
+                    continue
+                replans += 1
+                self.stats.replans += 1
+                if replans > self.max_replans:
+                    raise AllreduceError(
+                        f"job {self.config.job_id}: {self.config.name}'s call was re-planned "
+                        f"{replans} times (more than {self.max_replans}): the job's plan "
+                        "keeps changing (switches or links failing and coming back?)"
+                        ) from None
+                LOG.info("job %d: %s: the job was planned anew (gen %d): the call runs "
+                         "again from seq %d", self.config.job_id, self.config.name,
+                         notice.gen, start)
+                again = self._start(start)
+                if again.on_hosts:
+                    on_hosts = True
+                    LOG.info("job %d: %s: no switch aggregates the job now: the call from "
+                             "seq %d runs on hosts", self.config.job_id, self.config.name, start)
+                elif again.seq != start:
+                    raise AllreduceError(
+                        f"job {self.config.job_id}: {self.config.name}'s call (from seq "
+                        f"{start}) cannot run again after the job was re-planned: the root "
+                        f"starts calls at seq {again.seq} now, so other workers had already "
+                        "finished this call when the job was re-planned (a limit: a call "
+                        "survives a re-plan only if no worker has finished it)") from None
+
+    def _call(self, array: npt.NDArray[Any], op: Op, is_float: bool, seq: int,
+              reduce: Reduce) -> tuple[AllreduceResult, int]:
+        """The call from ``seq`` with ``reduce``: the result and the sequence number
+        after the call's last."""
         descriptor = CallDescriptor(int(array.size), KIND_FLOAT if is_float else KIND_INT,
                                     int(op))
-        agreed = self._reduce(descriptor.values(), Op.MAX, seq, "agreeing on the call")
+        agreed = reduce(descriptor.values(), Op.MAX, seq, "agreeing on the call")
         problems = CallDescriptor.disagreement(agreed.values)
         if problems:
             raise CallMismatch(
                 f"job {self.config.job_id}: the workers do not make the same call: "
                 + "; ".join(problems) + " (every worker must call allreduce with the same "
                 "array length, kind and op, in the same order)")
-        seq += agreed.packets
+        seq = seq_add(seq, agreed.packets)
         if not is_float:
-            return self._reduce(array, op, seq, "reducing")
+            r = reduce(array, op, seq, "reducing")
+            return r, seq_add(seq, r.packets)
         x = array.astype(np.float32)
-        e = self._reduce(quantize.block_exponents(x), Op.MAX, seq, "agreeing on exponents")
+        e = reduce(quantize.block_exponents(x), Op.MAX, seq, "agreeing on exponents")
         n = self.config.workers
-        r = self._reduce(quantize.quantize(x, e.values, op, n), op, seq + e.packets, "reducing")
+        seq = seq_add(seq, e.packets)
+        r = reduce(quantize.quantize(x, e.values, op, n), op, seq, "reducing")
         result = quantize.dequantize(r.values, e.values, op, n)
         return AllreduceResult(result, r.overflow, e.packets + r.packets,
                                e.retransmissions + r.retransmissions,
-                               quantize.bound(result, e.values, op, n))
+                               quantize.bound(result, e.values, op, n),
+                               on_hosts=r.on_hosts), seq_add(seq, r.packets)
 
-    def _start(self) -> int:
-        """Ask the job's root for the call's first sequence number (SYNC)."""
+    # --- the call on hosts -----------------------------------------------------------
+
+    def _call_on_hosts(self, array: npt.NDArray[Any], op: Op, is_float: bool, start: int,
+                       known: bool) -> tuple[AllreduceResult, int]:
+        """The call on a ring of TCP connections among the job's workers. They first
+        agree on the call's start (those that know it), so that workers in different
+        calls fail rather than mix their arrays."""
+        c = self.config
+        if not c.addresses:
+            raise AllreduceError(f"job {c.job_id}: no switch aggregates the job and "
+                                 f"{c.name} does not know its peers' addresses to reduce "
+                                 "on hosts")
+        self.stats.on_hosts += 1
+        peers = ", ".join(c.peers) or "every worker"
+        ring = Ring(c.rank, [c.ring_address(r) for r in range(len(c.addresses))],
+                    self.timeout, tag=c.job_id)
+        try:
+            ring.open()
+        except OSError as exc:
+            raise AllreduceTimeout(
+                f"job {c.job_id}: {c.name} could not join the ring on hosts (port "
+                f"{c.ring_address(c.rank)[1]}): {exc}; is every worker of the job "
+                f"({peers}) in this call? (a limit: a worker that finished the call on "
+                "switches before the job moved to hosts does not join)") from exc
+        try:
+            def reduce(values: npt.NDArray[Any], op: Op, seq: int,
+                       phase: str) -> AllreduceResult:
+                try:
+                    reduced, overflow = ring.allreduce(values, op)
+                except OSError as exc:
+                    raise AllreduceTimeout(
+                        f"job {c.job_id}: {c.name} lost the ring on hosts while {phase}: "
+                        f"{exc}; is every worker of the job ({peers}) still running?"
+                        ) from exc
+                return AllreduceResult(reduced, overflow, _chunks(values.size), on_hosts=True)
+
+            start = self._agree_on_start(reduce, start, known)
+            return self._call(array, op, is_float, start, reduce)
+        finally:
+            ring.close()
+
+    def _agree_on_start(self, reduce: Reduce, start: int, known: bool) -> int:
+        """The call's start, agreed among the ring's workers with MAX: the highest and
+        lowest start known (each 32-bit number in two 16-bit halves); a worker that
+        does not know it (a fresh one) takes the others'."""
+        halves = (start >> 16, start & 0xFFFF)
+        mine = [v for h in halves for v in (h, -h)] if known else [INT32_MIN + 1] * 4
+        got = reduce(np.array([*mine, int(known)], dtype=np.int32), Op.MAX, start,
+                     "agreeing on the call's start").values
+        if not got[4]:
+            return start  # no worker knows: all fresh, all proposed 0
+        high = (int(got[0]) << 16) | int(got[2])
+        low = ((-int(got[1])) << 16) | -int(got[3])
+        if high != low:
+            raise AllreduceError(
+                f"job {self.config.job_id}: the workers on hosts are in different calls "
+                f"(starting at seq {low} and {high}): some finished a call on switches "
+                "before the job moved to hosts, others did not (a limit: those cannot "
+                "redo it together)")
+        return high
+
+    # --- the call on switches --------------------------------------------------------
+
+    def _start(self, proposal: int | None = None) -> SyncReply:
+        """Ask the job's root for the call's first sequence number (SYNC), proposing
+        ``proposal`` (default: the continuation, or 0); learn the plan's generation
+        from the answer."""
+        if proposal is None:
+            proposal = 0 if self.continuation is None else self.continuation
         nonce = secrets.randbits(16)
-        payload = sync_request(self.config, nonce)
+        payload = sync_request(self.config, nonce, proposal, self.gen)
         started = time.monotonic()
         tries = 0
         while True:
@@ -577,10 +852,10 @@ class Worker:
             if now - started > self.timeout:
                 raise AllreduceTimeout(
                     f"job {self.config.job_id}: {self.config.name} got no answer from the "
-                    f"job's root ({self.config.root}) to the start of the call within "
-                    f"{self.timeout:g}s ({tries} requests sent): is the job deployed, with "
-                    "this VAT, and its root reachable?")
-            self.transport.send(payload, self.config.root)
+                    f"job's root (through {self.config.sync_target}) to the start of the "
+                    f"call within {self.timeout:g}s ({tries} requests sent): is the job "
+                    "deployed, and its root reachable?")
+            self.transport.send(payload, self.config.sync_target)
             sent = time.monotonic()
             self.stats.syncs += 1
             # The root answers at once, whatever the other workers do: a short wait,
@@ -593,15 +868,22 @@ class Worker:
                 received = self.transport.recv(left)
                 if received is None:
                     break
-                seq = sync_answer(received, self.config, nonce)
-                if seq is not None:
-                    # A header alone through idle queues: no round-trip sample for the
-                    # array's packets, but a better first RTO than the default.
-                    if tries == 1 and self.rto.srtt is None:
-                        self.rto.initial = min(DEFAULT_RTO, max(
-                            self.rto.floor, SYNC_RTT_FACTOR * (time.monotonic() - sent)))
-                    LOG.debug("job %d: call starts at seq %d", self.config.job_id, seq)
-                    return seq
+                reply = sync_reply(received, self.config, nonce)
+                if reply is None:
+                    continue
+                self.gen = reply.gen
+                if reply.on_hosts:
+                    LOG.info("job %d: %s: no switch aggregates the job: the call runs on "
+                             "hosts", self.config.job_id, self.config.name)
+                    return reply
+                # A header alone through idle queues: no round-trip sample for the
+                # array's packets, but a better first RTO than the default.
+                if tries == 1 and self.rto.srtt is None:
+                    self.rto.initial = min(DEFAULT_RTO, max(
+                        self.rto.floor, SYNC_RTT_FACTOR * (time.monotonic() - sent)))
+                LOG.debug("job %d: call starts at seq %d (gen %d)", self.config.job_id,
+                          reply.seq, reply.gen)
+                return reply
 
     def _abort(self) -> None:
         """Tell the root this call is given up, and the highest sequence number sent
@@ -610,41 +892,59 @@ class Worker:
         si, bits = one_set(self.config.pbm)
         payload = InaHeader(job_id=self.config.job_id, seq=self.highest_sent, pbm=bits,
                             count=0, op=self.config.op, flags=Flag.SYNC | Flag.ABORT,
-                            si=si).pack()
+                            si=si, gen=self.gen).pack()
         for _ in range(ABORT_COPIES):
             try:
-                self.transport.send(payload, self.config.root)
+                self.transport.send(payload, self.config.sync_target)
             except OSError as exc:  # the call failed already; say why, not this
                 LOG.debug("could not send the call's ABORT: %s", exc)
                 return
 
-    def _reduce(self, values: npt.ArrayLike, op: Op, seq_base: int,
+    def _reduce(self, values: npt.NDArray[Any], op: Op, seq_base: int,
                 phase: str) -> AllreduceResult:
-        session = AllreduceSession(self.config, values, seq_base, self.rto, op)
+        """One reduction in the network; PlanChanged if the edge switch turns a
+        contribution back with news."""
+        session = AllreduceSession(self.config, values, seq_base, self.rto, op, self.gen)
         last_progress = time.monotonic()
-        while not session.done:
-            now = time.monotonic()
-            for payload in session.packets_to_send(now):
-                self.transport.send(payload)
-            if session.next:
-                self.highest_sent = session.seq_of(session.next - 1)
-            if now - last_progress > self.timeout:
-                raise AllreduceTimeout(self._stalled(session, phase))
-            wake = last_progress + self.timeout
-            timer = session.next_timer()
-            if timer is not None:
-                wake = min(wake, timer)
-            received = self.transport.recv(wake - now)
-            while received is not None:
-                if session.accept(received, time.monotonic()):
-                    last_progress = time.monotonic()
-                    if self.progress is not None and phase == "reducing":
-                        self.progress(session.results, session.chunks)
-                received = self.transport.recv(0.0)
-        self.stats.packets += session.chunks
-        self.stats.retransmissions += session.retransmissions
-        self.stats.early_retransmissions += session.early_retransmissions
+        try:
+            while not session.done:
+                now = time.monotonic()
+                for payload in session.packets_to_send(now):
+                    self.transport.send(payload)
+                if session.next and seq_diff(session.seq_of(session.next - 1),
+                                             self.highest_sent) > 0:
+                    self.highest_sent = session.seq_of(session.next - 1)
+                if now - last_progress > self.timeout:
+                    raise AllreduceTimeout(self._stalled(session, phase))
+                wake = last_progress + self.timeout
+                timer = session.next_timer()
+                if timer is not None:
+                    wake = min(wake, timer)
+                received = self.transport.recv(wake - now)
+                while received is not None:
+                    notice = notice_of(received, self.config)
+                    if notice is not None:
+                        self._heed(notice, session)
+                    elif session.accept(received, time.monotonic()):
+                        last_progress = time.monotonic()
+                        if self.progress is not None and phase == "reducing":
+                            self.progress(session.results, session.chunks)
+                    received = self.transport.recv(0.0)
+        finally:
+            self.stats.packets += session.next
+            self.stats.retransmissions += session.retransmissions
+            self.stats.early_retransmissions += session.early_retransmissions
         return session.outcome()
+
+    def _heed(self, notice: Notice, session: AllreduceSession) -> None:
+        """A contribution turned back: act on news, ignore what is known already (a
+        late notice of a packet sent before the worker learned the new plan)."""
+        if notice.on_hosts:
+            chunk = seq_add(notice.seq, -session.seq_base)
+            if chunk < session.next:  # of this reduction (not a late one of another)
+                raise PlanChanged(notice.gen, on_hosts=True)
+        elif notice.gen != self.gen:
+            raise PlanChanged(notice.gen)
 
     def _stalled(self, session: AllreduceSession, phase: str) -> str:
         missing = session.missing()
