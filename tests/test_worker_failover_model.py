@@ -100,8 +100,8 @@ def _move_to_hosts(lab: ModelLab, job: Job) -> None:
 def test_workers_of_a_planned_job_send_to_their_edges_and_are_exact(
         model_lab: ModelLab) -> None:
     spec = JobSpec.load(ROOT / "jobs" / "figure1-planned.yaml")
-    deployment = asyncio.run(model_lab.ctl.deploy(spec))
-    job = deployment.job
+    job = asyncio.run(model_lab.ctl.deploy(spec)).job
+    assert job is not None
     configs = {w: WorkerConfig.from_files(ROOT / "topologies" / "figure1.yaml",
                                           ROOT / "jobs" / "figure1-planned.yaml", w)
                for w in job.workers}

@@ -46,13 +46,17 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
 
     // A worker's edge switch steers its packets: SYNCs and ABORTs to the job's
     // root (in the plan's generation), contributions to its parent VAT node.
+    // The new destination is in the UDP checksum's pseudo-header: no checksum
+    // (0, valid for IPv4), or a server root's kernel would drop the datagram.
     action to_root() {
         hdr.ipv4.dst_addr = meta.steer_root;
         hdr.ina.gen = meta.member_gen;
+        hdr.udp.checksum = 0;
     }
 
     action to_parent() {
         hdr.ipv4.dst_addr = meta.steer_parent;
+        hdr.udp.checksum = 0;
     }
 
     // The worker must know something first: the job's plan changed (its packet is

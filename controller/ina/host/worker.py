@@ -43,7 +43,6 @@ import logging
 import secrets
 import socket
 import struct
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -68,8 +67,6 @@ LOG = logging.getLogger(__name__)
 # The fields of the INA header a worker reads: flags, job_id, seq, count.
 _RESULT_FIELDS = struct.Struct("!xBHIH")
 _GEN_OFFSET = 11  # the header's gen byte
-#: Linux's socket option that sends UDP over IPv4 without a checksum (asm/socket.h).
-SO_NO_CHECK = getattr(socket, "SO_NO_CHECK", 11)
 _SEQ = struct.Struct("!I")
 _COUNT = struct.Struct("!H")
 #: Seconds before an unanswered packet is first sent again, until round trips are measured.
@@ -574,11 +571,6 @@ class UdpTransport:
         # A window of packets waiting in a slow link's queue still counts against
         # the socket's send buffer: room for several windows.
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-        if sys.platform == "linux":
-            # No UDP checksum (0, valid for IPv4): the edge switch rewrites the
-            # destination address (steering), which a checksum over it would not
-            # survive, and a server root's kernel would drop the datagram.
-            self.sock.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
         self.sock.bind((bind, port))
         self.timeout: float | None = None
 

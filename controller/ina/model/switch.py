@@ -254,12 +254,16 @@ class ModelSwitch:
             self._steering[id(member)] = cached
         _, parent, root, gen = cached
         meta.member_gen = gen
+        udp = frame.udp
+        assert udp is not None
         if ina.flags & Flag.SYNC:
             ipv4.dst = root
+            udp.checksum = 0  # the pseudo-header changed (ingress.p4)
             if ina.gen != gen:
                 frame.ina = replace(ina, gen=gen)
         elif ina.gen == gen:
             ipv4.dst = parent
+            udp.checksum = 0
 
     def _bier_ingress(self, frame: Frame, meta: _Meta) -> None:
         bier = frame.bier
