@@ -301,7 +301,14 @@ class Lab:
         LOG.info("%s: started again", name)
 
     def set_link(self, a: str, b: str, up: bool) -> None:
-        """Take the link between nodes a and b down (both ends' interfaces), or up."""
+        """Take the link between nodes a and b down (it carries no frame either way),
+        or up again.
+
+        Not with ``ip link set down``: BMv2 reads all its ports in one thread, which
+        stalls while one of them is down, so the switch would stop receiving on every
+        port. Instead an nftables chain on each end's egress drops everything (as
+        ``impair`` does, and where it does: before the frame reaches the other end's
+        packet socket)."""
         ends = [end for link in self.topology.links if {link.a.node, link.b.node} == {a, b}
                 for end in (link.a, link.b)]
         if not ends:
@@ -312,9 +319,15 @@ class Lab:
             else:
                 host = self.net[end.node]
                 intf, run = host.defaultIntf().name, host.cmd
-            out = run(f"ip link set dev {intf} {'up' if up else 'down'}; echo rc=$?")
+            if up:
+                run(f"nft delete chain netdev ina_link_down {intf} 2>/dev/null; true")
+                continue
+            script = ["add table netdev ina_link_down",
+                      f"add chain netdev ina_link_down {intf} {{ type filter hook egress "
+                      f"device {intf} priority -10; policy drop; }}"]
+            out = run("nft '" + "; ".join(script) + "'; echo rc=$?")
             if not out.strip().endswith("rc=0"):
-                raise LabError(f"{end.node}: cannot set {intf} {'up' if up else 'down'}: "
+                raise LabError(f"{end.node}: cannot take {intf} down with nftables: "
                                f"{out.strip()}")
         LOG.info("link %s-%s %s", a, b, "up" if up else "down")
 
