@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ina.control.vat_planner import PlanError, plan_job
-from ina.errors import TopologyError, Unreachable
+from ina.control.vat_planner import plan_job
+from ina.errors import PlanError, TopologyError, Unreachable
 from ina.spec.bier import port_fbms
 from ina.spec.topology import Failures, Topology
 
