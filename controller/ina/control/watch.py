@@ -111,6 +111,26 @@ class WatchOptions:
             raise ValueError("the election id must be at least 1")
 
 
+class ActiveClock:
+    """A clock that counts a stall of its caller as at most ``max_step`` seconds.
+
+    The watcher's own event loop can stall (a machine whose CPUs the switches and
+    the traffic saturate): answers and probes that arrived meanwhile could not be
+    read, and must not turn into verdicts. Called often (every interval, and on
+    every probe), it is the monotonic clock."""
+
+    def __init__(self, clock: Callable[[], float], max_step: float):
+        self._clock = clock
+        self.max_step = max_step
+        self._real = self._active = clock()
+
+    def __call__(self) -> float:
+        real = self._clock()
+        self._active += min(max(0.0, real - self._real), self.max_step)
+        self._real = real
+        return self._active
+
+
 @dataclass(frozen=True)
 class Event:
     """One verdict change: ``kind`` is switch_down, switch_up, link_down or link_up;
@@ -220,8 +240,8 @@ class Watcher:
     events: list[Event] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._real = self._active = self.clock()
-        self.detector = Detector(self.topology, self.options.detect_after, now=self._active)
+        self._now = ActiveClock(self.clock, 2 * self.options.interval)
+        self.detector = Detector(self.topology, self.options.detect_after, now=self._now())
         self._links: dict[str, _Link] = {}
         for name, spec in sorted(self.topology.switches.items()):
             ports = sorted(p for p, nb in self.topology.ports(name).items() if not nb.is_host)
@@ -243,16 +263,6 @@ class Watcher:
     def primary(self, switch: str) -> bool:
         """Whether this watcher is the primary client of ``switch`` now."""
         return self._links[switch].can_probe
-
-    def _now(self) -> float:
-        """The detector's clock: this watcher's active time. A stall of its own event
-        loop (a machine whose CPUs the switches and the traffic saturate) counts as at
-        most two intervals, so that answers and probes that could not be read meanwhile
-        do not turn into verdicts; on time, it is the monotonic clock."""
-        real = self.clock()
-        self._active += min(max(0.0, real - self._real), 2 * self.options.interval)
-        self._real = real
-        return self._active
 
     async def changed(self) -> None:
         """Wait for the next verdict change."""
