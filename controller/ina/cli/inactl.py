@@ -20,12 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ina.cli import common
+from ina.cli import common, inactl_watch
 from ina.control import p4names
 from ina.control.controller import Controller, SwitchStatus
 from ina.control.repair import ON_HOSTS, load_failures, read_jobs, repair, save_failures
@@ -40,6 +41,7 @@ from ina.spec.job import Job, JobSpec
 from ina.spec.topology import Failures, Topology
 
 PROG = "inactl"
+LOG = logging.getLogger(PROG)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -80,6 +82,7 @@ def parser() -> argparse.ArgumentParser:
                        help="the switch, or the two nodes the link joins")
     sub.add_parser("repair", help="make the switches right for the declared failures again "
                                   "(after a repair was interrupted)")
+    inactl_watch.add_parser(sub)
     return p
 
 
@@ -117,8 +120,11 @@ def _main(args: argparse.Namespace) -> int:
     if problems:
         raise P4InfoError("the P4Info does not match this controller:\n  "
                           + "\n  ".join(problems))
-    if args.command == "init" and not args.p4blob.exists():
+    if args.command in ("init", "watch", "up", "repair") and not args.p4blob.exists():
         raise P4InfoError(f"{args.p4blob} not found: compile the P4 program first (make build)")
+    if args.command == "watch":
+        return asyncio.run(inactl_watch.run(args, full, _repair_on_change(args, full,
+                                                                          failures_file)))
     if args.command in ("down", "up", "repair"):
         # Recorded first: the failure is real whether or not the repair completes
         # (``inactl repair`` finishes an interrupted one).
@@ -160,6 +166,25 @@ async def _run(args: argparse.Namespace, full: Topology, topology: Topology,
             "repair": lambda: _repair(full, topology, clients),
         }
         return await handlers[args.command]()
+
+
+def _repair_on_change(args: argparse.Namespace, full: Topology,
+                      failures_file: Path) -> Callable[[Failures], Awaitable[None]]:
+    """What ``inactl watch`` does on each change it detects: record it, as ``inactl
+    down|up`` does, and repair over one-shot connections (whose election id is
+    above the watcher's, so they may write)."""
+    from ina.control.p4runtime import connect
+
+    async def on_change(failures: Failures) -> None:
+        save_failures(failures_file, failures)
+        topology = full.without(failures)
+        async with connect(topology, args.p4info, args.p4blob, push=True,
+                           timeout=args.timeout) as clients:
+            report = await repair(full, failures, clients)
+        for line in report.describe().splitlines():
+            LOG.warning("repair: %s", line)
+
+    return on_change
 
 
 async def _repair(full: Topology, topology: Topology,

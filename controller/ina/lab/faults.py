@@ -1,7 +1,8 @@
 """Failures injected into a running lab from outside it (``inalab fail|recover``):
-a switch's BMv2 process stopped and started again, a link's two interfaces taken
-down and up. Only the lab's own processes are touched, found by their PID
-namespace (the sandbox's) and their command line (the switch's device id).
+a switch's BMv2 process stopped and started again, a link made to drop every
+frame both ways and made to carry them again. Only the lab's own processes are
+touched, found by their PID namespace (the sandbox's) and their command line (the
+switch's device id).
 
 A restarted switch is empty: ``inactl up switch NAME`` gives it the pipeline and
 its state again (or ``inactl watch`` does, when it runs).
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from ina.errors import LabError
 from ina.lab import sandbox
-from ina.lab.mininet import SWITCH_BINARY, bmv2_command, wait_until
+from ina.lab.mininet import SWITCH_BINARY, bmv2_command, link_state_command, wait_until
 from ina.spec.topology import SwitchSpec, Topology
 
 LOG = logging.getLogger(__name__)
@@ -101,9 +102,8 @@ def set_link(init: int, hosts: dict[str, int], topology: Topology, a: str, b: st
             target, intf = init, f"{end.node}-eth{end.port}"
         else:
             target, intf = sandbox.outer_pid(init, hosts[end.node]), f"{end.node}-eth0"
-        done = subprocess.run(["nsenter", "--target", str(target), "--net", "--", "ip", "link",
-                               "set", "dev", intf, "up" if up else "down"],
-                              capture_output=True, text=True)
+        done = subprocess.run(["nsenter", "--target", str(target), "--net", "--", "sh", "-c",
+                               link_state_command(intf, up)], capture_output=True, text=True)
         if done.returncode:
             raise LabError(f"{end.node}: cannot set {intf} {'up' if up else 'down'}: "
                            f"{done.stderr.strip()}")

@@ -189,6 +189,20 @@ def _bmv2_switch_class() -> type:
     return BMv2Switch
 
 
+def link_state_command(intf: str, up: bool) -> str:
+    """The shell command that makes the link of interface ``intf`` drop everything it
+    would send (down) or stop doing so (up).
+
+    Not ``ip link set down``: BMv2 reads all its ports in one thread, which stalls
+    while one of them is down, so the switch would stop receiving on every port.
+    An nftables chain on the interface's egress drops every frame instead (as
+    ``Lab.impair`` does), before it reaches the other end."""
+    if up:
+        return f"nft delete chain netdev ina_link_down {intf} 2>/dev/null; true"
+    return ("nft 'add table netdev ina_link_down; add chain netdev ina_link_down "
+            f"{intf} {{ type filter hook egress device {intf} priority -10; policy drop; }}'")
+
+
 def _in_lab(cmd: str) -> str:
     """Run a shell command in the sandbox's root namespace (where the switches'
     interfaces are); its output."""
@@ -304,7 +318,8 @@ class Lab:
         LOG.info("%s: started again", name)
 
     def set_link(self, a: str, b: str, up: bool) -> None:
-        """Take the link between nodes a and b down (both ends' interfaces), or up."""
+        """Take the link between nodes a and b down (it carries no frame either way),
+        or up again (``link_state_command``)."""
         ends = self.topology.link_ends(a, b)
         if not ends:
             raise LabError(f"no link between {a} and {b} in topology {self.topology.name}")
@@ -314,10 +329,10 @@ class Lab:
             else:
                 host = self.net[end.node]
                 intf, run = host.defaultIntf().name, host.cmd
-            out = run(f"ip link set dev {intf} {'up' if up else 'down'}; echo rc=$?")
+            out = run(link_state_command(intf, up) + "; echo rc=$?")
             if not out.strip().endswith("rc=0"):
-                raise LabError(f"{end.node}: cannot set {intf} {'up' if up else 'down'}: "
-                               f"{out.strip()}")
+                raise LabError(f"{end.node}: cannot set {intf} {'up' if up else 'down'} with "
+                               f"nftables: {out.strip()}")
         self.failures = self.failures.with_link(a, b, down=not up)
         LOG.info("link %s-%s %s", a, b, "up" if up else "down")
 

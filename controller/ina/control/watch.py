@@ -1,0 +1,438 @@
+"""A long-running watcher: detects failed switches and links by itself.
+
+Per switch, one long-lived P4Runtime connection with a low election id (1 by
+default), so that one-shot clients (``inactl`` and the controller's repair, with
+finsy's default id) become primary while they run and write as usual. Over it:
+
+- **liveness**: every ``interval`` a cheap read (one counter cell); a switch that
+  answered none for ``detect_after`` seconds is down. The read needs the
+  program: a switch that came back empty is up once its pipeline is installed
+  again, which this connection does (``p4blob``) as soon as it is primary there.
+- **link probes**: every ``interval``, while primary, a probe packet-out out of
+  every port that leads to another switch; the neighbour passes it up as a
+  packet-in, which goes to its primary client: this one, or a one-shot client
+  for the moment it is connected (and then probing pauses on that switch's links,
+  see ``Detector.probing``).
+
+The evidence goes to ``ina.control.detect.Detector``; each change of its verdict
+is logged, written as JSON lines to an events file if asked (for a benchmark's
+detection times), and handed to ``on_change(failures)``. Calls of ``on_change``
+never overlap, and a verdict that changes again while one runs is handed on as
+the latest state once it returns (a repair always works from the newest
+verdict, and detection never waits for it).
+
+The connections are this module's own loop around finsy's one-shot
+``Switch`` context, not ``Switch.run()``: run() waits up to 10 s after a
+connection that failed quickly and its gRPC channel backs off up to 15 s, while a
+switch that comes back should be seen within about a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import finsy as fy
+from finsy.grpcutil import GRPCStatusCode
+from finsy.p4arbitrator import Arbitrator
+from finsy.p4client import P4RpcStatus
+from finsy.proto import U128, p4r
+
+from ina.control import p4names as n
+from ina.control.detect import Detector, Probe
+from ina.protocol.constants import ETHERTYPE_PROBE
+from ina.spec.topology import Failures, SwitchSpec, Topology
+
+LOG = logging.getLogger(__name__)
+
+OnChange = Callable[[Failures], Awaitable[None]]
+
+#: The counter cell read as a liveness check: any cell of a counter the program has.
+_LIVENESS_COUNTER = n.INGRESS_SWITCH_STATS
+
+
+def _not_watch_noise(record: logging.LogRecord) -> bool:
+    # A backup client does not get packet-ins; the few that arrive between a role
+    # change and our reader are dropped on purpose. simple_switch_grpc hands the
+    # primary role back with a smaller election id, which finsy warns about.
+    msg = record.getMessage()
+    return not ("packet ignored" in msg or "election_id decreased" in msg)
+
+
+logging.getLogger("finsy").addFilter(_not_watch_noise)
+
+
+class _OwnElectionId(Arbitrator):
+    """finsy's arbitration, except that the watcher keeps its own (low) election id.
+
+    When the primary leaves, simple_switch_grpc tells the next backup "you are
+    primary" with that backup's own election id, lower than the last primary's.
+    finsy 0.30 takes that for "no primary" and asks to be primary with the *old*
+    primary's id: the watcher would then hold id 10 for good, and the next one-shot
+    client (id 10 too) would be refused it and stay backup ("Not primary")."""
+
+    async def update(self, switch: fy.Switch, msg: p4r.MasterArbitrationUpdate) -> None:
+        status = P4RpcStatus.from_status(msg.status).code
+        new_primary = U128.decode(msg.election_id)
+        if status == GRPCStatusCode.OK and new_primary == self.election_id:
+            self.primary_id = new_primary
+            if not self.is_primary:
+                self.is_primary = True
+                switch._become_primary()  # type: ignore[no-untyped-call]  # as finsy does
+            return
+        await super().update(switch, msg)
+
+    async def _request_primary(self, switch: fy.Switch) -> None:
+        self.election_id = self.initial_election_id
+        await self._send(switch)
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    interval: float = 0.1  # seconds between probes (and liveness reads)
+    detect_after: float = 0.4  # seconds without evidence before a verdict
+    election_id: int = 1  # below one-shot clients' (finsy's default: 10)
+    reconnect: float = 0.5  # seconds between attempts to reach a switch that is down
+    startup: float = 5.0  # seconds every switch has to answer first, after run() starts
+    events: Path | None = None  # JSON lines, one per verdict change
+
+    def __post_init__(self) -> None:
+        if self.interval <= 0 or self.detect_after <= self.interval:
+            raise ValueError(f"need 0 < interval ({self.interval:g}) < detect_after "
+                             f"({self.detect_after:g})")
+        if self.election_id < 1:
+            raise ValueError("the election id must be at least 1")
+
+
+class ActiveClock:
+    """A clock that counts a stall of its caller as at most ``max_step`` seconds.
+
+    The watcher's own event loop can stall (a machine whose CPUs the switches and
+    the traffic saturate): answers and probes that arrived meanwhile could not be
+    read, and must not turn into verdicts. Called often (every interval, and on
+    every probe), it is the monotonic clock."""
+
+    def __init__(self, clock: Callable[[], float], max_step: float):
+        self._clock = clock
+        self.max_step = max_step
+        self._real = self._active = clock()
+
+    def __call__(self) -> float:
+        real = self._clock()
+        self._active += min(max(0.0, real - self._real), self.max_step)
+        self._real = real
+        return self._active
+
+
+@dataclass(frozen=True)
+class Event:
+    """One verdict change: ``kind`` is switch_down, switch_up, link_down or link_up;
+    ``what`` the switch, or the link's two nodes in order."""
+
+    kind: str
+    what: tuple[str, ...]
+    at: float  # wall clock (time.time())
+    monotonic: float  # the detector's clock
+
+    def to_json(self) -> str:
+        record: dict[str, Any] = {"time": round(self.at, 6), "monotonic": round(self.monotonic, 6),
+                                  "event": self.kind}
+        if self.kind.startswith("switch"):
+            record["switch"] = self.what[0]
+        else:
+            record["link"] = list(self.what)
+        return json.dumps(record)
+
+    def describe(self) -> str:
+        what = self.what[0] if self.kind.startswith("switch") else "-".join(self.what)
+        kind, state = self.kind.split("_")
+        return f"{kind} {what} {state}"
+
+
+def events_between(old: Failures, new: Failures, at: float, monotonic: float) -> list[Event]:
+    """What changed from ``old`` to ``new``: switches first, then links, each sorted,
+    downs before ups."""
+    events = [Event("switch_down", (s,), at, monotonic)
+              for s in sorted(new.switches - old.switches)]
+    events += [Event("switch_up", (s,), at, monotonic)
+               for s in sorted(old.switches - new.switches)]
+    events += [Event("link_down", tuple(sorted(lk)), at, monotonic)
+               for lk in sorted(new.links - old.links, key=sorted)]
+    events += [Event("link_up", tuple(sorted(lk)), at, monotonic)
+               for lk in sorted(old.links - new.links, key=sorted)]
+    return events
+
+
+class Notifier:
+    """Hands verdicts to ``on_change`` one call at a time, always the newest: a
+    verdict posted while a call runs replaces any other one still waiting."""
+
+    def __init__(self, on_change: OnChange):
+        self._on_change = on_change
+        self._pending: Failures | None = None
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def post(self, failures: Failures) -> None:
+        self._pending = failures
+        self._idle.clear()
+        self._wake.set()
+
+    async def drained(self) -> None:
+        """Wait until every posted verdict has been handed on."""
+        await self._idle.wait()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            failures, self._pending = self._pending, None
+            if failures is not None:
+                try:
+                    await self._on_change(failures)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # a repair that failed must not stop detection
+                    LOG.exception("on_change(%s) failed", failures.describe())
+            if self._pending is None:
+                self._idle.set()
+
+
+class _Link:
+    """One switch's connection: finsy's Switch, and what the watcher knows of it."""
+
+    def __init__(self, spec: SwitchSpec, options: fy.SwitchOptions,
+                 probe_ports: list[int]):
+        self.spec = spec
+        self.switch = fy.Switch(spec.name, spec.grpc, options)
+        self.switch._arbitrator = _OwnElectionId(  # noqa: SLF001 (see _OwnElectionId)
+            options.initial_election_id, options.role_name, options.role_config)
+        self.probe_ports = probe_ports
+        self.connected = False
+        self.ready = False  # primary or backup, the pipeline as it will be
+        self.seq = 0
+
+    @property
+    def can_probe(self) -> bool:
+        return self.connected and self.ready and self.switch.is_primary
+
+
+@dataclass
+class Watcher:
+    """Watch every switch and link between switches of ``topology`` until cancelled
+    (``run``); verdict changes go to ``on_change``."""
+
+    topology: Topology
+    p4info: Path
+    p4blob: Path | None
+    on_change: OnChange
+    options: WatchOptions = field(default_factory=WatchOptions)
+    clock: Callable[[], float] = time.monotonic
+    #: Every verdict change so far (also logged, and written to options.events).
+    events: list[Event] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._now = ActiveClock(self.clock, 2 * self.options.interval)
+        self.detector = Detector(self.topology, self.options.detect_after, now=self._now())
+        self._links: dict[str, _Link] = {}
+        for name, spec in sorted(self.topology.switches.items()):
+            ports = sorted(p for p, nb in self.topology.ports(name).items() if not nb.is_host)
+            opts = fy.SwitchOptions(p4info=self.p4info, p4blob=self.p4blob,
+                                    device_id=spec.device_id,
+                                    initial_election_id=self.options.election_id)
+            self._links[name] = _Link(spec, opts, ports)
+        #: Probes heard, by receiving (switch, port): what a test or a status shows.
+        self.heard: dict[tuple[str, int], int] = {}
+        self._notifier = Notifier(self.on_change)
+        self._changed = asyncio.Event()
+        self._events_file: IO[str] | None = None
+
+    @property
+    def failures(self) -> Failures:
+        """The current verdict."""
+        return self.detector.down
+
+    def primary(self, switch: str) -> bool:
+        """Whether this watcher is the primary client of ``switch`` now."""
+        return self._links[switch].can_probe
+
+    async def changed(self) -> None:
+        """Wait for the next verdict change."""
+        self._changed.clear()
+        await self._changed.wait()
+
+    async def drained(self) -> None:
+        """Wait until ``on_change`` has seen the newest verdict."""
+        await self._notifier.drained()
+
+    async def run(self) -> None:
+        # Connecting takes a moment: no verdict before every switch had time to answer
+        # (a switch that is down from the start is reported after startup + detect_after).
+        self.detector = Detector(self.topology, self.options.detect_after,
+                                 now=self._now() + self.options.startup)
+        if self.options.events is not None:
+            self.options.events.parent.mkdir(parents=True, exist_ok=True)
+            self._events_file = self.options.events.open("a", buffering=1)
+        LOG.info("watching %d switches and %d links: probes every %gs, verdict after %gs",
+                 len(self._links), len(self.detector.links), self.options.interval,
+                 self.options.detect_after)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._notifier.run(), name="watch:notify")
+                for name in self._links:
+                    tg.create_task(self._connection(name), name=f"watch:{name}")
+                    tg.create_task(self._liveness(name), name=f"watch:{name}:liveness")
+                tg.create_task(self._tick(), name="watch:tick")
+        finally:
+            if self._events_file is not None:
+                self._events_file.close()
+                self._events_file = None
+
+    # --- connections ---------------------------------------------------------------------
+
+    async def _connection(self, name: str) -> None:
+        """Keep a connection to the switch, again and again."""
+        link = self._links[name]
+        sw = link.switch
+        was_up = True
+        while True:
+            try:
+                await self._connected(link)
+                was_up = True
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 (finsy raises many kinds on connect)
+                if was_up:
+                    LOG.info("%s: no P4Runtime connection (%s); trying every %gs", name,
+                             exc.__class__.__name__, self.options.reconnect)
+                was_up = False
+            finally:
+                link.connected = link.ready = False
+                self.detector.probing(name, False, self._now())
+            assert not sw.is_up
+            await asyncio.sleep(self.options.reconnect)
+
+    async def _connected(self, link: _Link) -> None:
+        """One connection, from handshake to its end."""
+        sw = link.switch
+        name = link.spec.name
+        down = asyncio.get_running_loop().create_future()
+
+        def on_down(*_: Any) -> None:
+            if not down.done():
+                down.set_result(None)
+
+        def on_ready(*_: Any) -> None:
+            link.ready = True
+
+        def on_role(*_: Any) -> None:
+            # Until the pipeline step that follows a role change is done.
+            link.ready = False
+
+        sw.ee.on(fy.SwitchEvent.CHANNEL_DOWN, on_down)
+        sw.ee.on(fy.SwitchEvent.CHANNEL_READY, on_ready)
+        sw.ee.on(fy.SwitchEvent.BECOME_PRIMARY, on_role)
+        sw.ee.on(fy.SwitchEvent.BECOME_BACKUP, on_role)
+        try:
+            async with sw:  # connected, arbitrated, pipeline installed if primary: ready
+                link.connected = link.ready = True
+                LOG.info("%s: connected (%s)", name,
+                         "primary" if sw.is_primary else f"backup of {sw.primary_id}")
+                reader = asyncio.create_task(self._read_probes(link),
+                                             name=f"watch:{name}:packets")
+                try:
+                    if sw.is_up:
+                        await down
+                finally:
+                    reader.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await reader
+                LOG.info("%s: P4Runtime connection lost", name)
+        finally:
+            sw.ee.remove_listener(fy.SwitchEvent.CHANNEL_DOWN, on_down)
+            sw.ee.remove_listener(fy.SwitchEvent.CHANNEL_READY, on_ready)
+            sw.ee.remove_listener(fy.SwitchEvent.BECOME_PRIMARY, on_role)
+            sw.ee.remove_listener(fy.SwitchEvent.BECOME_BACKUP, on_role)
+
+    async def _read_probes(self, link: _Link) -> None:
+        name = link.spec.name
+        async for packet in link.switch.read_packets(queue_size=1024,
+                                                     eth_types={ETHERTYPE_PROBE}):
+            probe = Probe.parse(packet.payload)
+            in_port = packet.metadata.get("ingress_port")
+            if probe is None or not isinstance(in_port, int):
+                continue
+            if self.detector.probe_received(name, in_port, probe, self._now()):
+                self.heard[(name, in_port)] = self.heard.get((name, in_port), 0) + 1
+            else:
+                LOG.debug("%s: stray probe on port %d: %s", name, in_port, probe)
+
+    async def _liveness(self, name: str) -> None:
+        """A cheap read every interval, answered within detect_after or not at all."""
+        link = self._links[name]
+        cell = fy.P4CounterEntry(_LIVENESS_COUNTER, index=0)
+        while True:
+            started = self.clock()
+            if link.connected:
+                try:
+                    async with asyncio.timeout(self.options.detect_after):
+                        async for _ in link.switch.read(cell):  # type: ignore[attr-defined]
+                            pass
+                    self.detector.switch_answered(name, self._now())
+                except (TimeoutError, fy.P4ClientError, AssertionError) as exc:
+                    # AssertionError: the connection ended under the read.
+                    LOG.debug("%s: liveness read failed: %r", name, exc)
+            await asyncio.sleep(max(0.0, started + self.options.interval - self.clock()))
+
+    # --- probes and verdicts -------------------------------------------------------------
+
+    async def _tick(self) -> None:
+        while True:
+            started = self.clock()
+            await asyncio.gather(*(self._probe(link) for link in self._links.values()))
+            self._judge()
+            await asyncio.sleep(max(0.0, started + self.options.interval - self.clock()))
+
+    async def _probe(self, link: _Link) -> None:
+        name = link.spec.name
+        can = link.can_probe
+        self.detector.probing(name, can, self._now())
+        if not can:
+            return
+        link.seq += 1
+        mac = bytes.fromhex(link.spec.mac.replace(":", ""))
+        packets = [fy.P4PacketOut(Probe(link.spec.device_id, port, link.seq).frame(mac),
+                                  egress_port=port, pad=0)
+                   for port in link.probe_ports]
+        try:
+            async with asyncio.timeout(self.options.interval):
+                await link.switch.write(packets)
+        except (TimeoutError, fy.P4ClientError, AssertionError) as exc:
+            LOG.debug("%s: probes not sent: %r", name, exc)
+
+    def _judge(self) -> None:
+        old = self.detector.down
+        new = self.detector.verdict(self._now())
+        if new == old:
+            return
+        for event in events_between(old, new, time.time(), self.clock()):
+            self.events.append(event)
+            LOG.warning("detected: %s", event.describe())
+            if self._events_file is not None:
+                self._events_file.write(event.to_json() + "\n")
+        self._changed.set()
+        self._notifier.post(new)
+
+
+async def watch(topology: Topology, p4info: Path, p4blob: Path | None, on_change: OnChange,
+                options: WatchOptions | None = None) -> None:
+    """Watch until cancelled."""
+    await Watcher(topology, p4info, p4blob, on_change, options or WatchOptions()).run()

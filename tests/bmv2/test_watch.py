@@ -1,0 +1,222 @@
+"""The watcher (ina.control.watch) on the leaf-spine fabric, on Mininet + BMv2: probes
+cross every link; a link taken down, a switch whose process stops, are reported
+within the detection time and come back; one-shot controllers write meanwhile; a
+fabric busy with an AllReduce of every host is not mistaken for a broken one. Run with `make test`
+(``-s`` shows the detection times measured).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ina.control import p4names as n
+from ina.control.controller import Controller
+from ina.control.watch import Event, Watcher, WatchOptions
+from ina.lab.deploy import deploy
+from ina.protocol.constants import ELEMS_PER_PACKET as P
+from ina.spec.job import JobSpec
+from ina.spec.topology import Failures
+
+from bmv2.bmv2lab import Labs, NetLab
+from inatest import ROOT
+
+TOPOLOGY = ROOT / "topologies" / "leaf-spine-2x4.yaml"
+OPTIONS = WatchOptions()  # the defaults: what the detection times below are for
+#: Beyond detect_after: the probe interval, the verdict's tick, the test's polling.
+MARGIN = 0.4
+
+
+class Background:
+    """A Watcher running in a thread of its own (the lab's calls block)."""
+
+    def __init__(self, lab: NetLab, options: WatchOptions):
+        self.changes: list[tuple[float, Failures]] = []
+
+        async def on_change(failures: Failures) -> None:
+            self.changes.append((time.monotonic(), failures))
+
+        self.watcher = Watcher(lab.topology, lab.lab.p4info, lab.lab.p4blob, on_change, options)
+        self._loop = asyncio.new_event_loop()
+        self._task: asyncio.Task[None] | None = None
+        self._started = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="watcher", daemon=True)
+        self._thread.start()
+        self._started.wait()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._task = self._loop.create_task(self.watcher.run())
+        self._started.set()
+        try:
+            self._loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass
+        except BaseException as exc:  # noqa: BLE001 (reported by stop())
+            self.error = exc
+        finally:
+            self._loop.close()
+
+    def stop(self) -> None:
+        assert self._task is not None
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(timeout=15)
+        assert not self._thread.is_alive(), "the watcher did not stop"
+        assert self.error is None, repr(self.error)
+
+    @property
+    def failures(self) -> Failures:
+        return self.watcher.failures
+
+    @property
+    def events(self) -> list[Event]:
+        return list(self.watcher.events)
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> float:
+        """Seconds until ``condition`` held; fails after ``timeout``."""
+        start = time.monotonic()
+        while not condition():
+            assert self.error is None, repr(self.error)
+            if time.monotonic() - start > timeout:
+                pytest.fail(f"timed out after {timeout:g}s waiting for {what}; "
+                            f"verdict: {self.failures.describe()}")
+            time.sleep(0.005)
+        return time.monotonic() - start
+
+    def holds(self, condition: Callable[[], bool], seconds: float) -> bool:
+        """Whether ``condition`` holds all along for ``seconds``."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if not condition():
+                return False
+            time.sleep(0.01)
+        return condition()
+
+    def settled(self, lab: NetLab, timeout: float = 15.0) -> None:
+        """Primary on every switch, probes heard at both ends of every link, nothing
+        down."""
+        ends = [(lk.a, lk.a_port) for lk in self.watcher.detector.links]
+        ends += [(lk.b, lk.b_port) for lk in self.watcher.detector.links]
+        before = dict(self.watcher.heard)
+        self.wait_for(lambda: all(self.watcher.primary(sw) for sw in lab.topology.switches)
+                      and all(self.watcher.heard.get(e, 0) >= before.get(e, 0) + 3
+                              for e in ends)
+                      and not self.failures, timeout, "probes on every link")
+
+
+@pytest.fixture
+def fabric(labs: Labs) -> NetLab:
+    return labs.get(TOPOLOGY)
+
+
+@pytest.fixture
+def watching(fabric: NetLab, tmp_path: Path) -> Iterator[Background]:
+    bg = Background(fabric, WatchOptions(events=tmp_path / "events.jsonl"))
+    try:
+        bg.settled(fabric)
+        yield bg
+    finally:
+        bg.stop()
+
+
+def _link(a: str, b: str) -> Failures:
+    return Failures(links=frozenset({frozenset({a, b})}))
+
+
+def test_probes_cross_every_link_and_a_healthy_fabric_stays_up(
+        fabric: NetLab, watching: Background) -> None:
+    assert len(watching.watcher.detector.links) == 8
+    assert watching.holds(lambda: not watching.events, 3.0), watching.events
+    assert watching.changes == []
+
+
+def test_a_link_that_goes_down_is_reported_and_comes_back(
+        fabric: NetLab, watching: Background, tmp_path: Path) -> None:
+    fabric.lab.set_link("leaf2", "spine1", up=False)
+    try:
+        took = watching.wait_for(lambda: watching.failures == _link("leaf2", "spine1"),
+                                 OPTIONS.detect_after + 3, "the link to be reported down")
+        print(f"\nlink down detected after {took * 1000:.0f} ms "
+              f"(detect_after {OPTIONS.detect_after * 1000:.0f} ms)")
+        assert took < OPTIONS.detect_after + MARGIN
+    finally:
+        fabric.lab.set_link("leaf2", "spine1", up=True)
+    took = watching.wait_for(lambda: not watching.failures, 5, "the link to come back")
+    print(f"link up detected after {took * 1000:.0f} ms")
+    watching.wait_for(lambda: watching.changes[-1:] == [(watching.changes[-1][0], Failures())]
+                      if watching.changes else False, 5, "on_change to see it")
+    assert [f for _, f in watching.changes] == [_link("leaf2", "spine1"), Failures()]
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    assert ['"link_down"' in lines[0], '"link_up"' in lines[1]] == [True, True], lines
+
+
+def test_a_stopped_switch_is_reported_and_comes_back_with_its_pipeline(
+        fabric: NetLab, watching: Background) -> None:
+    fabric.lab.fail_switch("spine2")
+    try:
+        took = watching.wait_for(
+            lambda: watching.failures == Failures(switches=frozenset({"spine2"})),
+            OPTIONS.detect_after + 3, "the switch to be reported down")
+        print(f"\nswitch down detected after {took * 1000:.0f} ms")
+        assert took < OPTIONS.detect_after + MARGIN
+        assert watching.holds(lambda: watching.failures.links == frozenset(), 1.0)
+        fabric.lab.recover_switch("spine2")
+        took = watching.wait_for(lambda: not watching.failures, 15,
+                                 "the switch to be reported up")
+        print(f"switch up detected {took * 1000:.0f} ms after its gRPC port opened")
+        # The watcher installed the program again: the switch answers reads of its
+        # tables (empty: its state is the repair's business).
+        entries = fabric.controller_call(
+            lambda ctl: ctl.clients["spine2"].read_table(n.IPV4_ROUTES.name))
+        assert entries == []
+        watching.settled(fabric)  # its links carry probes again
+    finally:
+        fabric.lab.init_switches_sync()  # the base state back, for the tests that follow
+
+
+def test_one_shot_controllers_write_while_it_watches(
+        fabric: NetLab, watching: Background) -> None:
+    async def reset_counters(ctl: Controller) -> None:
+        for client in ctl.clients.values():
+            await client.reset_counter(n.INGRESS_SWITCH_STATS, [0])
+        await asyncio.sleep(1.0)  # held long enough for the neighbours' probes to arrive
+
+    for _ in range(2):
+        fabric.controller_call(reset_counters)
+    watching.settled(fabric)  # primary again everywhere, and probing
+    assert watching.events == []
+    fabric.lab.set_link("leaf4", "spine2", up=False)
+    try:
+        watching.wait_for(lambda: watching.failures == _link("leaf4", "spine2"),
+                          OPTIONS.detect_after + 3, "the link to be reported down")
+    finally:
+        fabric.lab.set_link("leaf4", "spine2", up=True)
+    watching.wait_for(lambda: not watching.failures, 5, "the link to come back")
+
+
+def test_a_busy_fabric_is_not_mistaken_for_a_broken_one(
+        fabric: NetLab, watching: Background) -> None:
+    """The benchmark's load: an AllReduce of every host of the fabric, planned
+    (leaves and a spine aggregate), for several seconds."""
+    hosts = sorted(fabric.topology.hosts)
+    path = fabric.workdir / "job7.yaml"
+    job = deploy(fabric.lab, JobSpec.from_dict({"job_id": 7, "op": "sum", "workers": hosts}),
+                 path)
+    try:
+        started = time.monotonic()
+        results, expected = fabric.allreduce(path, job, P * 4000, seed=70, timeout=60)
+        busy = time.monotonic() - started
+    finally:
+        fabric.teardown(7)
+    assert all(np.array_equal(results[w], expected) for w in hosts)
+    print(f"\n{busy:.1f}s of AllReduce over 8 workers: {len(watching.events)} verdicts")
+    assert busy > 3.0, "too short to say anything"
+    assert watching.events == []
