@@ -14,7 +14,7 @@ def test_check_prints_the_vat(capsys: pytest.CaptureFixture[str]) -> None:
     assert inactl.main(["-t", str(FIGURE1), "check", "--job", str(FIGURE1_JOB)]) == 0
     out = capsys.readouterr().out
     assert "s6 A-BM 11110000 (w1, w2, w3, w4) root" in out
-    assert "s1 A-BM 11000000" in out and "w3 -> sends to 10.0.100.7" in out
+    assert "s1 A-BM 11000000" in out and "w3 -> steered to 10.0.100.7" in out
 
 
 def test_invalid_job_exits_2_with_the_problem(tmp_path: Path,

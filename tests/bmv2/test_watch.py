@@ -8,7 +8,6 @@ fabric busy with an AllReduce of every host is not mistaken for a broken one. Ru
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,8 +17,10 @@ import pytest
 
 from ina.control import p4names as n
 from ina.control.controller import Controller
-from ina.control.watch import Event, Watcher, WatchOptions
+from ina.control.watch import WatchOptions
+from ina.errors import LabError
 from ina.lab.deploy import deploy
+from ina.lab.watching import WatcherThread
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.spec.job import JobSpec
 from ina.spec.topology import Failures
@@ -33,63 +34,17 @@ OPTIONS = WatchOptions()  # the defaults: what the detection times below are for
 MARGIN = 0.4
 
 
-class Background:
-    """A Watcher running in a thread of its own (the lab's calls block)."""
+class Background(WatcherThread):
+    """The watcher beside the test; what it waits for fails the test."""
 
     def __init__(self, lab: NetLab, options: WatchOptions):
-        self.changes: list[tuple[float, Failures]] = []
-
-        async def on_change(failures: Failures) -> None:
-            self.changes.append((time.monotonic(), failures))
-
-        self.watcher = Watcher(lab.topology, lab.lab.p4info, lab.lab.p4blob, on_change, options)
-        self._loop = asyncio.new_event_loop()
-        self._task: asyncio.Task[None] | None = None
-        self._started = threading.Event()
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="watcher", daemon=True)
-        self._thread.start()
-        self._started.wait()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._task = self._loop.create_task(self.watcher.run())
-        self._started.set()
-        try:
-            self._loop.run_until_complete(self._task)
-        except asyncio.CancelledError:
-            pass
-        except BaseException as exc:  # noqa: BLE001 (reported by stop())
-            self.error = exc
-        finally:
-            self._loop.close()
-
-    def stop(self) -> None:
-        assert self._task is not None
-        if not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._task.cancel)
-        self._thread.join(timeout=15)
-        assert not self._thread.is_alive(), "the watcher did not stop"
-        assert self.error is None, repr(self.error)
-
-    @property
-    def failures(self) -> Failures:
-        return self.watcher.failures
-
-    @property
-    def events(self) -> list[Event]:
-        return list(self.watcher.events)
+        super().__init__(lab.lab, options)
 
     def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> float:
-        """Seconds until ``condition`` held; fails after ``timeout``."""
-        start = time.monotonic()
-        while not condition():
-            assert self.error is None, repr(self.error)
-            if time.monotonic() - start > timeout:
-                pytest.fail(f"timed out after {timeout:g}s waiting for {what}; "
-                            f"verdict: {self.failures.describe()}")
-            time.sleep(0.005)
-        return time.monotonic() - start
+        try:
+            return super().wait_for(condition, timeout, what)
+        except LabError as exc:
+            pytest.fail(str(exc))
 
     def holds(self, condition: Callable[[], bool], seconds: float) -> bool:
         """Whether ``condition`` holds all along for ``seconds``."""
@@ -99,17 +54,6 @@ class Background:
                 return False
             time.sleep(0.01)
         return condition()
-
-    def settled(self, lab: NetLab, timeout: float = 15.0) -> None:
-        """Primary on every switch, probes heard at both ends of every link, nothing
-        down."""
-        ends = [(lk.a, lk.a_port) for lk in self.watcher.detector.links]
-        ends += [(lk.b, lk.b_port) for lk in self.watcher.detector.links]
-        before = dict(self.watcher.heard)
-        self.wait_for(lambda: all(self.watcher.primary(sw) for sw in lab.topology.switches)
-                      and all(self.watcher.heard.get(e, 0) >= before.get(e, 0) + 3
-                              for e in ends)
-                      and not self.failures, timeout, "probes on every link")
 
 
 @pytest.fixture
@@ -121,7 +65,7 @@ def fabric(labs: Labs) -> NetLab:
 def watching(fabric: NetLab, tmp_path: Path) -> Iterator[Background]:
     bg = Background(fabric, WatchOptions(events=tmp_path / "events.jsonl"))
     try:
-        bg.settled(fabric)
+        bg.settled()
         yield bg
     finally:
         bg.stop()
@@ -177,7 +121,7 @@ def test_a_stopped_switch_is_reported_and_comes_back_with_its_pipeline(
         entries = fabric.controller_call(
             lambda ctl: ctl.clients["spine2"].read_table(n.IPV4_ROUTES.name))
         assert entries == []
-        watching.settled(fabric)  # its links carry probes again
+        watching.settled()  # its links carry probes again
     finally:
         fabric.lab.init_switches_sync()  # the base state back, for the tests that follow
 
@@ -191,7 +135,7 @@ def test_one_shot_controllers_write_while_it_watches(
 
     for _ in range(2):
         fabric.controller_call(reset_counters)
-    watching.settled(fabric)  # primary again everywhere, and probing
+    watching.settled()  # primary again everywhere, and probing
     assert watching.events == []
     fabric.lab.set_link("leaf4", "spine2", up=False)
     try:

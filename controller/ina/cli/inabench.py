@@ -5,9 +5,11 @@
     inabench deploy
     inabench host
     inabench dataplane [--json F] [--png F]
+    inabench failover [--case leaf-spine --case fat-tree] [--json F] [--png F]
 
 allreduce, loss, deploy and host: see ina.lab.bench; dataplane: what one BMv2
-switch running the program does per second (ina.lab.dataplane_bench).
+switch running the program does per second (ina.lab.dataplane_bench); failover: a
+VAT switch stopped mid-AllReduce, detected and repaired (ina.lab.failover_bench).
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ def parser() -> argparse.ArgumentParser:
     dp.add_argument("--window", type=int, default=16, help="packets in flight")
     dp.add_argument("--json", type=Path, help="write the figures here")
     dp.add_argument("--png", type=Path, help="draw them here")
+    f = sub.add_parser("failover", help="a VAT switch stopped mid-AllReduce: detection, "
+                                        "repair, first new result, slowdown")
+    f.add_argument("--case", action="append", choices=["leaf-spine", "fat-tree"],
+                   help="default: both")
+    f.add_argument("--json", type=Path, help="write the figures here")
+    f.add_argument("--png", type=Path, help="draw the workers' results over time here")
     r = sub.add_parser("reflect", help=argparse.SUPPRESS)
     r.add_argument("address")
     return p
@@ -148,6 +156,19 @@ def _bench(args: argparse.Namespace) -> int:
             _write_json(args.json, report.figures())
         if args.png is not None:
             dataplane_bench.plot(report, args.png)
+    elif args.cmd == "failover":
+        from ina.control.watch import WatchOptions
+        from ina.lab import failover_bench
+
+        options = WatchOptions()
+        bmv2 = bmv2_build()
+        failovers = [failover_bench.run_case(failover_bench.CASES[name], args.build, options)
+                for name in args.case or sorted(failover_bench.CASES, reverse=True)]
+        print(failover_bench.render(failovers, options, bmv2))
+        if args.json is not None:
+            _write_json(args.json, failover_bench.figures(failovers, bmv2))
+        if args.png is not None:
+            failover_bench.plot(failovers, args.png, bmv2)
     else:
         print(run_deploy_bench(args.build, repeat=args.repeat))
     return 0

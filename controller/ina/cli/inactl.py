@@ -230,10 +230,10 @@ async def _deploy(ctl: Controller, spec: JobSpec | None, save_plan: Path | None,
         print(f"  {d.job.root}: server root, covers {', '.join(d.job.workers)}: "
               f"run inaroot on it")
     for w in d.job.workers:
-        print(f"  worker {w} sends to {d.job.target_of(w, ctl.topology)} "
-              f"({d.job.worker_parent[w]})")
+        print(f"  worker {w}: its edge switch steers it to {d.job.worker_parent[w]} "
+              f"({d.job.target_of(w, ctl.topology)})")
     if save_plan is not None:
-        print(f"  the job with its VAT is in {save_plan}: give it to the workers")
+        print(f"  the job with its VAT is in {save_plan}")
     return 0
 
 
@@ -308,7 +308,8 @@ def _check(topology: Topology, path: Path, output: Path | None = None) -> int:
             if child in job.nodes:
                 show(child, depth + 1)
             else:
-                print(f"{'  ' * (depth + 1)}{child} -> sends to {job.target_of(child, topology)}")
+                print(f"{'  ' * (depth + 1)}{child} -> steered to "
+                      f"{job.target_of(child, topology)}")
 
     show(job.root, 1)
     if output is not None:

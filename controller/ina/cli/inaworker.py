@@ -14,6 +14,7 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,20 @@ class _Progress:
                   file=sys.stderr, flush=True)
 
 
+class _Timeline:
+    """When each result of the array arrived (the machine's monotonic clock, which
+    every network namespace shares: a benchmark lines it up with its own events)."""
+
+    def __init__(self, then: Callable[[int, int], None] | None) -> None:
+        self.then = then
+        self.points: list[tuple[float, int]] = []
+
+    def __call__(self, done: int, total: int) -> None:
+        self.points.append((round(time.monotonic(), 4), done))
+        if self.then is not None:
+            self.then(done, total)
+
+
 def _stop(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -64,6 +79,9 @@ def parser() -> argparse.ArgumentParser:
                    help="float32 values (quantized, see ina.host.quantize)")
     p.add_argument("--op", choices=["sum", "min", "max"], help="default: the job's op")
     p.add_argument("--progress", action="store_true", help="show progress on stderr")
+    p.add_argument("--timeline", action="store_true",
+                   help="report when each result arrived (monotonic seconds, results so far; "
+                        "a call re-planned midway counts again from 0)")
     p.add_argument("--output", type=Path, help="write the result here (.npy)")
     p.add_argument("--timeout", type=float, default=5.0,
                    help="seconds without progress before giving up")
@@ -116,14 +134,16 @@ def _call(args: argparse.Namespace, config: WorkerConfig, values: npt.NDArray[An
     """The AllReduce, and its report on stdout."""
     try:
         with UdpTransport(config.target) as transport:
-            progress = _Progress(args.worker) if args.progress else None
+            progress: Callable[[int, int], None] | None = \
+                _Progress(args.worker) if args.progress else None
+            timeline = _Timeline(progress) if args.timeline else None
             if args.wait_go:
                 common.wait_for_go()
             started = time.monotonic()
             op = Op[args.op.upper()] if args.op else None
             worker = Worker(config, transport, timeout=args.timeout,
                             rto=RtoEstimator(initial=args.rto, floor=args.min_rto),
-                            progress=progress)
+                            progress=timeline or progress)
             result = worker.allreduce(values, op)
             elapsed = time.monotonic() - started
     except InaError:
@@ -146,6 +166,8 @@ def _call(args: argparse.Namespace, config: WorkerConfig, values: npt.NDArray[An
         "head": result.values[:4].tolist(),
         **({"max_error_bound": float(result.error_bound.max())}
            if result.error_bound is not None else {}),
+        **({"started": round(started, 4), "timeline": timeline.points}
+           if timeline is not None else {}),
     }))
     return 0
 

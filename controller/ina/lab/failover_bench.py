@@ -1,0 +1,223 @@
+"""The failover benchmark (``inabench failover``): an AllReduce during which a VAT
+switch fails, against the same AllReduce without a failure, on one lab.
+
+The controller runs as ``inactl watch`` does: a ``Watcher`` detects the failure
+(P4Runtime liveness, link probes) and its change handler repairs the switches
+(``ina.control.repair``). The workers report when each of their results arrived
+(``inaworker --timeline``, the machine's monotonic clock, which the benchmark
+shares), so one run gives, from the moment the switch's process is stopped:
+
+- **detection**: until the watcher's verdict;
+- **repair**: until the repair is written (routes, the re-planned job);
+- **first new result**: until a worker gets a result after the repair;
+- **slowdown**: the AllReduce's time with the failure over its time without.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ina.control.repair import repair
+from ina.control.watch import WatchOptions
+from ina.errors import LabError
+from ina.host.arrays import digest, random_array
+from ina.lab.bench import ROOT, Bench, _start_together, _wait_all
+from ina.lab.deploy import deploy
+from ina.lab.mininet import Lab, LabOptions
+from ina.lab.watching import WatcherThread
+from ina.model.harness import reduce_arrays
+from ina.spec.job import Job, JobSpec
+from ina.spec.topology import Failures, Topology
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FailoverCase:
+    name: str
+    topology: Path
+    workers: tuple[str, ...]  # a planned job of these
+    size: int  # values per worker
+    #: When the switch fails, as a fraction of the AllReduce's time without failure.
+    fail_at: float = 0.4
+
+
+CASES = {
+    "leaf-spine": FailoverCase("leaf-spine-2x4", ROOT / "topologies" / "leaf-spine-2x4.yaml",
+                               ("h1_1", "h1_2", "h2_1", "h3_1", "h4_1"), 1_000_000),
+    "fat-tree": FailoverCase("fat-tree-4", ROOT / "topologies" / "fat-tree-4.yaml",
+                             ("h0_0_0", "h0_1_1", "h1_0_0", "h2_1_0", "h3_1_1", "h3_0_1"),
+                             500_000),
+}
+
+
+@dataclass
+class FailoverRun:
+    case: str
+    workers: int
+    size: int
+    failed: str  # the switch stopped
+    vat_before: list[str]
+    vat_after: list[str]
+    baseline_s: float  # the AllReduce without failure
+    with_failure_s: float
+    detection_s: float  # from the failure
+    repaired_s: float
+    first_new_result_s: float
+    repair: str  # what the repair did
+    replans: int  # the workers' re-plans, summed
+    exact: bool
+    #: Per worker: (seconds since the start, results so far): a re-planned call counts
+    #: again from 0.
+    timelines: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    fail_at_s: float = 0.0  # since the start of the AllReduce
+
+    @property
+    def slowdown(self) -> float:
+        return self.with_failure_s / self.baseline_s
+
+
+def _vat_switch_to_fail(job: Job, topology: Topology) -> str:
+    """A VAT node whose loss cuts off no worker: not the edge switch of one."""
+    edges = {topology.host_attachment(w)[0] for w in job.workers}
+    candidates = sorted(sw for sw in job.nodes if sw not in edges)
+    if not candidates:
+        raise LabError(f"job {job.job_id}'s VAT has only edge switches: nothing to fail")
+    return candidates[0]
+
+
+def run_case(case: FailoverCase, build_dir: Path, options: WatchOptions) -> FailoverRun:
+    """Inside the sandbox: the case's AllReduce without and with a failure."""
+    topology = Topology.load(case.topology)
+    spec = JobSpec.from_dict({"job_id": 1, "op": "sum", "workers": list(case.workers)})
+    with Lab(topology, LabOptions(build_dir=build_dir)) as lab, \
+            tempfile.TemporaryDirectory() as tmp:
+        lab.init_switches_sync()
+        job_path = Path(tmp) / "job1.yaml"
+        job_path.write_text(json.dumps({"job_id": 1, "op": "sum",
+                                        "workers": list(case.workers)}))
+        job = deploy(lab, spec)
+        bench = Bench(lab, topology, case.topology, job, job_path, "")
+        expected = digest(reduce_arrays(job.op, [random_array(case.size, i)
+                                                 for i in range(len(job.workers))]))
+        baseline = _allreduce(bench, case.size)
+        baseline_s = max(r["elapsed"] for r in baseline.values())
+        victim = _vat_switch_to_fail(job, topology)
+
+        repaired: list[tuple[float, str]] = []
+
+        async def on_change(failures: Failures) -> None:
+            from ina.control.p4runtime import connect
+
+            async with connect(topology.without(failures), lab.p4info, lab.p4blob,
+                               push=True) as clients:
+                report = await repair(topology, failures, clients)
+            repaired.append((time.monotonic(), "; ".join(j.describe() for j in report.jobs)))
+
+        watcher = WatcherThread(lab, options, on_change)
+        try:
+            watcher.settled()
+            procs, _ = bench.ina(case.size, extra=("--timeline",))
+            _start_together(procs)
+            go = time.monotonic()
+            failed_at = _fail_at(lab, victim, go + case.fail_at * baseline_s)
+            reports = _wait_all(procs, {}, timeout=600)
+            vat_after = sorted(_vat_now(lab))
+            watcher.wait_for(lambda: len(repaired) >= 1, 30, "the repair")
+            # Restore: the switch comes back, and the watcher repairs again.
+            lab.recover_switch(victim)
+            watcher.wait_for(lambda: not watcher.failures and len(repaired) >= 2, 60,
+                             f"{victim} to be back")
+        finally:
+            watcher.stop()
+    detected = next(t for t, f in watcher.changes if victim in f.switches)
+    repaired_at, what = repaired[0]
+    started = min(r["started"] for r in reports.values())
+    timelines = {w: [(round(t - started, 4), n) for t, n in r["timeline"]]
+                 for w, r in reports.items()}
+    first_new = min(t for r in reports.values() for t, _ in r["timeline"] if t > repaired_at)
+    return FailoverRun(
+        case.name, len(job.workers), case.size, victim, sorted(job.nodes), vat_after,
+        baseline_s, max(r["elapsed"] for r in reports.values()),
+        detected - failed_at, repaired_at - failed_at, first_new - failed_at, what,
+        sum(r["replans"] for r in reports.values()),
+        all(r["sha256"] == expected for r in reports.values()), timelines,
+        failed_at - started)
+
+
+def _allreduce(bench: Bench, size: int) -> dict[str, Any]:
+    procs, _ = bench.ina(size)
+    _start_together(procs)
+    return _wait_all(procs, {}, timeout=600)
+
+
+def _fail_at(lab: Lab, switch: str, at: float) -> float:
+    """Stop ``switch``'s process at monotonic time ``at`` (the experiment's schedule:
+    a fraction into the AllReduce); when it was stopped."""
+    time.sleep(max(0.0, at - time.monotonic()))
+    stopped = time.monotonic()
+    lab.fail_switch(switch)
+    return stopped
+
+
+def _vat_now(lab: Lab) -> set[str]:
+    from ina.lab.deploy import controller_call
+
+    entries, _ = controller_call(lab, lambda ctl: ctl.read_job_state())
+    return {sw for sw, es in entries.items() for e in es
+            if e.action.endswith(("vat_node", "vat_root"))}
+
+
+def render(runs: list[FailoverRun], options: WatchOptions, bmv2: str) -> str:
+    lines = [f"failover: a VAT switch's process stopped mid-AllReduce, detected by the "
+             f"watcher (probes every {options.interval:g}s, verdict after "
+             f"{options.detect_after:g}s), repaired by the controller; BMv2 {bmv2}"]
+    for r in runs:
+        lines += [
+            f"{r.case}: {r.workers} workers x {r.size:,} values; VAT {', '.join(r.vat_before)}"
+            f" -> {', '.join(r.vat_after)} ({r.failed} stopped at {r.fail_at_s:.2f}s)",
+            f"  detection {r.detection_s * 1000:.0f} ms, repaired {r.repaired_s * 1000:.0f} ms, "
+            f"first new result {r.first_new_result_s * 1000:.0f} ms after the failure",
+            f"  AllReduce {r.with_failure_s:.2f}s with the failure, {r.baseline_s:.2f}s "
+            f"without: slowdown {r.slowdown:.2f}x; {r.replans} worker re-plans; results "
+            + ("exact" if r.exact else "NOT EXACT"),
+            f"  repair: {r.repair}",
+        ]
+    return "\n".join(lines)
+
+
+def figures(runs: list[FailoverRun], bmv2: str) -> dict[str, Any]:
+    return {"bmv2": bmv2, "runs": [{**asdict(r), "slowdown": r.slowdown} for r in runs]}
+
+
+def plot(runs: list[FailoverRun], path: Path, bmv2: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(runs), figsize=(5.2 * len(runs), 3.6), squeeze=False)
+    for ax, r in zip(axes[0], runs, strict=True):
+        for w, points in sorted(r.timelines.items()):
+            ax.plot([t for t, _ in points], [n for _, n in points], lw=1, label=w)
+        for x, label, color in ((r.fail_at_s, "failure", "#b0413e"),
+                                (r.fail_at_s + r.detection_s, "detected", "#e09f3e"),
+                                (r.fail_at_s + r.repaired_s, "repaired", "#1b5e20")):
+            ax.axvline(x, color=color, ls="--", lw=1)
+            ax.annotate(label, (x, ax.get_ylim()[1]), rotation=90, va="top", ha="right",
+                        fontsize=7, color=color)
+        ax.set_title(f"{r.case}: {r.failed} stopped; slowdown {r.slowdown:.2f}x", fontsize=9)
+        ax.set_xlabel("seconds since the start")
+        ax.set_ylabel("results received (a re-planned call restarts)")
+        ax.legend(fontsize=6, loc="lower right")
+    fig.text(0.01, 0.005, bmv2, fontsize=6, color="#555555")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
