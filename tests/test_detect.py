@@ -22,7 +22,8 @@ class Watched:
     def __init__(self) -> None:
         self.det = Detector(TOPO, DETECT)
         self.now = 0.0
-        self.dead_switches: set[str] = set()
+        self.dead_switches: set[str] = set()  # their process is gone: no connection
+        self.hung: set[str] = set()  # connected, answering nothing
         self.dead_links: set[frozenset[str]] = set()
         self.mute: set[str] = set()  # switches the watcher cannot send probes from
         for sw in TOPO.switches:
@@ -34,7 +35,9 @@ class Watched:
             self.now += STEP
             for sw in TOPO.switches:
                 self.det.probing(sw, sw not in self.mute, self.now)
-                if sw not in self.dead_switches:
+                if sw in self.dead_switches:
+                    self.det.switch_connected(sw, False, self.now)
+                elif sw not in self.hung:
                     self.det.switch_answered(sw, self.now)
             for link in self.det.links:
                 if link.nodes in self.dead_links or link.nodes & self.dead_switches:
@@ -57,11 +60,37 @@ def test_nothing_is_down_while_everything_answers() -> None:
     assert not Watched().run(5.0)
 
 
-def test_a_switch_that_stops_answering_is_down_after_the_detection_time() -> None:
+def test_a_switch_whose_connection_is_lost_is_down_after_the_detection_time() -> None:
     w = Watched()
     w.run(1.0)
     w.dead_switches.add("spine1")
     assert not w.run(DETECT - STEP)  # not yet
+    assert w.run(2 * STEP) == Failures(switches=frozenset({"spine1"}))
+
+
+def test_a_connection_made_again_within_the_detection_time_is_no_failure() -> None:
+    w = Watched()
+    w.run(1.0)
+    w.det.switch_connected("spine1", False, w.now)
+    w.run(DETECT - 2 * STEP)
+    w.det.switch_connected("spine1", True, w.now)
+    assert not w.run(2.0)
+
+
+def test_a_busy_switch_that_answers_late_is_not_down() -> None:
+    w = Watched()
+    w.run(1.0)
+    w.hung.add("spine1")  # answers only every 2 s, its connection up
+    for _ in range(5):
+        assert not w.run(2.0)
+        w.det.switch_answered("spine1", w.now)
+
+
+def test_a_connected_switch_that_answers_nothing_is_down_after_the_hang_time() -> None:
+    w = Watched()
+    w.run(1.0)
+    w.hung.add("spine1")
+    assert not w.run(w.det.hang_after - STEP)
     assert w.run(2 * STEP) == Failures(switches=frozenset({"spine1"}))
 
 
@@ -151,3 +180,35 @@ def test_a_probe_that_does_not_fit_the_topology_is_ignored() -> None:
     in_port = next(p for p, nb in TOPO.ports("spine1").items() if nb.node == "leaf1")
     assert not det.probe_received("spine1", in_port, Probe(leaf1, 99, 1), 0.1)  # wrong port
     assert not det.probe_received("spine1", in_port, Probe(12345, 1, 1), 0.1)  # no such switch
+
+
+def test_a_switch_too_busy_to_take_its_probes_pauses_its_links_verdict() -> None:
+    w = Watched()
+    w.run(1.0)
+    for _ in range(20):  # spine1 is primary, but every write of its probes times out
+        w.now += STEP
+        for sw in TOPO.switches:
+            w.det.probing(sw, True, w.now)
+            w.det.switch_answered(sw, w.now)
+        w.det.probes_sent("spine1", False, w.now)
+        for link in w.det.links:
+            if link.a != "spine1":
+                w.det.probe_received(link.b, link.b_port, w.probe(link.a, link.a_port), w.now)
+            if link.b != "spine1":
+                w.det.probe_received(link.a, link.a_port, w.probe(link.b, link.b_port), w.now)
+        assert not w.det.verdict(w.now)
+
+
+def test_a_switch_late_with_every_probe_it_passes_up_breaks_no_link() -> None:
+    w = Watched()
+    w.run(1.0)
+    for _ in range(20):  # leaf2 passes up nothing for 2 s (busy), everything else flows
+        w.now += STEP
+        for sw in TOPO.switches:
+            w.det.switch_answered(sw, w.now)
+        for link in w.det.links:
+            if link.b != "leaf2":
+                w.det.probe_received(link.b, link.b_port, w.probe(link.a, link.a_port), w.now)
+            if link.a != "leaf2":
+                w.det.probe_received(link.a, link.a_port, w.probe(link.b, link.b_port), w.now)
+        assert not w.det.verdict(w.now)

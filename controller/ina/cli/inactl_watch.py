@@ -31,6 +31,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     w.add_argument("--detect-after", type=float, default=DEFAULTS.detect_after, metavar="S",
                    help="seconds without an answer (switch) or a probe (link) before it is "
                         "reported down (default %(default)s)")
+    w.add_argument("--hang-after", type=float, default=DEFAULTS.hang_after, metavar="S",
+                   help="seconds a connected switch may answer nothing before it is reported "
+                        "down (default %(default)s; a dead switch's connection is lost, which "
+                        "--detect-after times)")
     w.add_argument("--events", type=Path, metavar="FILE",
                    help="append each detected change as a JSON line (time, event, switch or "
                         "link)")
@@ -42,7 +46,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def options(args: argparse.Namespace) -> WatchOptions:
     try:
         return WatchOptions(interval=args.interval, detect_after=args.detect_after,
-                            election_id=args.election_id, events=args.events)
+                            hang_after=args.hang_after, election_id=args.election_id,
+                            events=args.events)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 

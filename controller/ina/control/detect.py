@@ -3,15 +3,24 @@ controller observed.
 
 Two kinds of evidence, both timed by the caller's clock:
 
-- **Switch liveness**: a P4Runtime request answered (``switch_answered``). A
-  switch that answered none for ``detect_after`` seconds is down: its process
-  died (the channel is gone) or hangs (requests time out).
+- **Switch liveness**: the P4Runtime connection (``switch_connected``) and requests
+  answered (``switch_answered``). A switch whose connection is lost and not made
+  again for ``detect_after`` seconds is down: its process died (its socket is
+  gone: a reconnect is refused at once). A switch that keeps its connection but
+  answers nothing for ``hang_after`` seconds (a longer time) is down too: it
+  hangs. A busy switch answers late, never not at all: the short timeout is not
+  applied to its answers, only to its connection, so load does not look like a
+  failure.
 - **Link probes**: the controller sends a probe out of every switch port that
   leads to another switch (packet-out) and the neighbour passes it up
   (packet-in, ``probe_received``). A link is down when no probe crossed it in one
   direction for ``detect_after`` seconds while both its switches answer and
-  carry probes: a switch whose own probes cannot be sent (another controller is
-  primary for a moment) pauses the verdict on its links.
+  carry probes, and the receiving switch passed up probes from its other ports
+  meanwhile (a switch too busy to pass probes up at once is late on all of its
+  ports, a dead link only on its own; after ``hang_after`` the link is down
+  whatever the other ports do). A switch whose own probes cannot be sent
+  (another controller is primary for a moment, or the write times out) pauses
+  the verdict on its links.
 
 A switch or link that was down is up again once it has answered (switch) or
 carried probes both ways (link) since it went down. Verdicts never change
@@ -78,8 +87,11 @@ class Detector:
     topology: Topology
     detect_after: float
     now: float = 0.0  # when watching began
+    hang_after: float = 3.0  # a connected switch that answers nothing this long hangs
     down: Failures = field(default_factory=Failures)
     _answered: dict[str, float] = field(default_factory=dict)
+    _connected: dict[str, bool] = field(default_factory=dict)
+    _lost_at: dict[str, float] = field(default_factory=dict)
     _went_down: dict[str, float] = field(default_factory=dict)
     _can_probe: dict[str, bool] = field(default_factory=dict)
     _probing_since: dict[str, float] = field(default_factory=dict)
@@ -92,6 +104,8 @@ class Detector:
         self._by_device = {s.device_id: name for name, s in topo.switches.items()}
         for sw in sorted(topo.switches):
             self._answered[sw] = self.now
+            self._connected[sw] = False
+            self._lost_at[sw] = self.now
             self._can_probe[sw] = False
             self._probing_since[sw] = self.now
             for port, nb in topo.ports(sw).items():
@@ -111,12 +125,32 @@ class Detector:
 
     def switch_answered(self, switch: str, now: float) -> None:
         self._answered[switch] = now
+        self._connected[switch] = True
+
+    def switch_connected(self, switch: str, up: bool, now: float) -> None:
+        """The controller's connection to ``switch`` was made (up) or lost."""
+        if up:
+            self._connected[switch] = True
+        elif self._connected[switch]:
+            self._connected[switch] = False
+            self._lost_at[switch] = now
 
     def probing(self, switch: str, can: bool, now: float) -> None:
         """Whether the controller can send ``switch``'s probes (it is primary)."""
         if can and not self._can_probe[switch]:
             self._probing_since[switch] = now
         self._can_probe[switch] = can
+
+    def probes_sent(self, switch: str, ok: bool, now: float) -> None:
+        """Whether ``switch`` took the controller's probes just now. A write that
+        failed or timed out (a switch too busy to answer at once) pauses the verdict
+        on its links as a lost primary role does: the links are judged again from
+        the next probes it takes."""
+        if not ok:
+            self._can_probe[switch] = False
+        elif not self._can_probe[switch]:
+            self._probing_since[switch] = now
+            self._can_probe[switch] = True
 
     def probe_received(self, switch: str, in_port: int, probe: Probe, now: float) -> bool:
         """A probe passed up by ``switch`` from ``in_port``; False if it does not fit
@@ -140,8 +174,14 @@ class Detector:
             if sw in self.down.switches:
                 if answered <= self._went_down.get(sw, float("inf")):
                     switches.add(sw)  # nothing answered since it went down
-            elif now - answered > self.detect_after:
+            elif (not self._connected[sw] and now - self._lost_at[sw] > self.detect_after
+                  or now - answered > self.hang_after):
                 switches.add(sw)
+        # What each switch passed up last, on any port: a switch too busy to pass up
+        # probes at once is late on every port, a dead link only on its own.
+        freshest: dict[str, float] = {}
+        for (sw, _), h in self._heard.items():
+            freshest[sw] = max(freshest.get(sw, h.at), h.at)
         links = set()
         for link in self._links:
             if link.a in switches or link.b in switches:
@@ -155,7 +195,8 @@ class Detector:
             judged_since = max(self._probing_since[link.a], self._probing_since[link.b])
             if not (self._can_probe[link.a] and self._can_probe[link.b]):
                 continue
-            if any(now - max(h.at, judged_since) > self.detect_after for h in ends):
+            if any(self._late(h, judged_since, freshest[sw], now)
+                   for h, sw in zip(ends, (link.a, link.b), strict=True)):
                 links.add(link.nodes)
         for sw in switches - self.down.switches:
             self._went_down[sw] = now
@@ -165,3 +206,10 @@ class Detector:
                 self._heard[(end.b, end.b_port)].since_down = False
         self.down = Failures(frozenset(switches), frozenset(links))
         return self.down
+
+    def _late(self, heard: _Heard, since: float, freshest: float, now: float) -> bool:
+        """No probe on this end for detect_after while its switch passed up probes on
+        other ports (or for hang_after, whatever the other ports do)."""
+        last = max(heard.at, since)
+        return (now - last > self.detect_after
+                and (freshest - last > self.detect_after or now - last > self.hang_after))

@@ -97,16 +97,17 @@ class _OwnElectionId(Arbitrator):
 @dataclass(frozen=True)
 class WatchOptions:
     interval: float = 0.1  # seconds between probes (and liveness reads)
-    detect_after: float = 0.4  # seconds without evidence before a verdict
+    detect_after: float = 0.4  # seconds without a connection, or a link without probes
+    hang_after: float = 3.0  # seconds a connected switch may answer nothing (busy, not dead)
     election_id: int = 1  # below one-shot clients' (finsy's default: 10)
     reconnect: float = 0.5  # seconds between attempts to reach a switch that is down
     startup: float = 5.0  # seconds every switch has to answer first, after run() starts
     events: Path | None = None  # JSON lines, one per verdict change
 
     def __post_init__(self) -> None:
-        if self.interval <= 0 or self.detect_after <= self.interval:
+        if not 0 < self.interval < self.detect_after <= self.hang_after:
             raise ValueError(f"need 0 < interval ({self.interval:g}) < detect_after "
-                             f"({self.detect_after:g})")
+                             f"({self.detect_after:g}) <= hang_after ({self.hang_after:g})")
         if self.election_id < 1:
             raise ValueError("the election id must be at least 1")
 
@@ -241,7 +242,8 @@ class Watcher:
 
     def __post_init__(self) -> None:
         self._now = ActiveClock(self.clock, 2 * self.options.interval)
-        self.detector = Detector(self.topology, self.options.detect_after, now=self._now())
+        self.detector = Detector(self.topology, self.options.detect_after, now=self._now(),
+                                 hang_after=self.options.hang_after)
         self._links: dict[str, _Link] = {}
         for name, spec in sorted(self.topology.switches.items()):
             ports = sorted(p for p, nb in self.topology.ports(name).items() if not nb.is_host)
@@ -277,7 +279,8 @@ class Watcher:
         # Connecting takes a moment: no verdict before every switch had time to answer
         # (a switch that is down from the start is reported after startup + detect_after).
         self.detector = Detector(self.topology, self.options.detect_after,
-                                 now=self._now() + self.options.startup)
+                                 now=self._now() + self.options.startup,
+                                 hang_after=self.options.hang_after)
         if self.options.events is not None:
             self.options.events.parent.mkdir(parents=True, exist_ok=True)
             self._events_file = self.options.events.open("a", buffering=1)
@@ -304,6 +307,7 @@ class Watcher:
         sw = link.switch
         was_up = True
         while True:
+            lost = False
             try:
                 await self._connected(link)
                 was_up = True
@@ -315,10 +319,15 @@ class Watcher:
                              exc.__class__.__name__, self.options.reconnect)
                 was_up = False
             finally:
+                lost = link.connected
                 link.connected = link.ready = False
                 self.detector.probing(name, False, self._now())
+                self.detector.switch_connected(name, False, self._now())
             assert not sw.is_up
-            await asyncio.sleep(self.options.reconnect)
+            if not lost:
+                # A connection that just ended is tried again at once: a live switch
+                # takes it back within detect_after, a dead one refuses it.
+                await asyncio.sleep(self.options.reconnect)
 
     async def _connected(self, link: _Link) -> None:
         """One connection, from handshake to its end."""
@@ -344,6 +353,7 @@ class Watcher:
         try:
             async with sw:  # connected, arbitrated, pipeline installed if primary: ready
                 link.connected = link.ready = True
+                self.detector.switch_connected(name, True, self._now())
                 LOG.info("%s: connected (%s)", name,
                          "primary" if sw.is_primary else f"backup of {sw.primary_id}")
                 reader = asyncio.create_task(self._read_probes(link),
@@ -413,10 +423,12 @@ class Watcher:
                                   egress_port=port, pad=0)
                    for port in link.probe_ports]
         try:
-            async with asyncio.timeout(self.options.interval):
+            async with asyncio.timeout(self.options.detect_after):
                 await link.switch.write(packets)
+            self.detector.probes_sent(name, True, self._now())
         except (TimeoutError, fy.P4ClientError, AssertionError) as exc:
             LOG.debug("%s: probes not sent: %r", name, exc)
+            self.detector.probes_sent(name, False, self._now())
 
     def _judge(self) -> None:
         old = self.detector.down

@@ -84,9 +84,11 @@ class FailoverRun:
 
 
 def _vat_switch_to_fail(job: Job, topology: Topology) -> str:
-    """A VAT node whose loss cuts off no worker: not the edge switch of one."""
+    """A VAT node whose loss cuts off no worker (not the edge switch of one), below
+    the root if there is one."""
     edges = {topology.host_attachment(w)[0] for w in job.workers}
-    candidates = sorted(sw for sw in job.nodes if sw not in edges)
+    candidates = sorted((sw for sw in job.nodes if sw not in edges),
+                        key=lambda sw: (sw == job.root, sw))
     if not candidates:
         raise LabError(f"job {job.job_id}'s VAT has only edge switches: nothing to fail")
     return candidates[0]
@@ -110,7 +112,10 @@ def run_case(case: FailoverCase, build_dir: Path, options: WatchOptions) -> Fail
         baseline_s = max(r["elapsed"] for r in baseline.values())
         victim = _vat_switch_to_fail(job, topology)
 
-        repaired: list[tuple[float, str]] = []
+        # (when, what the repair did, the job's VAT nodes after it). Everything that
+        # talks P4Runtime runs in the watcher's event loop meanwhile: grpc's asyncio
+        # support does not take two loops of one process at once.
+        repaired: list[tuple[float, str, tuple[str, ...]]] = []
 
         async def on_change(failures: Failures) -> None:
             from ina.control.p4runtime import connect
@@ -118,7 +123,8 @@ def run_case(case: FailoverCase, build_dir: Path, options: WatchOptions) -> Fail
             async with connect(topology.without(failures), lab.p4info, lab.p4blob,
                                push=True) as clients:
                 report = await repair(topology, failures, clients)
-            repaired.append((time.monotonic(), "; ".join(j.describe() for j in report.jobs)))
+            repaired.append((time.monotonic(), "; ".join(j.describe() for j in report.jobs),
+                             report.jobs[0].switches if report.jobs else ()))
 
         watcher = WatcherThread(lab, options, on_change)
         try:
@@ -128,7 +134,6 @@ def run_case(case: FailoverCase, build_dir: Path, options: WatchOptions) -> Fail
             go = time.monotonic()
             failed_at = _fail_at(lab, victim, go + case.fail_at * baseline_s)
             reports = _wait_all(procs, {}, timeout=600)
-            vat_after = sorted(_vat_now(lab))
             watcher.wait_for(lambda: len(repaired) >= 1, 30, "the repair")
             # Restore: the switch comes back, and the watcher repairs again.
             lab.recover_switch(victim)
@@ -137,13 +142,13 @@ def run_case(case: FailoverCase, build_dir: Path, options: WatchOptions) -> Fail
         finally:
             watcher.stop()
     detected = next(t for t, f in watcher.changes if victim in f.switches)
-    repaired_at, what = repaired[0]
+    repaired_at, what, vat_after = repaired[0]
     started = min(r["started"] for r in reports.values())
     timelines = {w: [(round(t - started, 4), n) for t, n in r["timeline"]]
                  for w, r in reports.items()}
     first_new = min(t for r in reports.values() for t, _ in r["timeline"] if t > repaired_at)
     return FailoverRun(
-        case.name, len(job.workers), case.size, victim, sorted(job.nodes), vat_after,
+        case.name, len(job.workers), case.size, victim, sorted(job.nodes), sorted(vat_after),
         baseline_s, max(r["elapsed"] for r in reports.values()),
         detected - failed_at, repaired_at - failed_at, first_new - failed_at, what,
         sum(r["replans"] for r in reports.values()),
@@ -164,14 +169,6 @@ def _fail_at(lab: Lab, switch: str, at: float) -> float:
     stopped = time.monotonic()
     lab.fail_switch(switch)
     return stopped
-
-
-def _vat_now(lab: Lab) -> set[str]:
-    from ina.lab.deploy import controller_call
-
-    entries, _ = controller_call(lab, lambda ctl: ctl.read_job_state())
-    return {sw for sw, es in entries.items() for e in es
-            if e.action.endswith(("vat_node", "vat_root"))}
 
 
 def render(runs: list[FailoverRun], options: WatchOptions, bmv2: str) -> str:
@@ -204,8 +201,16 @@ def plot(runs: list[FailoverRun], path: Path, bmv2: str) -> None:
 
     fig, axes = plt.subplots(1, len(runs), figsize=(5.2 * len(runs), 3.6), squeeze=False)
     for ax, r in zip(axes[0], runs, strict=True):
-        for w, points in sorted(r.timelines.items()):
-            ax.plot([t for t, _ in points], [n for _, n in points], lw=1, label=w)
+        for i, (w, points) in enumerate(sorted(r.timelines.items())):
+            # One line per run of the call: a re-planned call counts again from 0.
+            runs: list[list[tuple[float, int]]] = [[]]
+            for t, n in points:
+                if runs[-1] and n < runs[-1][-1][1]:
+                    runs.append([])
+                runs[-1].append((t, n))
+            for j, run in enumerate(runs):
+                ax.plot([t for t, _ in run], [n for _, n in run], lw=1, color=f"C{i}",
+                        label=w if j == 0 else None)
         for x, label, color in ((r.fail_at_s, "failure", "#b0413e"),
                                 (r.fail_at_s + r.detection_s, "detected", "#e09f3e"),
                                 (r.fail_at_s + r.repaired_s, "repaired", "#1b5e20")):
