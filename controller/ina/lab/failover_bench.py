@@ -203,12 +203,12 @@ def plot(runs: list[FailoverRun], path: Path, bmv2: str) -> None:
     for ax, r in zip(axes[0], runs, strict=True):
         for i, (w, points) in enumerate(sorted(r.timelines.items())):
             # One line per run of the call: a re-planned call counts again from 0.
-            runs: list[list[tuple[float, int]]] = [[]]
+            segments: list[list[tuple[float, int]]] = [[]]
             for t, n in points:
-                if runs[-1] and n < runs[-1][-1][1]:
-                    runs.append([])
-                runs[-1].append((t, n))
-            for j, run in enumerate(runs):
+                if segments[-1] and n < segments[-1][-1][1]:
+                    segments.append([])
+                segments[-1].append((t, n))
+            for j, run in enumerate(segments):
                 ax.plot([t for t, _ in run], [n for _, n in run], lw=1, color=f"C{i}",
                         label=w if j == 0 else None)
         for x, label, color in ((r.fail_at_s, "failure", "#b0413e"),
