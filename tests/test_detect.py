@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from ina.control.detect import Detector, Probe
@@ -50,6 +52,22 @@ class Watched:
                                             self.now)
             verdict = self.det.verdict(self.now)
         return verdict
+
+    def step(self, carries: Callable[[str, str], bool]) -> Failures:
+        """One STEP: every switch primary and answering, a probe on every direction
+        of every link that ``carries(sender, receiver)``; the verdict."""
+        self.now += STEP
+        for sw in TOPO.switches:
+            self.det.probing(sw, True, self.now)
+            self.det.switch_answered(sw, self.now)
+        for link in self.det.links:
+            if carries(link.a, link.b):
+                self.det.probe_received(link.b, link.b_port, self.probe(link.a, link.a_port),
+                                        self.now)
+            if carries(link.b, link.a):
+                self.det.probe_received(link.a, link.a_port, self.probe(link.b, link.b_port),
+                                        self.now)
+        return self.det.verdict(self.now)
 
     @staticmethod
     def probe(switch: str, port: int) -> Probe:
@@ -186,29 +204,12 @@ def test_a_switch_too_busy_to_take_its_probes_pauses_its_links_verdict() -> None
     w = Watched()
     w.run(1.0)
     for _ in range(20):  # spine1 is primary, but every write of its probes times out
-        w.now += STEP
-        for sw in TOPO.switches:
-            w.det.probing(sw, True, w.now)
-            w.det.switch_answered(sw, w.now)
         w.det.probes_sent("spine1", False, w.now)
-        for link in w.det.links:
-            if link.a != "spine1":
-                w.det.probe_received(link.b, link.b_port, w.probe(link.a, link.a_port), w.now)
-            if link.b != "spine1":
-                w.det.probe_received(link.a, link.a_port, w.probe(link.b, link.b_port), w.now)
-        assert not w.det.verdict(w.now)
+        assert not w.step(lambda sender, _: sender != "spine1")
 
 
 def test_a_switch_late_with_every_probe_it_passes_up_breaks_no_link() -> None:
     w = Watched()
     w.run(1.0)
     for _ in range(20):  # leaf2 passes up nothing for 2 s (busy), everything else flows
-        w.now += STEP
-        for sw in TOPO.switches:
-            w.det.switch_answered(sw, w.now)
-        for link in w.det.links:
-            if link.b != "leaf2":
-                w.det.probe_received(link.b, link.b_port, w.probe(link.a, link.a_port), w.now)
-            if link.a != "leaf2":
-                w.det.probe_received(link.a, link.a_port, w.probe(link.b, link.b_port), w.now)
-        assert not w.det.verdict(w.now)
+        assert not w.step(lambda _, receiver: receiver != "leaf2")

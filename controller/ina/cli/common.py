@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ina.errors import EXIT_MEANINGS, InaError
+from ina.errors import EXIT_MEANINGS, InaError, UsageError
 
 #: Where the compiled program is, unless --build says otherwise.
 DEFAULT_BUILD = Path(os.environ.get("INA_BUILD_DIR", "build"))
@@ -35,6 +35,22 @@ def add_topology(p: argparse.ArgumentParser) -> None:
 
 def add_job(p: argparse.ArgumentParser, text: str = "the job file") -> None:
     p.add_argument("--job", required=True, type=Path, metavar="FILE", help=text)
+
+
+def add_element(p: argparse.ArgumentParser) -> None:
+    """``switch NAME`` or ``link A B``: what fails or recovers (``element_of``)."""
+    p.add_argument("element", choices=("switch", "link"))
+    p.add_argument("names", nargs="+", metavar="NAME",
+                   help="the switch, or the two nodes the link joins")
+
+
+def element_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """("switch", NAME) or ("link", A, B), from ``add_element``'s arguments."""
+    if args.element == "switch" and len(args.names) != 1:
+        raise UsageError("give one switch: switch NAME")
+    if args.element == "link" and (len(args.names) != 2 or args.names[0] == args.names[1]):
+        raise UsageError("give the two nodes a link joins: link A B")
+    return (args.element, *args.names)
 
 
 def add_build(p: argparse.ArgumentParser) -> None:

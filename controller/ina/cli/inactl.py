@@ -76,10 +76,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("bift", help="print every switch's BIER forwarding table (contacts no switch)")
     for verb, what in (("down", "failed: routes and jobs move around it"),
                        ("up", "back: routes return to the shortest paths")):
-        f = sub.add_parser(verb, help=f"declare a switch or link {what}")
-        f.add_argument("element", choices=("switch", "link"))
-        f.add_argument("names", nargs="+", metavar="NAME",
-                       help="the switch, or the two nodes the link joins")
+        common.add_element(sub.add_parser(verb, help=f"declare a switch or link {what}"))
     sub.add_parser("repair", help="make the switches right for the declared failures again "
                                   "(after a repair was interrupted)")
     inactl_watch.add_parser(sub)
@@ -135,14 +132,11 @@ def _main(args: argparse.Namespace) -> int:
 def _declared(args: argparse.Namespace, full: Topology, failures: Failures) -> Failures:
     """The failures after ``inactl down|up switch NAME`` or ``link A B``."""
     down = args.command == "down"
-    if args.element == "switch":
-        if len(args.names) != 1:
-            raise UsageError("give one switch: inactl down switch NAME")
-        failures = failures.with_switch(args.names[0], down)
+    element = common.element_of(args)
+    if element[0] == "switch":
+        failures = failures.with_switch(element[1], down)
     else:
-        if len(args.names) != 2 or args.names[0] == args.names[1]:
-            raise UsageError("give the two nodes a link joins: inactl down link A B")
-        failures = failures.with_link(args.names[0], args.names[1], down)
+        failures = failures.with_link(element[1], element[2], down)
     full.without(failures)  # names a switch or link the topology does not have
     return failures
 

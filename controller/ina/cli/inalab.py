@@ -173,11 +173,12 @@ def _fault(args: argparse.Namespace, topology: Topology) -> int:
     from ina.lab import faults
 
     fail = args.cmd == "fail"
-    if args.element == "switch":
-        if len(args.names) != 1 or args.names[0] not in topology.switches:
-            raise UsageError(f"give one switch of {topology.name}: "
+    element = common.element_of(args)
+    if element[0] == "switch":
+        name = element[1]
+        if name not in topology.switches:
+            raise UsageError(f"{name} is not a switch of {topology.name}: "
                              f"{', '.join(sorted(topology.switches))}")
-        name = args.names[0]
         init, _ = _running_lab(topology)
         if fail:
             pid = faults.fail_switch(init, topology, name)
@@ -187,13 +188,11 @@ def _fault(args: argparse.Namespace, topology: Topology) -> int:
             faults.recover_switch(init, topology, name)
             print(f"{name} started again, empty; tell the controller: inactl up switch {name}")
         return 0
-    if len(args.names) != 2:
-        raise UsageError("give the two nodes a link joins: inalab fail link A B")
+    a, b = element[1:]
     init, hosts = _running_lab(topology)
-    faults.set_link(init, hosts, topology, args.names[0], args.names[1], up=not fail)
+    faults.set_link(init, hosts, topology, a, b, up=not fail)
     verb = "down" if fail else "up"
-    print(f"link {args.names[0]}-{args.names[1]} {verb}; tell the controller: inactl {verb} "
-          f"link {args.names[0]} {args.names[1]}")
+    print(f"link {a}-{b} {verb}; tell the controller: inactl {verb} link {a} {b}")
     return 0
 
 
@@ -248,10 +247,7 @@ def parser() -> argparse.ArgumentParser:
                         "is under way and declared to the controller, which repairs the job")
     for verb, what in (("fail", "stop a switch's BMv2 process, or take a link down"),
                        ("recover", "start a failed switch again (empty), or bring a link up")):
-        f = sub.add_parser(verb, help=f"in the running lab: {what}")
-        f.add_argument("element", choices=("switch", "link"))
-        f.add_argument("names", nargs="+", metavar="NAME",
-                       help="the switch, or the two nodes the link joins")
+        common.add_element(sub.add_parser(verb, help=f"in the running lab: {what}"))
     p.add_argument("--sandboxed", action="store_true", help=argparse.SUPPRESS)
     return p
 
