@@ -196,16 +196,23 @@ def _fault(args: argparse.Namespace, topology: Topology) -> int:
     return 0
 
 
+def _is_element(topology: Topology, words: list[str]) -> bool:
+    """Whether ``words`` are ``switch NAME`` or ``link A B`` of the topology."""
+    kind, names = words[0], words[1:]
+    if kind == "switch":
+        return len(names) == 1 and names[0] in topology.switches
+    return kind == "link" and len(names) == 2 and bool(topology.link_ends(*names))
+
+
 def _demo(args: argparse.Namespace, topology: Topology, argv: list[str]) -> int:
     from ina.lab.demo import run_on_bmv2, run_on_model
     from ina.lab.mininet import missing_tools
 
     job = resolve(JobSpec.load(args.job), topology)
     reason = "--model was given" if args.model else "; ".join(missing_tools(args.build))
-    if args.fail and (len(args.fail) != {"switch": 2, "link": 3}.get(args.fail[0])
-                      or not topology.link_ends(*args.fail[1:]) and args.fail[0] == "link"
-                      or args.fail[0] == "switch" and args.fail[1] not in topology.switches):
-        raise UsageError("--fail takes 'switch NAME' or 'link A B' of the topology")
+    if args.fail and not _is_element(topology, args.fail):
+        raise UsageError(f"--fail takes 'switch NAME' or 'link A B' of {topology.name}, "
+                         f"not {' '.join(args.fail)!r}")
     if args.fail and reason:
         raise UsageError(f"--fail needs Mininet + BMv2: {reason}")
     if reason:
