@@ -189,8 +189,26 @@ def render(runs: list[FailoverRun], options: WatchOptions, bmv2: str) -> str:
     return "\n".join(lines)
 
 
+#: Points per worker's timeline in the JSON figures (the picture uses them all).
+TIMELINE_POINTS = 200
+
+
 def figures(runs: list[FailoverRun], bmv2: str) -> dict[str, Any]:
-    return {"bmv2": bmv2, "runs": [{**asdict(r), "slowdown": r.slowdown} for r in runs]}
+    """The figures, each worker's timeline thinned to about TIMELINE_POINTS points
+    (the first and last of each run of the call kept)."""
+    result = []
+    for r in runs:
+        doc = {**asdict(r), "slowdown": r.slowdown}
+        doc["timelines"] = {w: _thin(points) for w, points in r.timelines.items()}
+        result.append(doc)
+    return {"bmv2": bmv2, "runs": result}
+
+
+def _thin(points: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    step = max(1, len(points) // TIMELINE_POINTS)
+    return [p for i, p in enumerate(points)
+            if i % step == 0 or i == len(points) - 1
+            or (i + 1 < len(points) and points[i + 1][1] < p[1])]
 
 
 def plot(runs: list[FailoverRun], path: Path, bmv2: str) -> None:
