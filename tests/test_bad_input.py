@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -140,9 +141,12 @@ def _assert_refused_clearly(code: int, stderr: str, allowed: set[int]) -> None:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Module-scoped: hypothesis runs many examples in one test call.
-    return tmp_path_factory.mktemp("bad-input")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    # Module-scoped: hypothesis runs many examples in one test call. Removed after the
+    # module (pytest's retention policy keeps only function-scoped directories away).
+    path = tmp_path_factory.mktemp("bad-input")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _write(workdir: Path, name: str, content: bytes) -> Path:
