@@ -29,7 +29,14 @@ from typing import Any
 from ina.cli import common, inactl_watch
 from ina.control import p4names
 from ina.control.controller import Controller, SwitchStatus
-from ina.control.repair import ON_HOSTS, load_failures, read_jobs, repair, save_failures
+from ina.control.repair import (
+    ON_HOSTS,
+    load_failures,
+    read_jobs,
+    repair,
+    repair_switches,
+    save_failures,
+)
 from ina.control.report import render_status
 from ina.control.switch import SwitchClient
 from ina.control.vat_planner import resolve, root_only, stream_cost
@@ -167,14 +174,9 @@ def _repair_on_change(args: argparse.Namespace, full: Topology,
     """What ``inactl watch`` does on each change it detects: record it, as ``inactl
     down|up`` does, and repair over one-shot connections (whose election id is
     above the watcher's, so they may write)."""
-    from ina.control.p4runtime import connect
-
     async def on_change(failures: Failures) -> None:
         save_failures(failures_file, failures)
-        topology = full.without(failures)
-        async with connect(topology, args.p4info, args.p4blob, push=True,
-                           timeout=args.timeout) as clients:
-            report = await repair(full, failures, clients)
+        report = await repair_switches(full, failures, args.p4info, args.p4blob, args.timeout)
         for line in report.describe().splitlines():
             LOG.warning("repair: %s", line)
 

@@ -272,11 +272,7 @@ class Controller:
             for sw, entries in plan.items()}
 
         async def write(sw: str, client: SwitchClient) -> None:
-            # A job index may have served a torn-down job: start its counters at zero.
-            cells = range(alloc[sw].job_index * JOB_STAT_STRIDE,
-                          (alloc[sw].job_index + 1) * JOB_STAT_STRIDE)
-            for counter in n.JOB_STAT_COUNTERS:
-                await client.reset_counter(counter, cells)
+            await _reset_job_counters(client, alloc[sw].job_index)
             await client.insert(writes[sw])
 
         results = await self._each(write, list(writes))
@@ -303,6 +299,56 @@ class Controller:
             raise DeployError(spec.job_id, failures, {sw: r for sw, r in rollback.items()
                                                       if isinstance(r, BaseException)})
         return Deployment(None, {}, 0, plan, {}, why)
+
+    async def rewrite_job(self, job_id: int, current: Mapping[str, Sequence[Entity]],
+                          desired: Mapping[str, Sequence[Entity]],
+                          new_indices: Mapping[str, int]) -> bool:
+        """Change a deployed job's entries and groups from ``current`` to ``desired``
+        (per switch), only what differs: new state first (the counters of a job index
+        in ``new_indices`` at zero), the member entries (which switch the workers over)
+        next, what is stale last, entries before groups. True if anything was written."""
+        have = {sw: {_key(e): e for e in es} for sw, es in current.items()}
+        want = {sw: {_key(e): e for e in es} for sw, es in desired.items()}
+        switches = sorted(set(have) | set(want))
+
+        def changes(sw: str, members: bool) -> tuple[list[Entity], list[Entity]]:
+            old, new = have.get(sw, {}), want.get(sw, {})
+            pick = [e for e in new.values()
+                    if (isinstance(e, TableEntry) and e.table == n.JOB_MEMBERS.name) == members]
+            # Groups first: nothing may send to a group that does not exist yet.
+            inserts = sorted((e for e in pick if _key(e) not in old),
+                             key=lambda e: not isinstance(e, McastGroup))
+            return inserts, [e for e in pick if _key(e) in old and old[_key(e)] != e]
+
+        new_state = {sw: changes(sw, members=False) for sw in switches}
+        member_state = {sw: changes(sw, members=True) for sw in switches}
+        stale = {sw: sorted((e for k, e in have.get(sw, {}).items() if k not in want.get(sw, {})),
+                            key=lambda e: isinstance(e, McastGroup)) for sw in switches}
+
+        async def write_new(sw: str, client: SwitchClient) -> None:
+            if sw in new_indices:
+                await _reset_job_counters(client, new_indices[sw])
+            await client.insert(new_state[sw][0])
+            await client.modify(new_state[sw][1])
+
+        async def switch_over(sw: str, client: SwitchClient) -> None:
+            await client.insert(member_state[sw][0])
+            await client.modify(member_state[sw][1])
+
+        async def remove_stale(sw: str, client: SwitchClient) -> None:
+            await client.delete(stale[sw])
+
+        written = False
+        for what, fn, busy in (
+                ("writing", write_new, [sw for sw in switches
+                                        if any(new_state[sw]) or sw in new_indices]),
+                ("switching the workers over for", switch_over,
+                 [sw for sw in switches if any(member_state[sw])]),
+                ("removing the stale state of", remove_stale,
+                 [sw for sw in switches if stale[sw]])):
+            self._raise_failures(f"{what} job {job_id}", await self._each(fn, busy))
+            written |= bool(busy)
+        return written
 
     @staticmethod
     async def _remove_exact(client: SwitchClient, entities: Sequence[Entity]) -> None:
@@ -380,6 +426,13 @@ class Controller:
         results = await self._each(read)
         self._raise_failures("reading status", results)
         return {sw: r for sw, r in results.items() if isinstance(r, SwitchStatus)}
+
+
+async def _reset_job_counters(client: SwitchClient, job_index: int) -> None:
+    """A job index may have served another job: its counters start at zero."""
+    cells = range(job_index * JOB_STAT_STRIDE, (job_index + 1) * JOB_STAT_STRIDE)
+    for counter in n.JOB_STAT_COUNTERS:
+        await client.reset_counter(counter, cells)
 
 
 def _jobs_on_switch(switch: str, entries: Sequence[TableEntry]) -> list[JobOnSwitch]:

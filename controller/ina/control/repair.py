@@ -37,20 +37,19 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from ina.control import p4names as n
 from ina.control.allocation import Allocation, allocate, capacity
-from ina.control.controller import Controller
+from ina.control.controller import BaseChanges, Controller
 from ina.control.entities import Entity, McastGroup, TableEntry
 from ina.control.switch import SwitchClient
 from ina.control.switch_state import job_group_id, job_groups, job_plan, on_hosts_plan
 from ina.control.vat_planner import plan_job
 from ina.errors import CapacityError, InputError, PlanError, TopologyError
-from ina.protocol.bitmaps import join_set
-from ina.protocol.constants import JOB_STAT_STRIDE, Op
+from ina.protocol.bitmaps import bfr_ids_of, join_set
+from ina.protocol.constants import Op
 from ina.protocol.frames import ip_str
 from ina.spec.job import Job, JobSpec, validate_job
 from ina.spec.topology import Failures, Topology
@@ -123,7 +122,7 @@ def read_jobs(topology: Topology, entries: Mapping[str, Sequence[TableEntry]],
               groups: Mapping[str, Sequence[McastGroup]]) -> dict[int, JobRecord]:
     """Every job the switches hold, with its workers (from the member entries of
     their edge switches and the A-BMs of its VAT nodes), slots, generation, epoch."""
-    by_bit = {h.bit: name for name, h in topology.hosts.items()}
+    by_bfr_id = {h.bfr_id: name for name, h in topology.hosts.items()}
     records: dict[int, JobRecord] = {}
     for sw, es in sorted(entries.items()):
         ports = topology.ports(sw)
@@ -132,30 +131,28 @@ def read_jobs(topology: Topology, entries: Mapping[str, Sequence[TableEntry]],
             assert isinstance(job_id, int)
             r = records.setdefault(job_id, JobRecord(job_id))
             r.entries.setdefault(sw, []).append(e)
-            if e.table == n.JOB_MEMBERS.name and e.action != n.BIER_SOURCE.name:
+            if e.table == n.JOB_MEMBERS.name:
                 port = e.match_value("ingress_port")
-                nb = ports.get(port) if isinstance(port, int) else None
-                if nb is not None and nb.is_host:
-                    r.workers.add(nb.node)
+                host = ports[port].node if isinstance(port, int) and port in ports else None
+                if e.action == n.BIER_SOURCE.name:
+                    r.root = host  # a server root
+                    continue
+                if host is not None:
+                    r.workers.add(host)
                 r.gen, r.slots = e.param("gen"), e.param("slots")
                 if e.action == n.MEMBER_ON_HOSTS.name:
                     r.mode = ON_HOSTS
-            elif e.table == n.JOB_MEMBERS.name:
-                port = e.match_value("ingress_port")
-                nb = ports.get(port) if isinstance(port, int) else None
-                if nb is not None:
-                    r.root = nb.node  # a server root
             elif e.table == n.VAT_JOBS.name and e.action != n.TRANSIT.name:
                 r.slots, r.epoch = e.param("slot_mask") + 1, e.param("epoch")
                 if e.action == n.VAT_ROOT.name:
                     r.root = sw
                 if e.param("abm"):
                     r.workers.update(_hosts_of(join_set(e.param("set_id"), e.param("abm")),
-                                               by_bit))
+                                               by_bfr_id))
             elif e.table == n.VAT_SETS.name:
                 si = e.match_value("si")
                 assert isinstance(si, int)
-                r.workers.update(_hosts_of(join_set(si, e.param("abm")), by_bit))
+                r.workers.update(_hosts_of(join_set(si, e.param("abm")), by_bfr_id))
     for r in records.values():
         for sw, es in r.entries.items():
             index = next((e.param("job_index") for e in es if e.table == n.VAT_JOBS.name), None)
@@ -168,14 +165,8 @@ def read_jobs(topology: Topology, entries: Mapping[str, Sequence[TableEntry]],
     return records
 
 
-def _hosts_of(bits: int, by_bit: Mapping[int, str]) -> list[str]:
-    result = []
-    while bits:
-        low = bits & -bits
-        if low in by_bit:
-            result.append(by_bit[low])
-        bits ^= low
-    return result
+def _hosts_of(bitmap: int, by_bfr_id: Mapping[int, str]) -> list[str]:
+    return [by_bfr_id[i] for i in bfr_ids_of(bitmap) if i in by_bfr_id]
 
 
 def current_vat(record: JobRecord, topology: Topology) -> Job | None:
@@ -184,23 +175,21 @@ def current_vat(record: JobRecord, topology: Topology) -> Job | None:
     if record.mode != ON_SWITCHES or record.root is None or not record.slots:
         return None
     by_ip = {topology.address(name): name for name in (*topology.switches, *topology.hosts)}
+
+    def parent_gone(e: TableEntry) -> bool:
+        parent = by_ip.get(ip_str(e.param("parent_ip")))
+        return parent is None or parent in topology.switches and parent not in record.entries
+
     aggregators: dict[str, tuple[str, ...]] = {}
     for sw, es in record.entries.items():
         for e in es:
-            if e.table == n.VAT_JOBS.name and e.action == n.VAT_NODE.name:
-                parent = by_ip.get(ip_str(e.param("parent_ip")))
-                if parent is None or (parent in topology.switches
-                                      and parent not in record.entries):
-                    return None  # its parent failed
+            if e.action in (n.VAT_NODE.name, n.MEMBER.name) and parent_gone(e):
+                return None  # a node's or a worker's parent failed
+            if e.action == n.VAT_NODE.name:
                 covered = [w for w in sorted(record.workers)
                            if join_set(e.param("set_id"), e.param("abm"))
                            & topology.hosts[w].bit]
                 aggregators[sw] = tuple(covered)
-            elif e.table == n.JOB_MEMBERS.name and e.action == n.MEMBER.name:
-                parent = by_ip.get(ip_str(e.param("parent_ip")))
-                if parent is None or (parent in topology.switches
-                                      and parent not in record.entries):
-                    return None
     if record.root in topology.switches and record.root not in record.entries:
         return None
     try:
@@ -230,14 +219,13 @@ class JobRepair:
 @dataclass
 class RepairReport:
     failures: Failures
-    base: dict[str, str] = field(default_factory=dict)  # per switch: what changed
+    base: dict[str, BaseChanges] = field(default_factory=dict)  # per switch
     jobs: list[JobRepair] = field(default_factory=list)
 
     def describe(self) -> str:
         lines = [f"down: {self.failures.describe()}"]
-        changed = {sw: d for sw, d in self.base.items() if not d.startswith("0 inserted, 0 "
-                                                                           "modified, 0 del")}
-        lines += [f"{sw}: base state {d}" for sw, d in sorted(changed.items())]
+        lines += [f"{sw}: base state {c.describe()}" for sw, c in sorted(self.base.items())
+                  if c.written]
         lines += [j.describe() for j in self.jobs] or ["no jobs deployed"]
         return "\n".join(lines)
 
@@ -249,8 +237,7 @@ async def repair(full: Topology, failures: Failures,
     topology = full.without(failures)
     controller = Controller(topology, {sw: clients[sw] for sw in topology.switches})
     report = RepairReport(failures)
-    changes = await controller.init()
-    report.base = {sw: c.describe() for sw, c in changes.items()}
+    report.base = await controller.init()
     entries, groups = await controller.read_job_state()
     records = read_jobs(topology, entries, groups)
     for job_id, record in sorted(records.items()):
@@ -260,8 +247,19 @@ async def repair(full: Topology, failures: Failures,
         LOG.info("%s", outcome.describe())
         report.jobs.append(outcome)
         # What the next job sees as taken: this job's entries as they are now.
-        entries = await controller._read_jobs()
+        entries, _ = await controller.read_job_state()
     return report
+
+
+async def repair_switches(full: Topology, failures: Failures, p4info: Path,
+                          p4blob: Path | None, timeout: float = 10.0) -> RepairReport:
+    """``repair`` over fresh P4Runtime connections to the live switches; a switch that
+    is back (restarted empty) gets the pipeline again."""
+    from ina.control.p4runtime import connect  # grpc is slow to import
+
+    async with connect(full.without(failures), p4info, p4blob, push=True,
+                       timeout=timeout) as clients:
+        return await repair(full, failures, clients)
 
 
 async def _repair_job(controller: Controller, topology: Topology, record: JobRecord,
@@ -279,7 +277,7 @@ async def _repair_job(controller: Controller, topology: Topology, record: JobRec
         fresh = allocate(job, topology, others)
         alloc = {sw: alloc.get(sw, a) for sw, a in fresh.items()}
         desired = _job_state(job, topology, alloc, record.epoch, record.gen)
-        changed = await write_job(controller, record, desired, alloc)
+        changed = await _rewrite(controller, record, desired, alloc)
         return JobRepair(record.job_id, "rerouted" if changed else "kept", "",
                          tuple(sorted(job.nodes)))
     gen = (record.gen + 1) % 256
@@ -292,7 +290,7 @@ async def _repair_job(controller: Controller, topology: Topology, record: JobRec
     except (PlanError, CapacityError) as exc:
         desired = {sw: list[Entity](es) for sw, es in
                    on_hosts_plan(record.job_id, workers, slots, topology, gen).items()}
-        await write_job(controller, record, desired, {})
+        await _rewrite(controller, record, desired, {})
         reason = "; ".join(exc.problems)
         if record.mode == ON_HOSTS:
             return JobRepair(record.job_id, "on hosts", f"still no plan fits: {reason}")
@@ -300,7 +298,7 @@ async def _repair_job(controller: Controller, topology: Topology, record: JobRec
         return JobRepair(record.job_id, "on hosts", f"no switch can aggregate it: {reason}")
     epoch = secrets.randbits(32) | 1
     desired = _job_state(job, topology, alloc, epoch, gen)
-    await write_job(controller, record, desired, alloc)
+    await _rewrite(controller, record, desired, alloc)
     action = "back on switches" if record.mode == ON_HOSTS else "re-planned"
     return JobRepair(record.job_id, action, f"generation {gen}", tuple(sorted(job.nodes)))
 
@@ -312,68 +310,15 @@ def _job_state(job: Job, topology: Topology, alloc: Mapping[str, Allocation], ep
     return {sw: ([groups[sw]] if sw in groups else []) + list(es) for sw, es in plan.items()}
 
 
-def _key(e: Entity) -> Any:
-    return ("group", e.group_id) if isinstance(e, McastGroup) else e.key
-
-
-async def write_job(controller: Controller, record: JobRecord,
-                    desired: Mapping[str, Sequence[Entity]],
-                    alloc: Mapping[str, Allocation]) -> bool:
-    """Change the job's entries and groups from what ``record`` read to ``desired``:
-    new state first, the member entries (the switch-over) next, stale state last.
-    True if anything was written."""
-    old_alloc = record.allocations()
-    current: dict[str, dict[Any, Entity]] = {}
-    for sw in set(record.entries) | set(record.groups):
-        held: list[Entity] = [*record.entries.get(sw, [])]
-        if sw in record.groups:
-            held.append(record.groups[sw])
-        current[sw] = {_key(e): e for e in held}
-    wanted = {sw: {_key(e): e for e in es} for sw, es in desired.items()}
-    switches = sorted(set(current) | set(wanted))
-
-    def new(sw: str, members: bool) -> tuple[list[Entity], list[Entity]]:
-        have, want = current.get(sw, {}), wanted.get(sw, {})
-        pick = [e for e in want.values()
-                if (isinstance(e, TableEntry) and e.table == n.JOB_MEMBERS.name) == members]
-        return ([e for e in pick if _key(e) not in have],
-                [e for e in pick if _key(e) in have and have[_key(e)] != e])
-
-    written = False
-    # 1. Groups, VAT and transit entries (counters of a job index new to it at zero).
-    for_each: dict[str, tuple[list[Entity], list[Entity]]] = {
-        sw: new(sw, members=False) for sw in switches}
-    for sw in switches:
-        if sw in alloc and (sw not in old_alloc or old_alloc[sw].job_index
-                            != alloc[sw].job_index):
-            i = alloc[sw].job_index
-            for counter in n.JOB_STAT_COUNTERS:
-                await controller.clients[sw].reset_counter(
-                    counter, range(i * JOB_STAT_STRIDE, (i + 1) * JOB_STAT_STRIDE))
-    results = await controller._each(_apply(for_each), [sw for sw in switches
-                                                        if any(for_each[sw])])
-    controller._raise_failures(f"writing job {record.job_id}", results)
-    written |= bool(results)
-    # 2. The workers' edge switches: from now on their packets follow the new state.
-    members = {sw: new(sw, members=True) for sw in switches}
-    results = await controller._each(_apply(members), [sw for sw in switches
-                                                       if any(members[sw])])
-    controller._raise_failures(f"switching job {record.job_id}'s workers over", results)
-    written |= bool(results)
-    # 3. What is stale: entries before groups.
-    stale = {sw: sorted((e for k, e in current.get(sw, {}).items() if k not in wanted.get(sw, {})),
-                        key=lambda e: isinstance(e, McastGroup)) for sw in switches}
-    results = await controller._each(lambda sw, c: c.delete(stale[sw]),
-                                     [sw for sw in switches if stale[sw]])
-    controller._raise_failures(f"removing job {record.job_id}'s stale state", results)
-    return written or bool(results)
-
-
-def _apply(changes: Mapping[str, tuple[list[Entity], list[Entity]]]) -> Any:
-    async def apply(sw: str, client: SwitchClient) -> None:
-        ins, mod = changes[sw]
-        # Groups before the entries that send to them.
-        await client.insert(sorted(ins, key=lambda e: not isinstance(e, McastGroup)))
-        await client.modify(mod)
-    return apply
-
+async def _rewrite(controller: Controller, record: JobRecord,
+                   desired: Mapping[str, Sequence[Entity]],
+                   alloc: Mapping[str, Allocation]) -> bool:
+    """The job from what ``record`` read to ``desired``; the counters of a job index
+    new to a switch start at zero."""
+    old = record.allocations()
+    current = {sw: [*record.entries.get(sw, ()), *([record.groups[sw]] if sw in record.groups
+                                                    else [])]
+               for sw in set(record.entries) | set(record.groups)}
+    new_indices = {sw: a.job_index for sw, a in alloc.items()
+                   if sw not in old or old[sw].job_index != a.job_index}
+    return await controller.rewrite_job(record.job_id, current, desired, new_indices)

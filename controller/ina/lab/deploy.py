@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ina.control.controller import Controller
-from ina.control.repair import RepairReport, repair
+from ina.control.repair import RepairReport, repair_switches
 from ina.control.switch import CounterValue
 from ina.errors import LabError
 from ina.lab.mininet import Lab
@@ -39,15 +39,7 @@ def repair_lab(lab: Lab) -> RepairReport:
     """Tell the controller what the lab failed or recovered (as ``inactl down|up``
     does): routes and jobs repaired on the live switches, a recovered switch given
     its pipeline again."""
-    from ina.control.p4runtime import connect
-
-    topology = lab.topology.without(lab.failures)
-
-    async def call() -> RepairReport:
-        async with connect(topology, lab.p4info, lab.p4blob, push=True) as clients:
-            return await repair(lab.topology, lab.failures, clients)
-
-    return asyncio.run(call())
+    return asyncio.run(repair_switches(lab.topology, lab.failures, lab.p4info, lab.p4blob))
 
 
 def deploy(lab: Lab, job: JobSpec | Job, job_file: Path | None = None) -> Job:

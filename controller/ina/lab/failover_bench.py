@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ina.control.repair import repair
+from ina.control.repair import repair_switches
 from ina.control.watch import WatchOptions
 from ina.errors import LabError
 from ina.host.arrays import digest, random_array
@@ -118,11 +118,7 @@ def run_case(case: FailoverCase, build_dir: Path, options: WatchOptions) -> Fail
         repaired: list[tuple[float, str, tuple[str, ...]]] = []
 
         async def on_change(failures: Failures) -> None:
-            from ina.control.p4runtime import connect
-
-            async with connect(topology.without(failures), lab.p4info, lab.p4blob,
-                               push=True) as clients:
-                report = await repair(topology, failures, clients)
+            report = await repair_switches(topology, failures, lab.p4info, lab.p4blob)
             repaired.append((time.monotonic(), "; ".join(j.describe() for j in report.jobs),
                              report.jobs[0].switches if report.jobs else ()))
 
