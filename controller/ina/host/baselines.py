@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from ina.protocol.arith import wrap_int32
+from ina.protocol.arith import combine
 from ina.protocol.constants import Op
 
 Array = npt.NDArray[np.int32]
@@ -50,11 +50,6 @@ def _recv_array(sock: socket.socket) -> Array:
     return np.frombuffer(_recv_exact(sock, n), dtype=">i4").astype(np.int32)
 
 
-def _wrap_sum(a: Array, b: Array) -> Array:
-    """a + b with the switches' int32 wrap-around."""
-    return wrap_int32(a.astype(np.int64) + b).astype(np.int32)
-
-
 def ps_server(port: int, workers: int) -> None:
     """Accept ``workers`` connections, sum their arrays, send the sum to each."""
     with socket.create_server(("0.0.0.0", port), backlog=workers) as srv:
@@ -62,7 +57,7 @@ def ps_server(port: int, workers: int) -> None:
         total: Array | None = None
         for conn in conns:
             values = _recv_array(conn)
-            total = values if total is None else _wrap_sum(total, values)
+            total = values if total is None else combine(Op.SUM, total, values)[0]
         assert total is not None
         for conn in conns:
             _send_array(conn, total)
@@ -215,18 +210,6 @@ class Ring:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def combine(op: Op, a: Array, b: Array) -> tuple[Array, bool]:
-    """a and b combined element by element as the data plane does: SUM wraps around
-    int32 (True if some element did), MIN and MAX signed."""
-    if op == Op.MIN:
-        return np.minimum(a, b), False
-    if op == Op.MAX:
-        return np.maximum(a, b), False
-    total = a.astype(np.int64) + b
-    wrapped = wrap_int32(total)
-    return wrapped.astype(np.int32), bool(np.any(wrapped != total))
 
 
 def _send_flagged(sock: socket.socket, values: Array, flag: bool,

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.errors import JobError, WireError
-from ina.protocol.arith import seq_add, seq_diff, wrap_int32
+from ina.protocol.arith import combine, seq_add, seq_diff
 from ina.protocol.bitmaps import join_set, split_sets
 from ina.protocol.codec import InaHeader, array_bytes, payload_values
 from ina.protocol.constants import BIER_SETS, ELEMS_PER_PACKET, INA_UDP_PORT, INA_VERSION, Flag, Op
@@ -42,8 +42,8 @@ class _Cell:
     count: int
     op: int
     bitmap: int = 0  # over all BIER sets
-    values: npt.NDArray[np.int64] = field(
-        default_factory=lambda: np.zeros(ELEMS_PER_PACKET, dtype=np.int64))
+    values: npt.NDArray[np.int32] = field(
+        default_factory=lambda: np.zeros(ELEMS_PER_PACKET, dtype=np.int32))
     overflow: bool = False
     gen: int = 0  # the plan's generation of the contributions
 
@@ -116,7 +116,7 @@ class ServerRoot:
             self.stats["resent"] += 1
             self.stats["multicast"] += 1
             return [self._frame(cell, h.si, h.pbm)]
-        self._combine(cell, values.astype(np.int64), h, pbm)
+        self._combine(cell, values, h, pbm)
         self.stats["absorbed"] += 1
         if cell.bitmap != self.abm:
             return []
@@ -159,20 +159,14 @@ class ServerRoot:
         return [udp_frame(self.mac, self.edge_mac, self.ip, src_ip, INA_UDP_PORT, INA_UDP_PORT,
                           reply.pack())]
 
-    def _combine(self, cell: _Cell, values: npt.NDArray[np.int64], h: InaHeader,
+    def _combine(self, cell: _Cell, values: npt.NDArray[np.int32], h: InaHeader,
                  pbm: int) -> None:
         cell.overflow |= bool(h.flags & Flag.OVERFLOW)
         if cell.bitmap == 0:
             cell.values = values
-        elif h.op == Op.SUM:
-            total = cell.values + values
-            wrapped = wrap_int32(total)
-            cell.overflow |= bool(np.any(wrapped != total))
-            cell.values = wrapped
-        elif h.op == Op.MIN:
-            cell.values = np.minimum(cell.values, values)
         else:
-            cell.values = np.maximum(cell.values, values)
+            cell.values, wrapped = combine(Op(h.op), cell.values, values)
+            cell.overflow |= wrapped
         cell.bitmap |= pbm
 
     def _forget_old(self, seq: int) -> None:

@@ -14,6 +14,8 @@ from typing import overload
 import numpy as np
 import numpy.typing as npt
 
+from ina.protocol.constants import Op
+
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 #: Sequence numbers count modulo this.
@@ -31,6 +33,19 @@ def wrap_int32(value: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]: ...
 def wrap_int32(value: int | npt.NDArray[np.int64]) -> int | npt.NDArray[np.int64]:
     """An integer (or each element of an int64 array) wrapped around to signed 32 bits."""
     return (value - INT32_MIN) % 2**32 + INT32_MIN
+
+
+def combine(op: Op, a: npt.NDArray[np.int32], b: npt.NDArray[np.int32]
+            ) -> tuple[npt.NDArray[np.int32], bool]:
+    """a and b combined element by element as the data plane does: SUM wraps around
+    int32 (True if some element did), MIN and MAX signed."""
+    if op == Op.MIN:
+        return np.minimum(a, b), False
+    if op == Op.MAX:
+        return np.maximum(a, b), False
+    total = a.astype(np.int64) + b
+    wrapped = wrap_int32(total)
+    return wrapped.astype(np.int32), bool(np.any(wrapped != total))
 
 
 def seq_add(seq: int, n: int) -> int:
