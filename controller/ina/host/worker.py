@@ -59,7 +59,15 @@ from ina.host.baselines import Ring
 from ina.protocol.arith import INT32_MAX, INT32_MIN, seq_add, seq_diff
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
-from ina.protocol.constants import ELEMS_PER_PACKET, INA_HEADER_BYTES, INA_UDP_PORT, Flag, Op
+from ina.protocol.constants import (
+    ARRAY_BYTES,
+    ELEMS_PER_PACKET,
+    INA_HEADER_BYTES,
+    INA_PAYLOAD_BYTES,
+    INA_UDP_PORT,
+    Flag,
+    Op,
+)
 from ina.spec.job import Job, JobSpec, check_names, validate_job
 from ina.spec.topology import Topology
 
@@ -325,8 +333,8 @@ class AllreduceSession:
     def _payload(self, chunk: int) -> bytes:
         _SEQ.pack_into(self.head, 4, self.seq_of(chunk))
         _COUNT.pack_into(self.head, 8, self.count_of(chunk))
-        lo = chunk * 4 * ELEMS_PER_PACKET
-        return bytes(self.head) + self.wire[lo: lo + 4 * ELEMS_PER_PACKET]
+        lo = chunk * ARRAY_BYTES
+        return bytes(self.head) + self.wire[lo: lo + ARRAY_BYTES]
 
     def _send(self, chunk: int, now: float) -> bytes:
         state = self.outstanding.get(chunk)
@@ -393,7 +401,7 @@ class AllreduceSession:
 
     def accept(self, payload: bytes, now: float = 0.0) -> bool:
         """Take a received UDP payload; True if it was a new result of this session."""
-        if len(payload) < INA_HEADER_BYTES + 4 * ELEMS_PER_PACKET:
+        if len(payload) < INA_PAYLOAD_BYTES:
             LOG.debug("ignored a payload that is not INA")
             return False
         flags, job_id, seq, count = _RESULT_FIELDS.unpack_from(payload)
@@ -501,7 +509,7 @@ class SyncReply:
 def sync_reply(payload: bytes, config: WorkerConfig, nonce: int) -> SyncReply | None:
     """What ``payload`` says, if it answers our SYNC (a header alone, SYNC | REPLY,
     our job and nonce)."""
-    if not INA_HEADER_BYTES <= len(payload) < INA_HEADER_BYTES + 4 * ELEMS_PER_PACKET:
+    if not INA_HEADER_BYTES <= len(payload) < INA_PAYLOAD_BYTES:
         return None
     flags, job_id, seq, count = _RESULT_FIELDS.unpack_from(payload)
     answer = Flag.SYNC | Flag.REPLY
@@ -536,7 +544,7 @@ class Notice:
 def notice_of(payload: bytes, config: WorkerConfig) -> Notice | None:
     """The notice ``payload`` is, if it turns back one of our contributions (a SYNC
     turned back, a header alone, answers a SYNC: see sync_reply)."""
-    if len(payload) < INA_HEADER_BYTES + 4 * ELEMS_PER_PACKET:
+    if len(payload) < INA_PAYLOAD_BYTES:
         return None
     flags, job_id, seq, _ = _RESULT_FIELDS.unpack_from(payload)
     told = Flag.SYNC | Flag.REPLY
@@ -903,9 +911,6 @@ class Worker:
                 now = time.monotonic()
                 for payload in session.packets_to_send(now):
                     self.transport.send(payload)
-                if session.next and seq_diff(session.seq_of(session.next - 1),
-                                             self.highest_sent) > 0:
-                    self.highest_sent = session.seq_of(session.next - 1)
                 if now - last_progress > self.timeout:
                     raise AllreduceTimeout(self._stalled(session, phase))
                 wake = last_progress + self.timeout
@@ -914,7 +919,9 @@ class Worker:
                     wake = min(wake, timer)
                 received = self.transport.recv(wake - now)
                 while received is not None:
-                    notice = notice_of(received, self.config)
+                    # Only a notice has SYNC set among what a session receives.
+                    notice = notice_of(received, self.config) \
+                        if len(received) > 1 and received[1] & Flag.SYNC else None
                     if notice is not None:
                         self._heed(notice, session)
                     elif session.accept(received, time.monotonic()):
@@ -923,6 +930,10 @@ class Worker:
                             self.progress(session.results, session.chunks)
                     received = self.transport.recv(0.0)
         finally:
+            # What the call's ABORT must cover, if it comes to one (``_abort``).
+            if session.next and seq_diff(session.seq_of(session.next - 1),
+                                         self.highest_sent) > 0:
+                self.highest_sent = session.seq_of(session.next - 1)
             self.stats.packets += session.next
             self.stats.retransmissions += session.retransmissions
             self.stats.early_retransmissions += session.early_retransmissions
