@@ -48,7 +48,8 @@ class INA(Packet):
     fields_desc = [
         BitField("version", INA_VERSION, 4),
         BitEnumField("op", int(Op.SUM), 4, OPS),
-        FlagsField("flags", 0, 8, ["RESULT", "OVERFLOW", "SYNC", "REPLY"]),
+        # Bit i's name, from Flag (one source of truth for the flags).
+        FlagsField("flags", 0, 8, [Flag(1 << i).name or f"bit{i}" for i in range(8)]),
         ShortField("job_id", 0),
         IntField("seq", 0),
         ShortField("count", 0),
