@@ -115,8 +115,19 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.consumed = true;
     }
 
-    // It completes the round (after lanes_<op>, or alone): the cell keeps the
-    // aggregate for resends, the packet carries it on.
+    // A node with this one contributor (a job of one worker, say): the packet
+    // starts and completes the round; the cell keeps its values for resends, the
+    // packet carries them on as they are.
+    action complete_alone() {
+        lanes_store();
+        cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
+                          ++ hdr.ina.count ++ hdr.ina.op
+                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0) ++ 8w1);
+        meta.job_stat = JOB_STAT_ABSORBED;
+    }
+
+    // It completes the round (after lanes_<op>): the cell keeps the aggregate for
+    // resends, the packet carries it on.
     action complete_round() {
         bool overflow = (hdr.ina.flags & FLAG_OVERFLOW) != 0 || cs[CELL_OVERFLOW] == 1
                         || (wrapped & LANE_HIGH) != 0;
@@ -287,7 +298,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             // A node in one BIER set: the common paths, one action each.
             if (cs[CELL_EPOCH] != meta.epoch || (int<32>)(hdr.ina.seq - cs[CELL_SEQ]) > 0) {
                 if (hdr.ina.pbm == meta.abm) {  // a node with this one contributor
-                    complete_round();
+                    complete_alone();
                     complete_now = true;
                 } else {
                     start_round();

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,13 +31,20 @@ from ina.spec.topology import Topology
 from bmv2.bmv2lab import Labs
 from inatest import ROOT
 
-CASES = {
-    "figure1": {"job_id": 11, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
-                "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}},
-    "fat-tree-4": {"job_id": 12, "op": "max",
-                   "workers": ["h0_0_0", "h0_0_1", "h1_1_0", "h2_0_1", "h3_1_1"]},
-    "leaf-spine-2x4-sets": {"job_id": 13, "op": "sum",
-                            "workers": ["h1_1", "h1_2", "h2_1", "h3_2", "h4_1", "h4_2"]},
+#: Case name -> (topology, job).
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "figure1": ("figure1", {"job_id": 11, "op": "sum", "workers": ["w1", "w2", "w3", "w4"],
+                            "root": "s6",
+                            "aggregators": {"s1": ["w1", "w2"], "s7": ["w3", "w4"]}}),
+    # s1 aggregates w1 alone: each of its packets starts and completes its cell.
+    "figure1-one-contributor": ("figure1", {
+        "job_id": 14, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
+        "aggregators": {"s1": ["w1"], "s7": ["w3", "w4"]}}),
+    "fat-tree-4": ("fat-tree-4", {"job_id": 12, "op": "max",
+                                  "workers": ["h0_0_0", "h0_0_1", "h1_1_0", "h2_0_1",
+                                              "h3_1_1"]}),
+    "leaf-spine-2x4-sets": ("leaf-spine-2x4-sets", {
+        "job_id": 13, "op": "sum", "workers": ["h1_1", "h1_2", "h2_1", "h3_2", "h4_1", "h4_2"]}),
 }
 SIZE = P * 7 + 5
 
@@ -62,8 +70,9 @@ def _delta(after: dict[str, dict[str, CounterValue]], before: dict[str, dict[str
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bmv2_and_the_model_agree(labs: Labs, name: str) -> None:
-    lab = labs.get(ROOT / "topologies" / f"{name}.yaml")
-    spec = JobSpec.from_dict(CASES[name])
+    topology, job_spec = CASES[name]
+    lab = labs.get(ROOT / "topologies" / f"{topology}.yaml")
+    spec = JobSpec.from_dict(job_spec)
     job_id = spec.job_id
     before = _counters(lab.controller_call(lambda ctl: ctl.status()), job_id)
     path = lab.workdir / f"job{job_id}.yaml"
