@@ -68,7 +68,6 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     bit<32> gen;
     bit<8> done;           // the round's full sets
     bool complete;         // every set full: the aggregate leaves with this packet
-    bool complete_now;     // this packet completed its cell
 
 #include "lanes.p4"
 
@@ -90,7 +89,6 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                + (bit<32>)(hdr.ina.seq[15:0] & ((meta.slot_mask << 1) | 1));
         cells.read(cs, cell);
         wrapped = 0;
-        complete_now = false;
     }
 
     // A node in one set. The contribution starts the cell's round.
@@ -299,7 +297,6 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             if (cs[CELL_EPOCH] != meta.epoch || (int<32>)(hdr.ina.seq - cs[CELL_SEQ]) > 0) {
                 if (hdr.ina.pbm == meta.abm) {  // a node with this one contributor
                     complete_alone();
-                    complete_now = true;
                 } else {
                     start_round();
                 }
@@ -325,7 +322,6 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 }
                 if ((cs[CELL_BITMAP] | hdr.ina.pbm) == meta.abm) {
                     complete_round();
-                    complete_now = true;
                 } else {
                     join_round();
                 }
@@ -345,11 +341,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                     lanes_max();
                 }
                 record_sets();
-                if (complete) {
-                    if (!fresh) {
-                        lanes_load();
-                    }
-                    complete_now = true;
+                if (complete && !fresh) {
+                    lanes_load();
                 }
             } else if (meta.job_stat == JOB_STAT_RESENT) {
                 resend();
@@ -358,7 +351,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             }
         }
 
-        if (complete_now) {
+        // Absorbed and not consumed: this packet completed its cell.
+        if (meta.job_stat == JOB_STAT_ABSORBED && !meta.consumed) {
             if (meta.job_role == ROLE_ROOT) {
                 advance(hdr.ina.seq);
                 to_workers(meta.abm, false);
