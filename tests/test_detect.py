@@ -204,7 +204,7 @@ def test_a_switch_too_busy_to_take_its_probes_pauses_its_links_verdict() -> None
     w = Watched()
     w.run(1.0)
     for _ in range(20):  # spine1 is primary, but every write of its probes times out
-        w.det.probes_sent("spine1", False, w.now)
+        w.det.probing("spine1", False, w.now)
         assert not w.step(lambda sender, _: sender != "spine1")
 
 

@@ -136,21 +136,11 @@ class Detector:
             self._lost_at[switch] = now
 
     def probing(self, switch: str, can: bool, now: float) -> None:
-        """Whether the controller can send ``switch``'s probes (it is primary)."""
+        """Whether the controller can send ``switch``'s probes (it is primary, and the
+        switch took the last ones): the verdict on its links pauses while it cannot."""
         if can and not self._can_probe[switch]:
             self._probing_since[switch] = now
         self._can_probe[switch] = can
-
-    def probes_sent(self, switch: str, ok: bool, now: float) -> None:
-        """Whether ``switch`` took the controller's probes just now. A write that
-        failed or timed out (a switch too busy to answer at once) pauses the verdict
-        on its links as a lost primary role does: the links are judged again from
-        the next probes it takes."""
-        if not ok:
-            self._can_probe[switch] = False
-        elif not self._can_probe[switch]:
-            self._probing_since[switch] = now
-            self._can_probe[switch] = True
 
     def probe_received(self, switch: str, in_port: int, probe: Probe, now: float) -> bool:
         """A probe passed up by ``switch`` from ``in_port``; False if it does not fit

@@ -48,6 +48,7 @@ from finsy.proto import U128, p4r
 from ina.control import p4names as n
 from ina.control.detect import Detector, Probe
 from ina.protocol.constants import ETHERTYPE_PROBE
+from ina.protocol.frames import mac_bytes
 from ina.spec.topology import Failures, SwitchSpec, Topology
 
 LOG = logging.getLogger(__name__)
@@ -217,6 +218,7 @@ class _Link:
         self.switch._arbitrator = _OwnElectionId(  # noqa: SLF001 (see _OwnElectionId)
             options.initial_election_id, options.role_name, options.role_config)
         self.probe_ports = probe_ports
+        self.mac = mac_bytes(spec.mac)  # the probes' source
         self.connected = False
         self.ready = False  # primary or backup, the pipeline as it will be
         self.seq = 0
@@ -254,7 +256,6 @@ class Watcher:
         #: Probes heard, by receiving (switch, port): what a test or a status shows.
         self.heard: dict[tuple[str, int], int] = {}
         self._notifier = Notifier(self.on_change)
-        self._changed = asyncio.Event()
         self._events_file: IO[str] | None = None
 
     @property
@@ -265,15 +266,6 @@ class Watcher:
     def primary(self, switch: str) -> bool:
         """Whether this watcher is the primary client of ``switch`` now."""
         return self._links[switch].can_probe
-
-    async def changed(self) -> None:
-        """Wait for the next verdict change."""
-        self._changed.clear()
-        await self._changed.wait()
-
-    async def drained(self) -> None:
-        """Wait until ``on_change`` has seen the newest verdict."""
-        await self._notifier.drained()
 
     async def run(self) -> None:
         # Connecting takes a moment: no verdict before every switch had time to answer
@@ -418,17 +410,17 @@ class Watcher:
         if not can:
             return
         link.seq += 1
-        mac = bytes.fromhex(link.spec.mac.replace(":", ""))
-        packets = [fy.P4PacketOut(Probe(link.spec.device_id, port, link.seq).frame(mac),
+        packets = [fy.P4PacketOut(Probe(link.spec.device_id, port, link.seq).frame(link.mac),
                                   egress_port=port, pad=0)
                    for port in link.probe_ports]
         try:
             async with asyncio.timeout(self.options.detect_after):
                 await link.switch.write(packets)
-            self.detector.probes_sent(name, True, self._now())
         except (TimeoutError, fy.P4ClientError, AssertionError) as exc:
+            # Not taken at once (a switch too busy to answer): its links are judged
+            # again from the next probes it takes.
             LOG.debug("%s: probes not sent: %r", name, exc)
-            self.detector.probes_sent(name, False, self._now())
+            self.detector.probing(name, False, self._now())
 
     def _judge(self) -> None:
         old = self.detector.down
@@ -440,7 +432,6 @@ class Watcher:
             LOG.warning("detected: %s", event.describe())
             if self._events_file is not None:
                 self._events_file.write(event.to_json() + "\n")
-        self._changed.set()
         self._notifier.post(new)
 
 
