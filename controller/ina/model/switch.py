@@ -63,14 +63,23 @@ CONTROLLER_HEADER_BYTES = 2
 DROP_PORT = 511
 
 
+def _controller_header(port: int, frame: bytes) -> bytes:
+    """``frame`` after a packet_out_h or packet_in_h naming ``port``."""
+    return ((port & 0x1FF) << 7).to_bytes(CONTROLLER_HEADER_BYTES, "big") + frame
+
+
+def _split_controller_header(raw: bytes) -> tuple[int, bytes]:
+    return int.from_bytes(raw[:CONTROLLER_HEADER_BYTES], "big") >> 7, raw[CONTROLLER_HEADER_BYTES:]
+
+
 def packet_out_frame(port: int, frame: bytes) -> bytes:
     """What enters CPU_PORT for a P4Runtime PacketOut of ``frame`` to ``port``."""
-    return ((port & 0x1FF) << 7).to_bytes(CONTROLLER_HEADER_BYTES, "big") + frame
+    return _controller_header(port, frame)
 
 
 def split_packet_in(raw: bytes) -> tuple[int, bytes]:
     """(ingress port, frame) of what left through CPU_PORT: a P4Runtime PacketIn."""
-    return int.from_bytes(raw[:CONTROLLER_HEADER_BYTES], "big") >> 7, raw[CONTROLLER_HEADER_BYTES:]
+    return _split_controller_header(raw)
 
 
 @dataclass(frozen=True)
@@ -118,9 +127,6 @@ class ModelSwitch:
     def __init__(self, name: str, store: MemorySwitch):
         self.name = name
         self.store = store
-        # member entries -> (parent, root, gen), the addresses as strings (as frames
-        # hold them): a worker's edge steers each of its packets with them.
-        self._steering: dict[int, tuple[TableEntry, str, str, int]] = {}
 
     # --- tables -------------------------------------------------------------------
 
@@ -173,8 +179,7 @@ class ModelSwitch:
             return out
         if meta.packet_in:
             self.store.count(n.INGRESS_SWITCH_STATS, SwitchStat.PROBE_RECEIVED, len(raw))
-            return [(CPU_PORT, ((in_port & 0x1FF) << 7).to_bytes(CONTROLLER_HEADER_BYTES, "big")
-                     + raw)]
+            return [(CPU_PORT, _controller_header(in_port, raw))]
         if meta.egress_port is None:
             return []
         return [(meta.egress_port, frame.pack())]
@@ -182,11 +187,10 @@ class ModelSwitch:
     def _packet_out(self, raw: bytes) -> list[tuple[int, bytes]]:
         """ingress.p4's controller_out: the frame after the packet_out header leaves
         by the port the header names; egress and the deparser see it as parsed."""
-        port = int.from_bytes(raw[:CONTROLLER_HEADER_BYTES], "big") >> 7
+        port, rest = _split_controller_header(raw)
         self.store.count(n.INGRESS_SWITCH_STATS, SwitchStat.PROBE_SENT, len(raw))
         if port == DROP_PORT:
             return []
-        rest = raw[CONTROLLER_HEADER_BYTES:]
         if len(rest) < ETHERNET_BYTES:
             return [(port, rest)]  # a parser error, which only ingress would count
         frame = parse_frame(rest)
@@ -247,22 +251,16 @@ class ModelSwitch:
         parent VAT node (ingress.p4's to_root and to_parent)."""
         ina, ipv4 = frame.ina, frame.ipv4
         assert ina is not None and ipv4 is not None
-        cached = self._steering.get(id(member))
-        if cached is None or cached[0] is not member:
-            cached = (member, ip_str(member.param("parent_ip")), ip_str(member.param("root_ip")),
-                      member.param("gen"))
-            self._steering[id(member)] = cached
-        _, parent, root, gen = cached
-        meta.member_gen = gen
+        gen = meta.member_gen = member.param("gen")
         udp = frame.udp
         assert udp is not None
         if ina.flags & Flag.SYNC:
-            ipv4.dst = root
+            ipv4.dst = ip_str(member.param("root_ip"))
             udp.checksum = 0  # the pseudo-header changed (ingress.p4)
             if ina.gen != gen:
                 frame.ina = replace(ina, gen=gen)
         elif ina.gen == gen:
-            ipv4.dst = parent
+            ipv4.dst = ip_str(member.param("parent_ip"))
             udp.checksum = 0
 
     def _bier_ingress(self, frame: Frame, meta: _Meta) -> None:

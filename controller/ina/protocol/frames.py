@@ -6,7 +6,7 @@ them; workers use the UDP payloads of ``ina.protocol.codec`` alone.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import ipaddress
 import struct
 from dataclasses import dataclass
@@ -179,7 +179,13 @@ class Frame:
     error: str | None = None
 
     def copy(self) -> Frame:
-        return copy.deepcopy(self)
+        """A copy whose headers may change without changing this one's (the INA
+        header and the lanes are immutable: replaced, never changed)."""
+        return dataclasses.replace(
+            self, eth=dataclasses.replace(self.eth),
+            bier=None if self.bier is None else dataclasses.replace(self.bier),
+            ipv4=None if self.ipv4 is None else dataclasses.replace(self.ipv4),
+            udp=None if self.udp is None else dataclasses.replace(self.udp))
 
     @property
     def values(self) -> npt.NDArray[np.int32] | None:
