@@ -266,7 +266,9 @@ def check_ints(values: npt.ArrayLike) -> npt.NDArray[Any]:
         raise ValueError("allreduce takes a non-empty one-dimensional array")
     if not np.issubdtype(array.dtype, np.integer):
         raise TypeError(f"allreduce takes integers, got {array.dtype}")
-    if array.min() < INT32_MIN or array.max() > INT32_MAX:
+    # Scanned only when the type can hold more: a call checks its array more than once.
+    if not np.can_cast(array.dtype, np.int32) and (array.min() < INT32_MIN
+                                                   or array.max() > INT32_MAX):
         raise ValueError("values must fit in signed 32 bits")
     return array
 
