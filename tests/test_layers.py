@@ -20,6 +20,8 @@ ALLOWED = {
     "host": {"protocol", "spec", "host"},
     "model": {"protocol", "spec", "control", "model", "host"},
     "lab": {"protocol", "spec", "control", "model", "host", "lab"},
+    # The torch backend: the host side, and the embedded network it may start.
+    "torch": {"protocol", "spec", "host", "model", "torch"},
     "cli": {"protocol", "spec", "control", "model", "host", "lab", "cli"},
 }
 #: The reference data plane itself: the controller and the host side only through the

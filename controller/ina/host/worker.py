@@ -101,6 +101,8 @@ MAX_REPLANS = 8
 RING_PORT_BASE = INA_UDP_PORT + 1000
 RING_RANKS = 32
 RING_JOBS = 256
+#: Seconds between two questions to a Worker's ``patience`` while a call waits on.
+PATIENCE_RECHECK = 1.0
 #: Timeouts double the RTO up to this many times (and never beyond its cap) until a
 #: new result arrives.
 MAX_BACKOFF_DOUBLINGS = 2
@@ -675,6 +677,11 @@ class Worker:
     gen: int = 0  # the generation of the job's plan, as far as this worker knows
     continuation: int | None = None  # the sequence number after the last completed call
     max_replans: int = MAX_REPLANS  # per call
+    #: Asked once no result has arrived for ``timeout`` seconds while reducing (and
+    #: every PATIENCE_RECHECK seconds after), with the seconds without one: None to
+    #: keep waiting (every peer is alive, only slow), or why to give up. Without it,
+    #: the call gives up after ``timeout`` seconds.
+    patience: Callable[[float], str | None] | None = None
 
     def allreduce(self, values: npt.ArrayLike | Sequence[int],
                   op: Op | None = None) -> AllreduceResult:
@@ -908,14 +915,19 @@ class Worker:
         contribution back with news."""
         session = AllreduceSession(self.config, values, seq_base, self.rto, op, self.gen)
         last_progress = time.monotonic()
+        give_up_at = last_progress + self.timeout
         try:
             while not session.done:
                 now = time.monotonic()
                 for payload in session.packets_to_send(now):
                     self.transport.send(payload)
-                if now - last_progress > self.timeout:
-                    raise AllreduceTimeout(self._stalled(session, phase))
-                wake = last_progress + self.timeout
+                if now > give_up_at:
+                    why = (self.patience(now - last_progress) if self.patience is not None
+                           else "")
+                    if why is not None:
+                        raise AllreduceTimeout(self._stalled(session, phase, why))
+                    give_up_at = now + PATIENCE_RECHECK
+                wake = give_up_at
                 timer = session.next_timer()
                 if timer is not None:
                     wake = min(wake, timer)
@@ -928,6 +940,7 @@ class Worker:
                         self._heed(notice, session)
                     elif session.accept(received, time.monotonic()):
                         last_progress = time.monotonic()
+                        give_up_at = last_progress + self.timeout
                         if self.progress is not None and phase == "reducing":
                             self.progress(session.results, session.chunks)
                     received = self.transport.recv(0.0)
@@ -951,7 +964,7 @@ class Worker:
         elif notice.gen != self.gen:
             raise PlanChanged(notice.gen)
 
-    def _stalled(self, session: AllreduceSession, phase: str) -> str:
+    def _stalled(self, session: AllreduceSession, phase: str, why: str = "") -> str:
         missing = session.missing()
         peers = ", ".join(self.config.peers) or "every worker"
         what = (f"job {self.config.job_id}: {self.config.name} got no result within "
@@ -959,6 +972,8 @@ class Worker:
                 f"packets unanswered (seq {missing[0]}"
                 + (f"..{missing[-1]}" if len(missing) > 1 else "")
                 + f"), {session.results} answered, {session.retransmissions} retransmissions")
+        if why:
+            return f"{what}; {why}"
         if session.results == 0 and phase == "agreeing on the call":
             return (what + f"; the call did not start: not every worker of the job ({peers}) "
                     "has started this call (one stopped, or is still in an earlier one?)")

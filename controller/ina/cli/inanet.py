@@ -1,0 +1,81 @@
+"""inanet: the reference model served as a network on this machine (no BMv2 needed).
+
+    inanet -t topologies/figure1.yaml --job jobs/figure1-sum.yaml
+
+The controller initialises the model's switches and deploys the jobs, as on BMv2;
+then every host of the topology has a UDP port on the loopback, the far end of its
+link (see ina.model.embedded). The first line on stdout is those ports as JSON;
+workers reach their host's link through it (``inaworker --embedded FILE``, the
+torch backend with INA_NETWORK=FILE). The torch backend starts one by itself when
+its ranks are not on hosts of a lab. Runs until SIGTERM or SIGINT (or, with
+--until-stdin-closes, until its stdin closes); then prints what its links carried.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import signal
+import sys
+from pathlib import Path
+
+from ina.cli import common
+from ina.errors import UsageError
+from ina.model.embedded import EmbeddedNetwork
+from ina.model.network import Impairment
+from ina.spec.job import JobSpec
+from ina.spec.topology import Topology
+
+PROG = "inanet"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = common.parser(PROG, __doc__)
+    common.add_topology(p)
+    p.add_argument("--job", action="append", default=[], type=Path, metavar="FILE",
+                   help="a job to deploy (repeat for several; default: none)")
+    p.add_argument("--address", default="127.0.0.1",
+                   help="the address the hosts' ports are bound to (default: %(default)s)")
+    p.add_argument("--endpoints", type=Path, metavar="FILE",
+                   help="also write the ports' JSON to FILE (removed at exit)")
+    p.add_argument("--loss", type=float, default=0.0,
+                   help="probability that a link loses a frame (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the links' losses (default: %(default)s)")
+    p.add_argument("--until-stdin-closes", action="store_true",
+                   help="also stop when stdin closes (a parent process that ends)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    common.setup_logging(args.verbose)
+    return common.run(PROG, lambda: _serve(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if not 0.0 <= args.loss < 1.0:
+        raise UsageError(f"--loss must lie in [0, 1), not {args.loss}")
+    topology = Topology.load(args.topology)
+    jobs = [JobSpec.load(j) for j in args.job]
+    impairment = Impairment(loss=args.loss, seed=args.seed) if args.loss else None
+    with EmbeddedNetwork(topology, jobs, args.address, impairment) as net:
+        signal.signal(signal.SIGTERM, lambda *_: net.stop())
+        signal.signal(signal.SIGINT, lambda *_: net.stop())
+        text = net.endpoints.to_json()
+        if args.endpoints is not None:
+            args.endpoints.write_text(text + "\n")
+        print(text, flush=True)
+        try:
+            net.serve(sys.stdin.buffer if args.until_stdin_closes else None)
+        finally:
+            if args.endpoints is not None:
+                args.endpoints.unlink(missing_ok=True)
+        print(json.dumps({"jobs": [j.job_id for j in net.deployed],
+                          **dataclasses.asdict(net.stats)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

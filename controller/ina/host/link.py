@@ -1,0 +1,84 @@
+"""A host's link to the embedded network (ina.model.embedded), as a worker's transport.
+
+On a lab host a worker's UDP socket sends its INA payloads and the kernel wraps
+them in IPv4 and Ethernet for the host's link. Here the worker does what that
+kernel would: ``LinkTransport`` builds the host's frames itself (the host's MAC and
+address from the topology, its edge switch's MAC, UDP checksum 0 as the worker's
+socket sends them) and sends them to the UDP port where the embedded network has
+the host's link; of the frames that come back, it keeps what the host's socket would
+receive (IPv4 to the host's address, UDP to the INA port, a whole INA packet).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+from ina.protocol.constants import ETHERTYPE_IPV4, INA_HEADER_BYTES, INA_UDP_PORT, IP_PROTO_UDP
+from ina.protocol.frames import ina_frame, ip_int
+from ina.spec.topology import Topology
+
+LOG = logging.getLogger(__name__)
+#: Offsets in a frame from the embedded network: IPv4 protocol and destination, UDP
+#: destination port, and where the INA payload begins (a host receives plain IPv4:
+#: its edge switch removed BIER).
+_PROTO, _DST_IP, _DPORT, _PAYLOAD = 14 + 9, 14 + 16, 14 + 20 + 2, 14 + 20 + 8
+
+
+class LinkTransport:
+    """``host``'s link, whose far end is ``link`` (address, port) of an embedded
+    network: a ``Transport`` for ``ina.host.worker.Worker``."""
+
+    def __init__(self, topology: Topology, host: str, link: tuple[str, int], target: str):
+        spec = topology.hosts[host]
+        edge, _ = topology.host_attachment(host)
+        self.target = target
+        self.mac, self.ip = spec.mac, spec.ip
+        self.edge_mac = topology.switches[edge].mac
+        self._ip = ip_int(spec.ip).to_bytes(4, "big")
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        self.sock.bind((link[0], 0))
+        self.sock.connect(link)
+        self.timeout: float | None = None
+
+    def send(self, payload: bytes, dst: str | None = None) -> None:
+        frame = ina_frame(self.mac, self.edge_mac, self.ip, dst or self.target, payload)
+        try:
+            self.sock.send(frame)
+        except (BlockingIOError, TimeoutError, ConnectionRefusedError) as exc:
+            # A full buffer, or the network not (yet, or no longer) there: as a
+            # frame lost on the link; retransmission or the call's timeout follows.
+            LOG.debug("frame not sent on %s's link: %s", self.ip, exc)
+
+    def recv(self, timeout: float) -> bytes | None:
+        """The next INA payload for this host, or None after ``timeout`` seconds."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            left = max(deadline - time.monotonic(), 0.0)
+            if left != self.timeout:  # a syscall only when it changes
+                self.sock.settimeout(left)
+                self.timeout = left
+            try:
+                frame = self.sock.recv(65535)
+            except (TimeoutError, BlockingIOError, ConnectionRefusedError):
+                return None
+            if self._for_me(frame):
+                return frame[_PAYLOAD:]
+
+    def _for_me(self, frame: bytes) -> bool:
+        return (len(frame) >= _PAYLOAD + INA_HEADER_BYTES
+                and int.from_bytes(frame[12:14], "big") == ETHERTYPE_IPV4
+                and frame[_PROTO] == IP_PROTO_UDP and frame[_DST_IP:_DST_IP + 4] == self._ip
+                and int.from_bytes(frame[_DPORT:_DPORT + 2], "big") == INA_UDP_PORT)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> LinkTransport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

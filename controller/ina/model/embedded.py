@@ -1,0 +1,233 @@
+"""The reference model served as a network on this machine: the embedded network.
+
+Users without BMv2 still run the real thing: the same controller writes the same
+entries into the model's switches, and worker processes (the torch backend,
+``inaworker --embedded``) exchange the same frames with them. Each host of the
+topology gets one UDP socket on the loopback, the far end of that host's link:
+an Ethernet frame sent to it is put on the host's link (``ModelNetwork.send``),
+and every frame the model delivers to the host goes back to the address that last
+sent on that link (a restarted worker takes the link over). A host whose link
+nobody has used yet has nobody listening: its frames are dropped, as a host with
+no socket open would drop them.
+
+``EmbeddedNetwork`` binds the sockets and deploys the jobs; ``serve`` moves frames
+until told to stop. ``Endpoints`` is what a worker needs to reach its host's link;
+``spawn`` starts the network in a child process (``inanet``) and returns them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import selectors
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from ina.errors import LabError
+from ina.model.harness import initialised_network
+from ina.model.network import Impairment
+from ina.spec.job import Job, JobSpec
+from ina.spec.topology import Topology
+
+LOG = logging.getLogger(__name__)
+#: How long ``spawn`` waits for the network to be up (import, init, deploy).
+SPAWN_TIMEOUT = 60.0
+#: Datagrams taken from one socket before the others get their turn.
+BATCH = 64
+#: Largest frame a link carries (a BIER result is about 1.2 kB).
+MAX_FRAME = 16384
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where each host's link ends: a UDP port per host on ``address``."""
+
+    address: str
+    ports: dict[str, int]
+
+    def of(self, host: str) -> tuple[str, int]:
+        if host not in self.ports:
+            raise LabError(f"the embedded network has no host {host} "
+                           f"(its hosts: {', '.join(sorted(self.ports))})")
+        return self.address, self.ports[host]
+
+    def to_json(self) -> str:
+        return json.dumps({"address": self.address, "ports": self.ports}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Endpoints:
+        data = json.loads(text)
+        return cls(str(data["address"]), {str(h): int(p) for h, p in data["ports"].items()})
+
+
+@dataclass
+class LinkStats:
+    frames_in: int = 0  # frames hosts put on their links
+    frames_out: int = 0  # frames delivered to hosts' sockets
+    undelivered: int = 0  # frames for a host whose link nobody uses
+
+
+class EmbeddedNetwork:
+    """The model's switches with the controller's base state and ``jobs`` deployed,
+    one UDP socket per host on ``address``."""
+
+    def __init__(self, topology: Topology, jobs: Sequence[JobSpec | Job] = (),
+                 address: str = "127.0.0.1", impairment: Impairment | None = None):
+        self.topology = topology
+        self.net, self.controller = initialised_network(topology, impairment)
+        self.deployed: list[Job] = []
+        for spec in jobs:
+            deployment = asyncio.run(self.controller.deploy(spec))
+            if deployment.job is not None:
+                self.deployed.append(deployment.job)
+        self.sockets: dict[str, socket.socket] = {}
+        self.peers: dict[str, tuple[str, int]] = {}  # who last sent on each host's link
+        self.stats = LinkStats()
+        self.selector = selectors.DefaultSelector()
+        try:
+            for host in topology.hosts:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+                sock.bind((address, 0))
+                sock.setblocking(False)
+                self.sockets[host] = sock
+                self.selector.register(sock, selectors.EVENT_READ, host)
+        except OSError:
+            self.close()
+            raise
+        self.endpoints = Endpoints(address, {h: s.getsockname()[1]
+                                             for h, s in self.sockets.items()})
+        # A socket pair that wakes ``serve`` when ``stop`` is called from elsewhere.
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self.selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._stopped = threading.Event()
+
+    def serve(self, until: IO[bytes] | None = None) -> None:
+        """Move frames until ``stop`` is called (or ``until``, a stream, reaches its
+        end: the spawning process is gone)."""
+        if until is not None:
+            self.selector.register(until, selectors.EVENT_READ, "until")
+        while not self._stopped.is_set():
+            for key, _ in self.selector.select():
+                if key.data is None:
+                    self._stopped.set()
+                elif key.data == "until":
+                    if until is not None and not until.readline():
+                        self._stopped.set()
+                else:
+                    self._carry(key.data, key.fileobj)  # type: ignore[arg-type]
+            self._deliver()
+
+    def _carry(self, host: str, sock: socket.socket) -> None:
+        """What ``host``'s link brought, into the network."""
+        for _ in range(BATCH):
+            try:
+                frame, peer = sock.recvfrom(MAX_FRAME)
+            except BlockingIOError:
+                return
+            self.peers[host] = peer
+            self.stats.frames_in += 1
+            if len(frame) >= 14:  # a runt is not a frame; the model would refuse it too
+                self.net.send(host, frame)
+
+    def _deliver(self) -> None:
+        """Every frame the network delivered to a host, to its socket's peer."""
+        while self.net.release_held():
+            pass
+        for host, inbox in self.net.inbox.items():
+            if not inbox:
+                continue
+            peer = self.peers.get(host)
+            sock = self.sockets[host]
+            while inbox:
+                frame = inbox.popleft()
+                if peer is None:
+                    self.stats.undelivered += 1
+                    continue
+                try:
+                    sock.sendto(frame, peer)
+                    self.stats.frames_out += 1
+                except (BlockingIOError, ConnectionRefusedError):
+                    self.stats.undelivered += 1  # a full socket, a peer gone: as a lossy link
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with contextlib.suppress(OSError):  # closed already: nothing to wake
+            self._wake_w.send(b"\0")
+
+    def close(self) -> None:
+        for sock in self.sockets.values():
+            sock.close()
+        for end in ("_wake_r", "_wake_w"):
+            if hasattr(self, end):
+                getattr(self, end).close()
+        self.selector.close()
+
+    def __enter__(self) -> EmbeddedNetwork:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class SpawnedNetwork:
+    """An embedded network in a child process: it ends when ``close`` closes its
+    stdin, or when this process dies (the pipe closes with it)."""
+
+    process: subprocess.Popen[bytes]
+    endpoints: Endpoints
+
+    def close(self, timeout: float = 10.0) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            try:
+                self.process.stdin.close()
+                self.process.wait(timeout)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> SpawnedNetwork:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def spawn(topology: Path, jobs: Sequence[Path], *, loss: float = 0.0, seed: int = 0,
+          extra: Sequence[str] = ()) -> SpawnedNetwork:
+    """Start ``inanet`` for ``topology`` with ``jobs`` deployed; once it is up, its
+    endpoints."""
+    argv = [sys.executable, "-m", "ina.cli.inanet", "-t", str(topology),
+            *(a for j in jobs for a in ("--job", str(j))), "--until-stdin-closes",
+            *(("--loss", str(loss), "--seed", str(seed)) if loss else ()), *extra]
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    assert process.stdout is not None
+    ready = _readline(process.stdout, SPAWN_TIMEOUT)
+    if not ready:
+        process.kill()
+        _, err = process.communicate()
+        raise LabError("the embedded network did not start: "
+                       + (err.decode().strip() or f"exit code {process.returncode}"))
+    return SpawnedNetwork(process, Endpoints.from_json(ready.decode()))
+
+
+def _readline(stream: IO[bytes], timeout: float) -> bytes:
+    """A line from ``stream``, or b"" if none comes within ``timeout`` seconds."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            return b""
+    return stream.readline()

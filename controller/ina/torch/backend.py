@@ -1,0 +1,213 @@
+"""The torch.distributed backend ``ina``: all_reduce through the switches.
+
+``register()`` (done by ``import ina.torch``) makes ``init_process_group("ina")``
+create a ``ProcessGroupIna`` at every rank: the rank joins its INA job
+(``ina.torch.member``: INA_TOPOLOGY, INA_JOB, INA_WORKER, INA_NETWORK), and
+
+- ``all_reduce`` (SUM, AVG, MIN, MAX; float32, float16, bfloat16, integers; any
+  shape, in place) and its coalesced form go through the switches;
+- every other collective (``broadcast``, ``all_gather``, ``barrier``, ...) goes
+  through a gloo group the backend keeps beside its job, until the data plane
+  carries them.
+
+Every call, through the switches or through gloo, runs on the member's call
+thread in the order the rank made it, so a broadcast and an all_reduce of one
+tensor happen in program order, as with any backend. ``stats()`` counts each
+collective by where it went. A call returns a Work at once; ``wait()`` blocks
+until it is done and raises its error, if any; ``get_future()`` is completed with
+the call's output tensors. After a float all_reduce, ``error_bound(tensor)`` says
+per element how far the result may be from the exact reduction.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Backend, PrefixStore, ProcessGroupGloo, Store, Work
+
+from ina.torch.convert import allreduce_tensor, flat_concat, split_into, split_like
+from ina.torch.member import Member
+
+LOG = logging.getLogger(__name__)
+NAME = "ina"
+#: Collectives that go through the backend's gloo group, by the names torch calls.
+VIA_GLOO = ("broadcast", "allgather", "all_gather_single", "allgather_coalesced",
+            "all_gather_single_coalesced", "reduce", "reduce_scatter", "reduce_scatter_single",
+            "reduce_scatter_single_coalesced", "alltoall", "all_to_all_single", "gather",
+            "scatter", "barrier", "send", "recv", "recv_anysource")
+
+
+class InaWork(Work):
+    """A call of the backend: done when its future is. torch calls only ``wait`` and
+    ``get_future`` of a Work made in Python (``is_completed()`` stays False: poll
+    ``get_future().done()`` instead)."""
+
+    def __init__(self, future: torch.futures.Future[Any]):
+        super().__init__()
+        self.future = future
+
+    def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
+        self.future.wait()  # raises the call's error
+        return True
+
+    def get_future(self) -> torch.futures.Future[Any]:
+        return self.future
+
+
+class ProcessGroupIna(Backend):
+    """One rank of the ``ina`` backend: its INA job member and a gloo group."""
+
+    def __init__(self, store: Store, rank: int, size: int, timeout: datetime.timedelta):
+        super().__init__(rank, size)
+        self.member = Member.join(store, rank, size, timeout=timeout)
+        options = ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+        options._timeout = timeout
+        # gloo on the rank's own address: its lab host's, or the loopback beside the
+        # embedded network (never an address it would guess from the host name).
+        host = (self.member.topology.hosts[self.member.name].ip
+                if self.member.network == "lab" else "127.0.0.1")
+        options._devices = [ProcessGroupGloo.create_device(hostname=host)]
+        self.gloo = ProcessGroupGloo(PrefixStore("ina-gloo", store), rank, size, options)
+        #: Per float tensor (by id, while it lives), the error bound of its last
+        #: all_reduce. (Tensors compare element-wise: no WeakKeyDictionary.)
+        self._bounds: dict[int, tuple[weakref.ref[torch.Tensor], torch.Tensor]] = {}
+
+    def getBackendName(self) -> str:
+        return NAME
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Collectives made so far: {name: {"switches" or "gloo": count}}."""
+        return {k: dict(v) for k, v in self.member.counts.counts.items()}
+
+    # --- through the switches ----------------------------------------------------
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Work:
+        if len(tensors) != 1:
+            return self._failed(ValueError("the ina backend takes one tensor per all_reduce"))
+        tensor, op = tensors[0], opts.reduceOp.op.name
+        work = InaWork(torch.futures.Future())
+
+        def call() -> list[torch.Tensor]:
+            reduced = allreduce_tensor(self.member.worker, tensor, op, self.size())
+            self._keep_bound(tensor, reduced.error_bound)
+            return tensors
+
+        self._submit("allreduce", "switches", call, work)
+        return work
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> Work:
+        op = opts.reduceOp.op.name
+        work = InaWork(torch.futures.Future())
+
+        def call() -> list[torch.Tensor]:
+            flat = flat_concat(tensors)
+            reduced = allreduce_tensor(self.member.worker, flat, op, self.size())
+            split_into(flat, tensors)
+            if reduced.error_bound is not None:
+                for t, bound in zip(tensors, split_like(reduced.error_bound, tensors),
+                                    strict=True):
+                    self._keep_bound(t, bound)
+            return tensors
+
+        self._submit("allreduce_coalesced", "switches", call, work)
+        return work
+
+    def _keep_bound(self, tensor: torch.Tensor, bound: torch.Tensor | None) -> None:
+        if bound is None:
+            return
+        key = id(tensor)
+        if key not in self._bounds:
+            weakref.finalize(tensor, self._bounds.pop, key, None)
+        self._bounds[key] = (weakref.ref(tensor), bound)
+
+    def error_bound(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """The error bound of ``tensor``'s last all_reduce, if it was a float one."""
+        entry = self._bounds.get(id(tensor))
+        return entry[1] if entry is not None and entry[0]() is tensor else None
+
+    # --- through gloo ----------------------------------------------------------------
+
+    def _via_gloo(self, name: str, args: Sequence[Any]) -> Work:
+        work = InaWork(torch.futures.Future())
+
+        def call() -> Any:
+            getattr(self.gloo, name)(*args).wait()
+            return args[0] if args and isinstance(args[0], list) else []
+
+        self._submit(name, "gloo", call, work)
+        return work
+
+    # --- calls in order ----------------------------------------------------------------
+
+    def _submit(self, name: str, where: str, call: Callable[[], Any], work: InaWork) -> None:
+        self.member.counts.add(name, where)
+
+        def done(result: Any, error: BaseException | None) -> None:
+            if error is not None:
+                LOG.debug("%s failed: %s", name, error)
+                work.future.set_exception(error)
+            else:
+                work.future.set_result(result)
+
+        self.member.calls.submit(call, done)
+
+    @staticmethod
+    def _failed(error: Exception) -> Work:
+        work = InaWork(torch.futures.Future())
+        work.future.set_exception(error)
+        return work
+
+    def shutdown(self) -> None:
+        self.member.close()
+
+
+def _gloo_method(name: str) -> Callable[..., Work]:
+    def method(self: ProcessGroupIna, *args: Any) -> Work:
+        return self._via_gloo(name, args)
+
+    method.__name__ = name
+    method.__doc__ = f"``{name}`` through the backend's gloo group."
+    return method
+
+
+for _name in VIA_GLOO:
+    setattr(ProcessGroupIna, _name, _gloo_method(_name))
+
+
+def create(store: Store, rank: int, size: int, timeout: datetime.timedelta) -> ProcessGroupIna:
+    return ProcessGroupIna(store, rank, size, timeout)
+
+
+def register() -> None:
+    """Make ``init_process_group("ina")`` available (again: harmless)."""
+    dist.Backend.register_backend(NAME, create, devices=["cpu"])
+
+
+def backend_of(group: dist.ProcessGroup | None = None) -> ProcessGroupIna:
+    """The ``ina`` backend of ``group`` (default: the default group)."""
+    pg = group if group is not None else dist.group.WORLD
+    if pg is None:
+        raise RuntimeError("no process group: call init_process_group('ina') first")
+    backend = pg._get_backend(torch.device("cpu"))
+    if not isinstance(backend, ProcessGroupIna):
+        raise RuntimeError(f"the group's backend is {pg.name()}, not {NAME}")
+    return backend
+
+
+def stats(group: dist.ProcessGroup | None = None) -> dict[str, dict[str, int]]:
+    """Collectives made so far by this rank in ``group``, by where they went."""
+    return backend_of(group).stats()
+
+
+def error_bound(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
+                ) -> torch.Tensor | None:
+    """Per element of ``tensor``, how far the result of its last all_reduce in
+    ``group`` may be from the exact reduction (float64, shaped like it); None for
+    an integer tensor (exact) or one never reduced."""
+    return backend_of(group).error_bound(tensor)

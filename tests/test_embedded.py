@@ -1,0 +1,152 @@
+"""The embedded network: the reference model served on the loopback, one UDP port per
+host; real workers reach it through their host's link (LinkTransport)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from ina.host.link import LinkTransport
+from ina.host.worker import Worker, WorkerConfig
+from ina.lab.mininet import wait_until
+from ina.model.embedded import EmbeddedNetwork, spawn
+from ina.model.network import Impairment
+from ina.protocol.constants import JobStat
+from ina.protocol.frames import udp_frame
+from ina.spec.job import JobSpec
+from ina.spec.topology import Topology
+
+from inatest import FIGURE1, FIGURE1_JOB, in_threads
+
+SPEC = JobSpec.load(FIGURE1_JOB)
+
+
+def serving(net: EmbeddedNetwork) -> Iterator[EmbeddedNetwork]:
+    thread = threading.Thread(target=net.serve, daemon=True)
+    thread.start()
+    try:
+        yield net
+    finally:
+        net.stop()
+        thread.join(10)
+        net.close()
+
+
+@pytest.fixture
+def embedded(figure1: Topology) -> Iterator[EmbeddedNetwork]:
+    yield from serving(EmbeddedNetwork(figure1, [SPEC]))
+
+
+def worker_on(net: EmbeddedNetwork, host: str, timeout: float = 10.0) -> Worker:
+    config = WorkerConfig.from_files(FIGURE1, FIGURE1_JOB, host)
+    transport = LinkTransport(net.topology, host, net.endpoints.of(host), config.target)
+    return Worker(config, transport, timeout=timeout)
+
+
+def arrays(size: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    return {w: rng.integers(-(2**20), 2**20, size, dtype=np.int32) for w in SPEC.workers}
+
+
+def allreduce_everywhere(net: EmbeddedNetwork, inputs: dict[str, np.ndarray]
+                         ) -> dict[str, np.ndarray | Exception]:
+    workers = {w: worker_on(net, w) for w in inputs}
+    outcomes = in_threads({w: (lambda w=w: workers[w].allreduce(inputs[w]).values)  # type: ignore[misc]
+                           for w in inputs})
+    for worker in workers.values():
+        worker.transport.close()  # type: ignore[attr-defined]
+    return outcomes
+
+
+def test_every_host_gets_a_port_of_its_own(embedded: EmbeddedNetwork) -> None:
+    ports = embedded.endpoints.ports
+    assert sorted(ports) == sorted(embedded.topology.hosts)
+    assert len(set(ports.values())) == len(ports)
+
+
+def test_workers_on_their_links_get_the_exact_sum(embedded: EmbeddedNetwork) -> None:
+    inputs = arrays(3000)
+    outcomes = allreduce_everywhere(embedded, inputs)
+    expected = sum(a.astype(np.int64) for a in inputs.values())
+    for w in SPEC.workers:
+        assert np.array_equal(outcomes[w], expected), w
+
+
+def test_the_switches_aggregate_what_the_links_carry(embedded: EmbeddedNetwork) -> None:
+    size = 2560
+    allreduce_everywhere(embedded, arrays(size))
+    status = asyncio.run(embedded.controller.status())
+    # Figure 1: s1 aggregates w1 and w2, s7 w3 and w4, s6 (the root) s1's and s7's
+    # results: two contributions each per packet of the call (its descriptor, its array).
+    packets = 1 + size // 256
+    for switch in ("s1", "s7", "s6"):
+        assert status[switch].job_stats[1][JobStat.ABSORBED].packets == 2 * packets, switch
+
+
+def test_a_restarted_worker_takes_its_link_over(embedded: EmbeddedNetwork) -> None:
+    first = worker_on(embedded, "w1")
+    first.transport.close()  # type: ignore[attr-defined]  (its process ended)
+    inputs = arrays(600)
+    outcomes = allreduce_everywhere(embedded, inputs)
+    expected = sum(a.astype(np.int64) for a in inputs.values())
+    assert np.array_equal(outcomes["w1"], expected)
+
+
+def test_frames_for_a_host_nobody_listens_on_are_dropped_and_counted(
+        embedded: EmbeddedNetwork) -> None:
+    topo = embedded.topology
+    w1, w5 = topo.hosts["w1"], topo.hosts["w5"]
+    edge, _ = topo.host_attachment("w1")
+    frame = udp_frame(w1.mac, topo.switches[edge].mac, w1.ip, w5.ip, 4000, 4000, b"hello")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.sendto(frame, embedded.endpoints.of("w1"))
+    wait_until(lambda: embedded.stats.undelivered == 1, 10, "the frame to reach w5")
+    assert embedded.stats.frames_out == 0
+
+
+def test_lost_frames_are_recovered_on_the_embedded_network(figure1: Topology) -> None:
+    for net in serving(EmbeddedNetwork(figure1, [SPEC], impairment=Impairment(loss=0.02,
+                                                                               seed=3))):
+        inputs = arrays(5000)
+        outcomes = allreduce_everywhere(net, inputs)
+        expected = sum(a.astype(np.int64) for a in inputs.values())
+        for w in SPEC.workers:
+            assert np.array_equal(outcomes[w], expected), w
+
+
+def test_a_spawned_network_ends_with_its_parent_pipe() -> None:
+    net = spawn(FIGURE1, [FIGURE1_JOB])
+    assert sorted(net.endpoints.ports) == sorted(Topology.load(FIGURE1).hosts)
+    net.close()
+    assert net.process.returncode == 0
+
+
+def test_inanet_prints_its_ports_and_stops_on_sigterm() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "ina.cli.inanet", "-t", str(FIGURE1),
+                             "--job", str(FIGURE1_JOB)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    ports = json.loads(proc.stdout.readline())["ports"]
+    assert sorted(ports) == sorted(Topology.load(FIGURE1).hosts)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert json.loads(out.splitlines()[-1])["jobs"] == [1]
+
+
+def test_inanet_refuses_a_bad_job_file_with_one_message(tmp_path: object) -> None:
+    bad = tmp_path / "job.yaml"  # type: ignore[operator]
+    bad.write_text("job_id: 1\nop: sum\nworkers: [w1, w99]\n")
+    proc = subprocess.run([sys.executable, "-m", "ina.cli.inanet", "-t", str(FIGURE1),
+                           "--job", str(bad)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "w99" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,170 @@
+"""The torch.distributed backend ``ina`` and the DDP hook, on the embedded network:
+four real rank processes (torchrun's variables), the reference model served on the
+loopback by the process rank 0 starts, the same controller writes and wire format
+as on BMv2."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed: pip install 'ina[torch]' "
+                                    "(make setup installs it)")
+
+from torchranks import RankPool, run_once  # noqa: E402
+
+from inatest import FIGURE1, FIGURE1_JOB  # noqa: E402
+
+JOB_ENV = {"INA_TOPOLOGY": str(FIGURE1), "INA_JOB": str(FIGURE1_JOB), "INA_NETWORK": "auto"}
+DTYPES = ["float32", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64"]
+OPS = ["SUM", "AVG", "MIN", "MAX"]
+
+
+@pytest.fixture(scope="module")
+def ranks() -> Iterator[RankPool]:
+    pool = RankPool(4, JOB_ENV)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def test_import_registers_the_backend() -> None:
+    import torch.distributed as dist
+
+    import ina.torch  # noqa: F401
+
+    assert "ina" in dist.Backend.backend_list
+    assert dist.Backend.backend_capability["ina"] == ["cpu"]
+
+
+def test_init_process_group_makes_every_rank_its_worker(ranks: RankPool) -> None:
+    reports = ranks.run("backend")
+    assert [r["backend"] for r in reports] == ["ina"] * 4
+    assert [r["rank"] for r in reports] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_reduce_of_every_type_and_op(ranks: RankPool, dtype: str, op: str) -> None:
+    reports = ranks.run("allreduce", dtype=dtype, op=op, shape=[3, 300], seed=7)
+    assert len({r["digest"] for r in reports}) == 1  # the same result at every rank
+    for r in reports:
+        assert r["shape"] == [3, 300] and r["dtype"] == dtype
+        if dtype.startswith(("float", "bfloat")):
+            assert r["within_bound"] is True
+        else:
+            assert r["max_error"] == 0 and r["within_bound"] is None
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "int64"])
+def test_integer_all_reduce_gives_the_same_bits_as_gloo(ranks: RankPool, dtype: str) -> None:
+    for r in ranks.run("like_gloo", dtype=dtype, shape=[1000], seed=3):
+        assert r["same_bits"] is True
+
+
+def test_int32_sum_wraps_around_as_gloo_does(ranks: RankPool) -> None:
+    for r in ranks.run("wrapping_sum"):
+        assert r["same_bits"] is True
+        assert r["value"] == (4 * 2**30 + 6) - 2**32
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_float_all_reduce_lies_within_its_bound_of_gloos(ranks: RankPool, dtype: str) -> None:
+    for r in ranks.run("like_gloo", dtype=dtype, shape=[5000], seed=5):
+        assert r["within_bound_of_exact"] is True
+        assert r["within_bound_of_gloo"] is True  # its bound, plus gloo's own rounding
+
+
+@pytest.mark.parametrize("op", ["PRODUCT"])
+def test_an_op_the_switches_lack_is_refused_clearly(ranks: RankPool, op: str) -> None:
+    for r in ranks.run("refused", op=op):
+        assert "SUM, AVG, MIN and MAX" in r["error"] and op in r["error"]
+
+
+def test_async_all_reduces_complete_in_any_wait_order(ranks: RankPool) -> None:
+    for r in ranks.run("async_calls", count=5, size=700):
+        assert r["values"] == r["expected"] == r["future_values"]
+        assert r["futures_done"]
+
+
+def test_many_calls_in_a_row_on_one_deployed_job(ranks: RankPool) -> None:
+    for r in ranks.run("repeated", calls=40):
+        assert r["wrong"] == 0
+
+
+def test_a_noncontiguous_tensor_is_reduced_in_place(ranks: RankPool) -> None:
+    assert all(r["ok"] for r in ranks.run("noncontiguous"))
+
+
+def test_other_collectives_go_through_gloo_and_are_counted(ranks: RankPool) -> None:
+    for r in ranks.run("via_gloo"):
+        assert r["broadcast"] == 1.0
+        assert r["gathered"] == [0.0, 1.0, 2.0, 3.0]
+        assert r["counted"] == {"broadcast": 1, "allgather": 1, "barrier": 1}
+
+
+def test_ddp_training_through_the_switches_matches_gloo(ranks: RankPool) -> None:
+    reports = ranks.run("train", steps=30, timeout=300)
+    for r in reports:
+        assert r["max_param_diff"] < 1e-4
+        assert r["stats"]["allreduce"]["switches"] >= 30
+        assert set(r["stats"]["broadcast"]) == {"gloo"}
+
+
+def test_the_ddp_hook_on_a_gloo_group_matches_gloo(ranks: RankPool) -> None:
+    reports = ranks.run("train", steps=30, hook=True, timeout=300)
+    for r in reports:
+        assert r["max_param_diff"] < 1e-4
+        assert r["stats"]["ddp_hook_allreduce"]["switches"] >= 30
+
+
+# --- Failures: ranks of their own ---------------------------------------------------
+
+
+def _errors(results: list[tuple[int | None, str, str]]) -> list[str]:
+    return [err for _, _, err in results]
+
+
+def test_a_world_size_that_does_not_match_the_job_fails_at_init() -> None:
+    results = run_once(3, "nothing", JOB_ENV, timeout=90)
+    assert [code for code, _, _ in results] == [1, 1, 1]
+    for err in _errors(results):
+        assert "the world size is 3 but job 1" in err and "has 4 workers" in err
+
+
+def test_a_job_file_that_is_not_valid_fails_at_init(tmp_path: pytest.TempPathFactory) -> None:
+    bad = tmp_path / "job.yaml"  # type: ignore[operator]
+    bad.write_text("job_id: 1\nop: sum\nworkers: [w1, w2, w3, w99]\n")
+    results = run_once(4, "nothing", {**JOB_ENV, "INA_JOB": str(bad)}, timeout=90)
+    assert [code for code, _, _ in results] == [1] * 4
+    for err in _errors(results):
+        assert "w99" in err
+
+
+def test_two_ranks_as_one_worker_fail_at_init() -> None:
+    results = run_once(4, "nothing", {**JOB_ENV, "INA_WORKER": "w2"}, timeout=90)
+    assert [code for code, _, _ in results] == [1] * 4
+    for err in _errors(results):
+        assert "are both w2" in err
+
+
+def test_a_missing_job_variable_is_named() -> None:
+    env = {k: v for k, v in JOB_ENV.items() if k != "INA_JOB"}
+    env["INA_JOB"] = ""
+    results = run_once(4, "nothing", env, timeout=90)
+    for code, _, err in results:
+        assert code == 1 and "INA_JOB" in err
+
+
+def test_a_rank_that_dies_ends_every_other_ranks_call_with_an_error() -> None:
+    results = run_once(4, "die_after", {**JOB_ENV, "INA_TIMEOUT": "1"}, timeout=120,
+                       params={"calls": 5, "victim": 2})
+    codes = [code for code, _, _ in results]
+    assert codes[2] == 17
+    for rank in (0, 1, 3):
+        code, out, _ = results[rank]
+        assert code == 1, f"rank {rank} ended with {code}"
+        assert "rank 2 (w3) stopped" in out
+

@@ -1,0 +1,375 @@
+"""Real torch.distributed ranks for the tests of ina.torch, each its own process.
+
+``RankPool`` starts one process per rank (``python -m torchranks``), with torchrun's
+variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and the job's (INA_TOPOLOGY,
+INA_JOB, ...). Each rank runs ``init_process_group(backend)``, says ``ready`` and then
+runs the scenarios the test names, one JSON line in and one out: every rank the same
+scenario, as every rank of a job makes the same calls. Scenarios are the functions
+of this module named in SCENARIOS; what each returns is the rank's report.
+
+Run alone (``python -m torchranks once SCENARIO [JSON]``), a rank runs one scenario
+and exits: for the tests where a rank fails or dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+READY_TIMEOUT = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_env(rank: int, size: int, port: int, extra: Mapping[str, str]) -> dict[str, str]:
+    env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_RANK": str(rank),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT / "controller"),
+                                          os.environ.get("PYTHONPATH", "")]),
+           **extra}
+    return env
+
+
+def start_ranks(size: int, args: list[str], extra: Mapping[str, str],
+                ) -> list[subprocess.Popen[str]]:
+    port = free_port()
+    return [subprocess.Popen([sys.executable, "-m", "torchranks", *args],
+                             env=rank_env(r, size, port, extra), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for r in range(size)]
+
+
+def _line(proc: subprocess.Popen[str], deadline: float) -> str:
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(max(deadline - time.monotonic(), 0.0)):
+            return ""
+    return proc.stdout.readline()
+
+
+class RankPool:
+    """``size`` ranks of one process group, serving scenarios."""
+
+    def __init__(self, size: int, extra: Mapping[str, str], backend: str = "ina"):
+        self.procs = start_ranks(size, ["serve", backend], extra)
+        deadline = time.monotonic() + READY_TIMEOUT
+        for r, proc in enumerate(self.procs):
+            line = _line(proc, deadline).strip()
+            if line != "ready":
+                self.close()
+                raise RuntimeError(f"rank {r} did not start (said {line!r}): "
+                                   + self.stderr(proc))
+
+    def run(self, scenario: str, timeout: float = 120.0, **params: Any) -> list[Any]:
+        """Every rank's report of ``scenario``; RuntimeError with a rank's error."""
+        request = json.dumps({"scenario": scenario, "params": params}) + "\n"
+        for proc in self.procs:
+            assert proc.stdin is not None
+            proc.stdin.write(request)
+            proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        reports = []
+        for r, proc in enumerate(self.procs):
+            line = _line(proc, deadline)
+            if not line:
+                raise RuntimeError(f"rank {r} did not answer {scenario} within {timeout:g}s")
+            reports.append(json.loads(line))
+        errors = [f"rank {r}: {rep['error']}" for r, rep in enumerate(reports) if "error" in rep]
+        if errors:
+            raise RuntimeError("; ".join(errors))
+        return [rep["report"] for rep in reports]
+
+    @staticmethod
+    def stderr(proc: subprocess.Popen[str]) -> str:
+        if proc.poll() is None:
+            proc.kill()
+        _, err = proc.communicate()
+        return err.strip()[-3000:]
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None and proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextlib.contextmanager
+def rank_pool(size: int, extra: Mapping[str, str], backend: str = "ina") -> Iterator[RankPool]:
+    pool = RankPool(size, extra, backend)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def run_once(size: int, scenario: str, extra: Mapping[str, str], timeout: float = 120.0,
+             params: Mapping[str, Any] | None = None, backend: str = "ina",
+             ) -> list[tuple[int | None, str, str]]:
+    """``size`` ranks that each init, run ``scenario`` and exit: (exit code, stdout,
+    stderr) per rank (exit code None: still running after ``timeout``, then killed)."""
+    procs = start_ranks(size, ["once", backend, scenario, json.dumps(params or {})], extra)
+    deadline = time.monotonic() + timeout
+    out = []
+    for proc in procs:
+        try:
+            stdout, stderr = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+            out.append((proc.returncode, stdout, stderr))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            out.append((None, stdout, stderr))
+    return out
+
+
+# --- Inside a rank ---------------------------------------------------------------------
+
+
+def _scenarios() -> dict[str, Callable[..., Any]]:
+    import torch
+    import torch.distributed as dist
+
+    import ina.torch
+
+    ops = {"SUM": dist.ReduceOp.SUM, "AVG": dist.ReduceOp.AVG, "MIN": dist.ReduceOp.MIN,
+           "MAX": dist.ReduceOp.MAX, "PRODUCT": dist.ReduceOp.PRODUCT}
+    groups: dict[str, Any] = {}
+
+    def gloo() -> Any:
+        if "gloo" not in groups:
+            groups["gloo"] = dist.new_group(backend="gloo")
+        return groups["gloo"]
+
+    def rank_tensor(rank: int, dtype: str, shape: list[int], seed: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(seed * 1000 + rank)
+        t = getattr(torch, dtype)
+        if t.is_floating_point:
+            return (torch.randn(shape, generator=g, dtype=torch.float64) * 3).to(t)
+        info = torch.iinfo(t)
+        low, high = max(info.min, -1000), min(info.max, 1000)
+        return torch.randint(low, high + 1, shape, generator=g, dtype=torch.int64).to(t)
+
+    def backend() -> dict[str, Any]:
+        return {"backend": dist.get_backend(), "rank": dist.get_rank(),
+                "world": dist.get_world_size(), "stats": ina.torch.stats()}
+
+    def allreduce(dtype: str, op: str, shape: list[int], seed: int = 0) -> dict[str, Any]:
+        """One all_reduce; the report compares it with the exact reduction of every
+        rank's tensor (each rank draws them all from the seed)."""
+        rank, size = dist.get_rank(), dist.get_world_size()
+        tensor = rank_tensor(rank, dtype, shape, seed)
+        dist.all_reduce(tensor, op=ops[op])
+        inputs = torch.stack([rank_tensor(r, dtype, shape, seed).double()
+                              for r in range(size)])
+        exact = {"SUM": inputs.sum(0), "AVG": inputs.sum(0) / size,
+                 "MIN": inputs.min(0).values, "MAX": inputs.max(0).values}[op]
+        if not tensor.is_floating_point():  # wrapped around in the type, as gloo does
+            exact = exact.trunc().to(torch.int64).to(tensor.dtype).double()
+        bound = ina.torch.error_bound(tensor)
+        return {"shape": list(tensor.shape), "dtype": str(tensor.dtype).split(".")[1],
+                "max_error": float((tensor.double() - exact).abs().max()),
+                "within_bound": None if bound is None else
+                bool(((tensor.double() - exact).abs() <= bound).all()),
+                "digest": float(tensor.double().sum())}
+
+    def like_gloo(dtype: str, shape: list[int], seed: int = 0) -> dict[str, Any]:
+        """The same SUM all_reduce through the switches and through gloo."""
+        rank, size = dist.get_rank(), dist.get_world_size()
+        mine = rank_tensor(rank, dtype, shape, seed)
+        theirs = mine.clone()
+        dist.all_reduce(mine)
+        dist.all_reduce(theirs, group=gloo())
+        bound = ina.torch.error_bound(mine)
+        diff = (mine.double() - theirs.double()).abs()
+        report = {"same_bits": bool(torch.equal(mine, theirs)), "max_diff": float(diff.max())}
+        if bound is not None:
+            # gloo sums in the tensor's type: each of its N - 1 additions rounds, by up
+            # to half an ulp of the partial sum (at most the sum of magnitudes).
+            inputs = torch.stack([rank_tensor(r, dtype, shape, seed).double()
+                                  for r in range(size)])
+            gloo_rounding = (size - 1) * torch.finfo(mine.dtype).eps / 2 * inputs.abs().sum(0)
+            exact = inputs.sum(0)
+            report["within_bound_of_exact"] = bool(
+                ((mine.double() - exact).abs() <= bound).all())
+            report["within_bound_of_gloo"] = bool((diff <= bound + gloo_rounding).all())
+            report["gloo_error"] = float((theirs.double() - exact).abs().max())
+            report["ina_error"] = float((mine.double() - exact).abs().max())
+        return report
+
+    def wrapping_sum() -> dict[str, Any]:
+        """int32 SUM beyond 2**31 - 1 through the switches and through gloo."""
+        mine = torch.full((300,), 2**30 + dist.get_rank(), dtype=torch.int32)
+        theirs = mine.clone()
+        dist.all_reduce(mine)
+        dist.all_reduce(theirs, group=gloo())
+        return {"same_bits": bool(torch.equal(mine, theirs)), "value": int(mine[0])}
+
+    def refused(op: str) -> dict[str, Any]:
+        tensor = torch.ones(4)
+        try:
+            dist.all_reduce(tensor, op=ops[op])
+        except Exception as exc:
+            return {"error": str(exc), "type": type(exc).__name__}
+        return {"error": None}
+
+    def async_calls(count: int, size: int) -> dict[str, Any]:
+        """``count`` async all_reduces in flight, waited for in reverse order."""
+        rank = dist.get_rank()
+        tensors = [torch.full((size,), float(rank + i)) for i in range(count)]
+        works = [dist.all_reduce(t, async_op=True) for t in tensors]
+        futures = [w.get_future() for w in works]
+        for w in reversed(works):
+            w.wait()
+        world = dist.get_world_size()
+        expected = [sum(r + i for r in range(world)) for i in range(count)]
+        return {"values": [float(t[0]) for t in tensors], "expected": expected,
+                "futures_done": all(f.done() for f in futures),
+                "future_values": [float(f.value()[0][0]) for f in futures]}
+
+    def repeated(calls: int) -> dict[str, Any]:
+        """Many calls in a row, of changing sizes."""
+        rank, world = dist.get_rank(), dist.get_world_size()
+        wrong = 0
+        for i in range(calls):
+            t = torch.full((1 + 97 * i,), rank + i, dtype=torch.int32)
+            dist.all_reduce(t)
+            wrong += int((t != sum(r + i for r in range(world))).sum())
+        return {"wrong": wrong}
+
+    def noncontiguous() -> dict[str, Any]:
+        rank = dist.get_rank()
+        base = torch.arange(12, dtype=torch.float32).reshape(3, 4) * (rank + 1)
+        view = base.t()  # not contiguous: written back through the view
+        dist.all_reduce(view)
+        world = dist.get_world_size()
+        factor = world * (world + 1) / 2
+        return {"ok": bool(torch.allclose(base, torch.arange(12.).reshape(3, 4) * factor))}
+
+    def via_gloo() -> dict[str, Any]:
+        """broadcast, all_gather and barrier: through the backend's gloo group."""
+        rank, world = dist.get_rank(), dist.get_world_size()
+        before = ina.torch.stats()
+        t = torch.full((5,), float(rank))
+        dist.broadcast(t, src=1)
+        gathered = [torch.zeros(2) for _ in range(world)]
+        dist.all_gather(gathered, torch.full((2,), float(rank)))
+        dist.barrier()
+        after = ina.torch.stats()
+
+        def count(name: str, where: str) -> int:
+            return after.get(name, {}).get(where, 0) - before.get(name, {}).get(where, 0)
+
+        return {"broadcast": float(t[0]), "gathered": [float(g[0]) for g in gathered],
+                "counted": {n: count(n, "gloo") for n in ("broadcast", "allgather",
+                                                          "barrier")}}
+
+    def train(steps: int, hook: bool = False, seed: int = 0) -> dict[str, Any]:
+        """A small model trained with DDP, through the switches (the ina group, or
+        the hook on a gloo group) and through gloo alone, from the same start and
+        data: the largest difference between their parameters."""
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        rank = dist.get_rank()
+
+        def model() -> torch.nn.Module:
+            torch.manual_seed(seed)
+            return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                       torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                       torch.nn.Linear(64, 10))
+
+        def run(ddp: DDP) -> tuple[list[torch.Tensor], float]:
+            g = torch.Generator().manual_seed(seed * 100 + rank)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+            loss = torch.zeros(())
+            for _ in range(steps):
+                x = torch.randn(16, 32, generator=g)
+                y = torch.randint(0, 10, (16,), generator=g)
+                loss = torch.nn.functional.cross_entropy(ddp(x), y)
+                opt.zero_grad()
+                loss.backward()  # type: ignore[no-untyped-call]
+                opt.step()
+            return [p.detach().clone() for p in ddp.parameters()], float(loss)
+
+        if hook:
+            ddp = DDP(model(), process_group=gloo())
+            ddp.register_comm_hook(hooks.setdefault("state", ina.torch.hook_state()),
+                                   ina.torch.allreduce_hook)
+        else:
+            ddp = DDP(model())
+        through_switches, loss = run(ddp)
+        reference, loss_gloo = run(DDP(model(), process_group=gloo()))
+        diff = max(float((a - b).abs().max())
+                   for a, b in zip(through_switches, reference, strict=True))
+        return {"max_param_diff": diff, "loss": loss, "loss_gloo": loss_gloo,
+                "stats": ina.torch.stats() if not hook
+                else hooks["state"].member.counts.counts}
+
+    hooks: dict[str, Any] = {}
+
+    def die_after(calls: int, victim: int) -> dict[str, Any]:
+        """All-reduce in a loop; rank ``victim`` exits without a word after ``calls``."""
+        rank = dist.get_rank()
+        started = time.monotonic()
+        for i in range(10_000):
+            if rank == victim and i == calls:
+                os._exit(17)
+            dist.all_reduce(torch.ones(1000))
+        return {"elapsed": time.monotonic() - started}
+
+    def nothing() -> dict[str, Any]:
+        return {}
+
+    return {f.__name__: f for f in (backend, allreduce, like_gloo, wrapping_sum, refused,
+                                     async_calls, repeated, noncontiguous, via_gloo, train,
+                                     die_after, nothing)}
+
+
+def main(argv: list[str]) -> int:
+    import torch.distributed as dist
+
+    import ina.torch  # noqa: F401  (registers the backend)
+
+    mode, backend = argv[0], argv[1]
+    dist.init_process_group(backend)
+    scenarios = _scenarios()
+
+    def answer(request: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            return {"report": scenarios[request["scenario"]](**request["params"])}
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+    if mode == "once":
+        reply = answer({"scenario": argv[2], "params": json.loads(argv[3])})
+        print(json.dumps(reply), flush=True)
+        dist.destroy_process_group()
+        return 0 if "report" in reply else 1
+    print("ready", flush=True)
+    for line in sys.stdin:
+        print(json.dumps(answer(json.loads(line))), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
