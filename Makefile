@@ -15,7 +15,7 @@ P4C ?= p4c-bm2-ss
 P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
 
 
-.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy bench-failover simulate test lint clean
+.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy bench-failover train simulate test lint clean
 
 help:
 	@echo "make setup     Debian packages (as root) and the Python venv ($(VENV))"
@@ -31,6 +31,7 @@ help:
 	@echo "make bench-loss    INA under 1% and 5% loss per link against no loss"
 	@echo "make bench-deploy  deploy time on the k=4 fat-tree, concurrent vs one by one"
 	@echo "make bench-failover  a VAT switch stopped mid-AllReduce: detection, repair, slowdown"
+	@echo "make train     DDP training with the ina backend against gloo on Mininet (Figure 1, fat-tree)"
 	@echo "make simulate  planned jobs on k=4..16 fat-trees on the reference model"
 	@echo "make test      every test tier the machine can run"
 	@echo "make lint      ruff and mypy --strict over the package and the tests"
@@ -85,6 +86,9 @@ bench-loss: build
 
 bench-failover: build
 	$(VENV)/bin/inabench --build $(BUILD) failover --json docs/failover.json --png docs/failover.png
+
+train: build
+	$(VENV)/bin/inabench --build $(BUILD) train --json docs/train.json --png docs/train.png
 
 bench-deploy: build
 	$(VENV)/bin/inabench --build $(BUILD) deploy

@@ -10,9 +10,12 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from ina.host.link import LinkTransport
@@ -46,25 +49,34 @@ def embedded(figure1: Topology) -> Iterator[EmbeddedNetwork]:
     yield from serving(EmbeddedNetwork(figure1, [SPEC]))
 
 
-def worker_on(net: EmbeddedNetwork, host: str, timeout: float = 10.0) -> Worker:
+def worker_on(net: EmbeddedNetwork, host: str, timeout: float = 10.0
+              ) -> tuple[Worker, LinkTransport]:
     config = WorkerConfig.from_files(FIGURE1, FIGURE1_JOB, host)
     transport = LinkTransport(net.topology, host, net.endpoints.of(host), config.target)
-    return Worker(config, transport, timeout=timeout)
+    return Worker(config, transport, timeout=timeout), transport
 
 
-def arrays(size: int) -> dict[str, np.ndarray]:
+def arrays(size: int) -> dict[str, npt.NDArray[np.int32]]:
     rng = np.random.default_rng(1)
     return {w: rng.integers(-(2**20), 2**20, size, dtype=np.int32) for w in SPEC.workers}
 
 
-def allreduce_everywhere(net: EmbeddedNetwork, inputs: dict[str, np.ndarray]
-                         ) -> dict[str, np.ndarray | Exception]:
+def allreduce_everywhere(net: EmbeddedNetwork, inputs: dict[str, npt.NDArray[np.int32]]
+                         ) -> dict[str, npt.NDArray[Any]]:
+    """Every worker's result of one call, each worker in a thread on its own link."""
     workers = {w: worker_on(net, w) for w in inputs}
-    outcomes = in_threads({w: (lambda w=w: workers[w].allreduce(inputs[w]).values)  # type: ignore[misc]
-                           for w in inputs})
-    for worker in workers.values():
-        worker.transport.close()  # type: ignore[attr-defined]
-    return outcomes
+
+    def call(w: str) -> Callable[[], npt.NDArray[Any]]:
+        return lambda: workers[w][0].allreduce(inputs[w]).values
+
+    outcomes = in_threads({w: call(w) for w in inputs})
+    for _, transport in workers.values():
+        transport.close()
+    results = {}
+    for w, outcome in outcomes.items():
+        assert not isinstance(outcome, Exception), f"{w}: {outcome}"
+        results[w] = outcome
+    return results
 
 
 def test_every_host_gets_a_port_of_its_own(embedded: EmbeddedNetwork) -> None:
@@ -93,8 +105,8 @@ def test_the_switches_aggregate_what_the_links_carry(embedded: EmbeddedNetwork) 
 
 
 def test_a_restarted_worker_takes_its_link_over(embedded: EmbeddedNetwork) -> None:
-    first = worker_on(embedded, "w1")
-    first.transport.close()  # type: ignore[attr-defined]  (its process ended)
+    _, first = worker_on(embedded, "w1")
+    first.close()  # its process ended
     inputs = arrays(600)
     outcomes = allreduce_everywhere(embedded, inputs)
     expected = sum(a.astype(np.int64) for a in inputs.values())
@@ -143,8 +155,8 @@ def test_inanet_prints_its_ports_and_stops_on_sigterm() -> None:
     assert json.loads(out.splitlines()[-1])["jobs"] == [1]
 
 
-def test_inanet_refuses_a_bad_job_file_with_one_message(tmp_path: object) -> None:
-    bad = tmp_path / "job.yaml"  # type: ignore[operator]
+def test_inanet_refuses_a_bad_job_file_with_one_message(tmp_path: Path) -> None:
+    bad = tmp_path / "job.yaml"
     bad.write_text("job_id: 1\nop: sum\nworkers: [w1, w99]\n")
     proc = subprocess.run([sys.executable, "-m", "ina.cli.inanet", "-t", str(FIGURE1),
                            "--job", str(bad)], capture_output=True, text=True, timeout=60)

@@ -6,6 +6,7 @@ as on BMv2."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -134,8 +135,8 @@ def test_a_world_size_that_does_not_match_the_job_fails_at_init() -> None:
         assert "the world size is 3 but job 1" in err and "has 4 workers" in err
 
 
-def test_a_job_file_that_is_not_valid_fails_at_init(tmp_path: pytest.TempPathFactory) -> None:
-    bad = tmp_path / "job.yaml"  # type: ignore[operator]
+def test_a_job_file_that_is_not_valid_fails_at_init(tmp_path: Path) -> None:
+    bad = tmp_path / "job.yaml"
     bad.write_text("job_id: 1\nop: sum\nworkers: [w1, w2, w3, w99]\n")
     results = run_once(4, "nothing", {**JOB_ENV, "INA_JOB": str(bad)}, timeout=90)
     assert [code for code, _, _ in results] == [1] * 4

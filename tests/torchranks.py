@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def rank_env(rank: int, size: int, port: int, extra: Mapping[str, str]) -> dict[str, str]:
+#: Starts rank ``r``'s process: (rank, argv, env) -> the process (stdin, stdout and
+#: stderr pipes, text mode). Default: on this machine; the BMv2 tier starts each rank
+#: on its worker's host.
+Launch = Callable[[int, list[str], dict[str, str]], "subprocess.Popen[str]"]
+
+
+def local_launch(rank: int, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def rank_env(rank: int, size: int, port: int, extra: Mapping[str, str],
+             master: str = "127.0.0.1") -> dict[str, str]:
     env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_RANK": str(rank),
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+           "MASTER_ADDR": master, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT / "controller"),
                                           os.environ.get("PYTHONPATH", "")]),
            **extra}
@@ -45,12 +57,11 @@ def rank_env(rank: int, size: int, port: int, extra: Mapping[str, str]) -> dict[
 
 
 def start_ranks(size: int, args: list[str], extra: Mapping[str, str],
+                launch: Launch = local_launch, master: str = "127.0.0.1",
                 ) -> list[subprocess.Popen[str]]:
     port = free_port()
-    return [subprocess.Popen([sys.executable, "-m", "torchranks", *args],
-                             env=rank_env(r, size, port, extra), stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for r in range(size)]
+    return [launch(r, [sys.executable, "-m", "torchranks", *args],
+                   rank_env(r, size, port, extra, master)) for r in range(size)]
 
 
 def _line(proc: subprocess.Popen[str], deadline: float) -> str:
@@ -65,8 +76,9 @@ def _line(proc: subprocess.Popen[str], deadline: float) -> str:
 class RankPool:
     """``size`` ranks of one process group, serving scenarios."""
 
-    def __init__(self, size: int, extra: Mapping[str, str], backend: str = "ina"):
-        self.procs = start_ranks(size, ["serve", backend], extra)
+    def __init__(self, size: int, extra: Mapping[str, str], backend: str = "ina",
+                 launch: Launch = local_launch, master: str = "127.0.0.1"):
+        self.procs = start_ranks(size, ["serve", backend], extra, launch, master)
         deadline = time.monotonic() + READY_TIMEOUT
         for r, proc in enumerate(self.procs):
             line = _line(proc, deadline).strip()
@@ -114,21 +126,14 @@ class RankPool:
                 proc.wait()
 
 
-@contextlib.contextmanager
-def rank_pool(size: int, extra: Mapping[str, str], backend: str = "ina") -> Iterator[RankPool]:
-    pool = RankPool(size, extra, backend)
-    try:
-        yield pool
-    finally:
-        pool.close()
-
-
 def run_once(size: int, scenario: str, extra: Mapping[str, str], timeout: float = 120.0,
              params: Mapping[str, Any] | None = None, backend: str = "ina",
+             launch: Launch = local_launch, master: str = "127.0.0.1",
              ) -> list[tuple[int | None, str, str]]:
     """``size`` ranks that each init, run ``scenario`` and exit: (exit code, stdout,
     stderr) per rank (exit code None: still running after ``timeout``, then killed)."""
-    procs = start_ranks(size, ["once", backend, scenario, json.dumps(params or {})], extra)
+    procs = start_ranks(size, ["once", backend, scenario, json.dumps(params or {})], extra,
+                        launch, master)
     deadline = time.monotonic() + timeout
     out = []
     for proc in procs:
@@ -215,6 +220,28 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
             report["gloo_error"] = float((theirs.double() - exact).abs().max())
             report["ina_error"] = float((mine.double() - exact).abs().max())
         return report
+
+    def bucket(mib: int) -> dict[str, Any]:
+        """One float32 bucket of ``mib`` MiB (DDP's default bucket is 25 MiB), through
+        the switches and through gloo."""
+        mine = rank_tensor(dist.get_rank(), "float32", [mib * 2**18], 11)
+        theirs = mine.clone()
+        started = time.monotonic()
+        dist.all_reduce(mine)
+        ina_seconds = time.monotonic() - started
+        started = time.monotonic()
+        dist.all_reduce(theirs, group=gloo())
+        gloo_seconds = time.monotonic() - started
+        bound = ina.torch.error_bound(mine)
+        assert bound is not None
+        # gloo's own rounding: half an ulp per addition, of at most the sum of magnitudes.
+        magnitudes = rank_tensor(dist.get_rank(), "float32", [mib * 2**18], 11).double().abs()
+        dist.all_reduce(magnitudes, group=gloo())
+        gloo_rounding = (dist.get_world_size() - 1) * torch.finfo(torch.float32).eps / 2 \
+            * magnitudes
+        diff = (mine.double() - theirs.double()).abs()
+        return {"within_bound_of_gloo": bool((diff <= bound + gloo_rounding).all()),
+                "ina_seconds": ina_seconds, "gloo_seconds": gloo_seconds}
 
     def wrapping_sum() -> dict[str, Any]:
         """int32 SUM beyond 2**31 - 1 through the switches and through gloo."""
@@ -339,7 +366,7 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
     def nothing() -> dict[str, Any]:
         return {}
 
-    return {f.__name__: f for f in (backend, allreduce, like_gloo, wrapping_sum, refused,
+    return {f.__name__: f for f in (backend, allreduce, like_gloo, bucket, wrapping_sum, refused,
                                      async_calls, repeated, noncontiguous, via_gloo, train,
                                      die_after, nothing)}
 

@@ -6,10 +6,12 @@
     inabench host
     inabench dataplane [--json F] [--png F]
     inabench failover [--case leaf-spine --case fat-tree] [--json F] [--png F]
+    inabench train [--case figure1 --case fat-tree] [--steps 200] [--json F] [--png F]
 
 allreduce, loss, deploy and host: see ina.lab.bench; dataplane: what one BMv2
 switch running the program does per second (ina.lab.dataplane_bench); failover: a
-VAT switch stopped mid-AllReduce, detected and repaired (ina.lab.failover_bench).
+VAT switch stopped mid-AllReduce, detected and repaired (ina.lab.failover_bench);
+train: DDP training with the ina backend against gloo (ina.lab.train_bench).
 """
 
 from __future__ import annotations
@@ -75,6 +77,17 @@ def parser() -> argparse.ArgumentParser:
                    help="default: both")
     f.add_argument("--json", type=Path, help="write the figures here")
     f.add_argument("--png", type=Path, help="draw the workers' results over time here")
+    t = sub.add_parser("train", help="DDP training through the switches against gloo, "
+                                     "two regimes (needs the torch and train extras)")
+    t.add_argument("--case", action="append", choices=["figure1", "fat-tree"],
+                   help="default: both")
+    t.add_argument("--steps", type=int, default=200, help="training steps per run "
+                                                          "(default: %(default)s)")
+    t.add_argument("--hidden", type=int, default=128,
+                   help="width of the MLP's two hidden layers (default: %(default)s)")
+    t.add_argument("--regimes", default="cpu,link", help="cpu, link or both (default)")
+    t.add_argument("--json", type=Path, help="write the figures here")
+    t.add_argument("--png", type=Path, help="draw the losses here")
     r = sub.add_parser("reflect", help=argparse.SUPPRESS)
     r.add_argument("address")
     return p
@@ -169,6 +182,23 @@ def _bench(args: argparse.Namespace) -> int:
             _write_json(args.json, failover_bench.figures(failovers, bmv2))
         if args.png is not None:
             failover_bench.plot(failovers, args.png, bmv2)
+    elif args.cmd == "train":
+        import torch
+
+        from ina.lab import train_bench
+
+        settings = train_bench.TrainSettings(steps=args.steps, hidden=args.hidden)
+        regimes = tuple(x.strip() for x in args.regimes.split(","))
+        conversion = train_bench.bucket_conversion(CASES["figure1"].rate_mbit)
+        trained = [train_bench.run_case(train_bench.DEFAULT_CASES[name], args.build, regimes,
+                                        settings)
+                   for name in args.case or ["figure1", "fat-tree"]]
+        bmv2, version = bmv2_build(), torch.__version__
+        print(train_bench.render(trained, conversion, bmv2, version))
+        if args.json is not None:
+            _write_json(args.json, train_bench.figures(trained, conversion, bmv2, version))
+        if args.png is not None:
+            train_bench.plot(trained, args.png, bmv2, version)
     else:
         print(run_deploy_bench(args.build, repeat=args.repeat))
     return 0

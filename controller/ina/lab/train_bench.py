@@ -1,0 +1,298 @@
+"""DDP training through the switches against gloo, on the same Mininet network.
+
+``run_case`` trains examples/train.py (scikit-learn's digits, an MLP, a fixed seed,
+each rank its shard) on the job's workers twice per regime: with the ``ina``
+backend (gradient buckets aggregated by the switches) and with torch's ``gloo``
+(TCP between the hosts through the same switches' IPv4 forwarding), links
+unlimited and every link rate-limited as in ``inabench allreduce``. Both runs of
+a regime see the same data in the same order from the same initial weights; the
+figures are rank 0's: median time per step, steps per second, the share of a
+step spent communicating (1 - compute / step, the compute measured on the same
+steps without gradient exchange), final loss and test accuracy, and the largest
+difference between the two backends' trained parameters.
+
+``bucket_conversion`` measures the host side: a float32 bucket (DDP's 25 MiB by
+default) quantized to the wire and back, against the least time its AllReduce can
+take on a link of the rate-limited regime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ina.lab.bench import CASES, INA_WIRE_PER_VALUE, ROOT, Case, _bench_on_lab, describe_vat
+from ina.lab.mininet import Lab
+from ina.spec.topology import Topology
+
+TRAIN_SCRIPT = ROOT / "examples" / "train.py"
+BACKENDS = ("ina", "gloo")
+#: The store's port on rank 0's host.
+MASTER_PORT = 29500
+#: DDP's default gradient bucket (bucket_cap_mb = 25).
+DDP_BUCKET_BYTES = 25 * 1024 * 1024
+RUN_TIMEOUT = 3600.0
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    steps: int = 200
+    batch: int = 16
+    hidden: int = 128
+    seed: int = 0
+
+
+@dataclass
+class TrainRun:
+    backend: str
+    seconds: float
+    step_median: float
+    steps_per_second: float
+    comm_share: float
+    final_loss: float
+    test_accuracy: float
+    loss: list[float]
+    clock: list[float]
+    collectives: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass
+class TrainRegime:
+    regime: str  # "cpu" (links unlimited) or "link" (rate-limited)
+    rate_mbit: float | None
+    runs: list[TrainRun]
+    max_param_diff: float  # between the two backends' trained parameters
+
+    def run(self, backend: str) -> TrainRun:
+        return next(r for r in self.runs if r.backend == backend)
+
+    @property
+    def speedup(self) -> float:
+        """gloo's time per step over ina's: above 1, ina is faster."""
+        return self.run("gloo").step_median / self.run("ina").step_median
+
+
+@dataclass
+class TrainCaseResult:
+    case: str
+    topology: str
+    workers: list[str]
+    vat: str
+    parameters: int
+    settings: TrainSettings
+    regimes: list[TrainRegime] = field(default_factory=list)
+
+
+@dataclass
+class BucketConversion:
+    values: int
+    seconds: float  # float32 -> quantized int32 wire bytes -> float32, one worker
+    link_bound_seconds: float  # the least time its AllReduce takes at the link rate
+    rate_mbit: float
+
+    @property
+    def share(self) -> float:
+        return self.seconds / self.link_bound_seconds
+
+
+def _train(lab: Lab, topology: Topology, topology_path: Path, workers: list[str],
+           job_path: Path, backend: str, settings: TrainSettings, out: Path) -> TrainRun:
+    """One training run on the workers' hosts, rank r on the job's r-th worker."""
+    report, params = out / f"{backend}.json", out / f"{backend}.pt"
+    master = topology.hosts[workers[0]].ip
+    procs = []
+    for rank, w in enumerate(workers):
+        host = lab.host(w)
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(len(workers)),
+               "LOCAL_RANK": "0", "MASTER_ADDR": master, "MASTER_PORT": str(MASTER_PORT),
+               "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": host.defaultIntf().name,
+               "INA_TOPOLOGY": str(topology_path), "INA_JOB": str(job_path),
+               "INA_NETWORK": "lab"}
+        argv = [sys.executable, str(TRAIN_SCRIPT), "--backend", backend,
+                "--steps", str(settings.steps), "--batch", str(settings.batch),
+                "--hidden", str(settings.hidden), "--seed", str(settings.seed),
+                "--log-every", "0"]
+        if rank == 0:
+            argv += ["--json", str(report), "--params", str(params)]
+        procs.append(host.popen(argv, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE))
+    deadline = time.monotonic() + RUN_TIMEOUT
+    failures = []
+    for w, proc in zip(workers, procs, strict=True):
+        try:
+            _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        if proc.returncode != 0:
+            failures.append(f"{w}: exit {proc.returncode}: {err.decode().strip()[-2000:]}")
+    if failures:
+        raise RuntimeError(f"training with {backend} failed:\n" + "\n".join(failures))
+    data = json.loads(report.read_text())
+    return TrainRun(backend, data["seconds"], data["step_median"], data["steps_per_second"],
+                    data["comm_share"], data["final_loss"], data["test_accuracy"],
+                    data["loss"], data["clock"], data.get("collectives", {}))
+
+
+def _param_diff(out: Path) -> float:
+    import torch
+
+    a, b = (torch.load(out / f"{backend}.pt") for backend in BACKENDS)
+    return max(float((x - y).abs().max()) for x, y in zip(a, b, strict=True))
+
+
+def _parameters(settings: TrainSettings) -> int:
+    h = settings.hidden
+    return 64 * h + h + h * h + h + h * 10 + 10
+
+
+def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...],
+             settings: TrainSettings) -> TrainCaseResult:
+    """Inside the sandbox: both backends in each regime, on one lab."""
+    with _bench_on_lab(case, build_dir) as bench, tempfile.TemporaryDirectory() as tmp:
+        job, lab = bench.job, bench.lab
+        result = TrainCaseResult(case.name, bench.topology.name, list(job.workers),
+                                 describe_vat(job), _parameters(settings), settings)
+        for regime in regimes:
+            rate = case.rate_mbit if regime == "link" else None
+            lab.limit_links(rate)
+            out = Path(tmp) / regime
+            out.mkdir()
+            runs = [_train(lab, bench.topology, bench.topology_path, list(job.workers),
+                           bench.job_path, backend, settings, out) for backend in BACKENDS]
+            result.regimes.append(TrainRegime(regime, rate, runs, _param_diff(out)))
+        lab.limit_links(None)
+    return result
+
+
+def bucket_conversion(rate_mbit: float, workers: int = 4,
+                      nbytes: int = DDP_BUCKET_BYTES) -> BucketConversion:
+    """One worker's host-side work for a float32 bucket of ``nbytes``: block
+    exponents, quantization, the packets' bytes, the results read back from them and
+    dequantized (what a worker does besides waiting), timed; and the least time the
+    bucket's AllReduce takes at ``rate_mbit`` (every worker's link carries it once)."""
+    import numpy as np
+
+    from ina.host import quantize
+    from ina.host.worker import AllreduceSession, WorkerConfig
+    from ina.protocol.constants import Flag, Op
+
+    size = nbytes // 4
+    x = np.random.default_rng(0).standard_normal(size).astype(np.float32)
+    config = WorkerConfig(job_id=1, op=Op.SUM, pbm=1, target="127.0.0.1",
+                          window=1 << 30, workers=workers)
+    started = time.perf_counter()
+    exponents = quantize.block_exponents(x)
+    session = AllreduceSession(config, quantize.quantize(x, exponents, Op.SUM, workers))
+    for payload in session.packets_to_send():
+        result = bytearray(payload)
+        result[1] |= Flag.RESULT
+        session.accept(bytes(result))
+    quantize.dequantize(session.outcome().values, exponents, Op.SUM, workers)
+    seconds = time.perf_counter() - started
+    link_bound = size * INA_WIRE_PER_VALUE * 8 / (rate_mbit * 1e6)
+    return BucketConversion(size, seconds, link_bound, rate_mbit)
+
+
+# --- Reports ---------------------------------------------------------------------------
+
+
+def render(results: list[TrainCaseResult], conversion: BucketConversion | None, bmv2: str,
+           torch_version: str) -> str:
+    lines = [f"DDP training on Mininet + {bmv2}, torch {torch_version}; one run per case, "
+             "regime and backend, rank 0's figures; both backends on the same network, "
+             "same data, same initial weights.", ""]
+    for r in results:
+        s = r.settings
+        lines.append(f"{r.case} ({r.topology}): {len(r.workers)} workers "
+                     f"({', '.join(r.workers)}); MLP 64-{s.hidden}-{s.hidden}-10 "
+                     f"({r.parameters:,} parameters, {4 * r.parameters / 1024:.0f} KiB of "
+                     f"gradients a step), {s.steps} steps of {s.batch} per rank; INA VAT "
+                     f"(planned): {r.vat}.")
+        for g in r.regimes:
+            regime = ("links unlimited (CPU-bound)" if g.rate_mbit is None
+                      else f"every link limited to {g.rate_mbit:g} Mbit/s (htb)")
+            lines.append(f"  {regime}:")
+            lines.append(f"    {'backend':<8} {'ms/step':>8} {'steps/s':>8} {'comm':>6} "
+                         f"{'loss':>7} {'accuracy':>9}")
+            for run in g.runs:
+                lines.append(f"    {run.backend:<8} {run.step_median * 1000:>8.1f} "
+                             f"{run.steps_per_second:>8.2f} {run.comm_share:>6.0%} "
+                             f"{run.final_loss:>7.4f} {run.test_accuracy:>9.1%}")
+            acc = g.run("ina").test_accuracy - g.run("gloo").test_accuracy
+            lines.append(f"    ina vs gloo (same run): {g.speedup:.2f}x faster per step; "
+                         f"accuracy {acc * 100:+.1f} points; largest parameter difference "
+                         f"{g.max_param_diff:.2e}")
+        lines.append("")
+    if conversion is not None:
+        lines.append(f"Host side: a {conversion.values * 4 / 2**20:.0f} MiB float32 bucket "
+                     f"to the wire and back (quantize, packets, dequantize) takes "
+                     f"{conversion.seconds:.2f}s on one worker; its AllReduce takes at least "
+                     f"{conversion.link_bound_seconds:.1f}s at {conversion.rate_mbit:g} Mbit/s "
+                     f"per link: {conversion.share:.1%} of it.")
+    return "\n".join(lines)
+
+
+def figures(results: list[TrainCaseResult], conversion: BucketConversion | None, bmv2: str,
+            torch_version: str) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {"bmv2": bmv2, "torch": torch_version,
+            "conversion": None if conversion is None else
+            {**asdict(conversion), "share": conversion.share},
+            "cases": [{**asdict(r), "regimes": [{**asdict(g), "speedup": g.speedup}
+                                                 for g in r.regimes]} for r in results]}
+
+
+def plot(results: list[TrainCaseResult], path: Path, bmv2: str, torch_version: str) -> None:
+    """Loss against step and against wall-clock seconds, both backends, a column per
+    case and regime."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"ina": "#1b5e20", "gloo": "#b0413e"}
+    panels = [(r, g) for r in results for g in r.regimes]
+    fig, axes = plt.subplots(2, len(panels), figsize=(3.6 * len(panels), 6.0), squeeze=False)
+    for col, (r, g) in enumerate(panels):
+        regime = "links unlimited" if g.rate_mbit is None else f"links {g.rate_mbit:g} Mbit/s"
+        top, bottom = axes[0][col], axes[1][col]
+        for run in g.runs:
+            smooth = _smooth(run.loss, 10)
+            label = (f"{run.backend}: {run.step_median * 1000:.0f} ms/step, "
+                     f"{run.test_accuracy:.1%} test")
+            top.plot(range(1, len(smooth) + 1), smooth, color=colors[run.backend],
+                     label=label, linewidth=1.2,
+                     linestyle="-" if run.backend == "ina" else "--")
+            bottom.plot(run.clock, smooth, color=colors[run.backend], linewidth=1.2,
+                        linestyle="-" if run.backend == "ina" else "--")
+        top.set_title(f"{r.case}, {len(r.workers)} workers, {regime}\n"
+                      f"ina {g.speedup:.2f}x gloo's speed", fontsize=9)
+        top.set_xlabel("step")
+        bottom.set_xlabel("wall-clock seconds")
+        top.legend(fontsize=7)
+        if col == 0:
+            top.set_ylabel("training loss\n(mean of 10 steps)")
+            bottom.set_ylabel("training loss\n(mean of 10 steps)")
+    fig.text(0.01, 0.005, f"{bmv2}; torch {torch_version}; the two lines of a panel overlap "
+             "where the backends' losses agree", fontsize=6, color="#555555")
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _smooth(values: list[float], n: int) -> list[float]:
+    return [statistics.fmean(values[max(0, i - n + 1): i + 1]) for i in range(len(values))]
+
+
+DEFAULT_CASES = {name: CASES[name] for name in ("figure1", "fat-tree")}

@@ -1,0 +1,144 @@
+"""Train a small classifier with DistributedDataParallel, through the switches.
+
+    INA_TOPOLOGY=topologies/figure1.yaml INA_JOB=jobs/figure1-sum.yaml \
+        torchrun --nproc-per-node 4 examples/train.py
+
+Each rank is a worker of the job (rank r: the job's r-th worker); without a lab,
+the ranks run on the embedded network (the reference model on the loopback, see
+the README). ``--backend gloo`` trains the same way with PyTorch's gloo,
+``--hook`` with a gloo process group whose gradient buckets go through the
+switches (ina.torch.allreduce_hook).
+
+The data: scikit-learn's bundled digits (1,797 8x8 images, no download), split with
+a fixed seed into 1,437 for training and 360 for testing; rank r trains on every
+world-size-th training image from r. The model, its initial weights and every
+rank's batches follow from ``--seed``, so runs with different backends see the same
+data in the same order. Rank 0 prints one line per ``--log-every`` steps and, with
+``--json FILE``, writes the run's figures there (time of every step, loss, test
+accuracy, the final parameters' file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def data(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = torch.tensor(digits.data, dtype=torch.float32) / 16.0
+    y = torch.tensor(digits.target, dtype=torch.int64)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    test, train = order[:360], order[360:]
+    return x[train], y[train], x[test], y[test]
+
+
+def model(hidden: int, seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(hidden, 10))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", choices=("ina", "gloo"), default="ina",
+                   help="the process group's backend (default: %(default)s)")
+    p.add_argument("--hook", action="store_true",
+                   help="gloo process group, gradient buckets through the switches")
+    p.add_argument("--steps", type=int, default=300, help="default: %(default)s")
+    p.add_argument("--batch", type=int, default=16, help="per rank (default: %(default)s)")
+    p.add_argument("--hidden", type=int, default=128,
+                   help="width of the two hidden layers (default: %(default)s)")
+    p.add_argument("--lr", type=float, default=0.05, help="default: %(default)s")
+    p.add_argument("--seed", type=int, default=0, help="default: %(default)s")
+    p.add_argument("--compute-steps", type=int, default=20,
+                   help="steps run again at the end without communication (DDP no_sync), "
+                        "to measure the share of a step spent communicating "
+                        "(default: %(default)s)")
+    p.add_argument("--log-every", type=int, default=50, help="default: %(default)s")
+    p.add_argument("--json", type=Path, metavar="FILE", help="rank 0 writes its figures here")
+    p.add_argument("--params", type=Path, metavar="FILE",
+                   help="rank 0 saves the trained parameters here (torch.save)")
+    args = p.parse_args()
+
+    if args.backend == "ina" or args.hook:
+        import ina.torch  # registers the backend
+    dist.init_process_group("gloo" if args.hook else args.backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    x, y, x_test, y_test = data(args.seed)
+    x, y = x[rank::world], y[rank::world]
+    net = DDP(model(args.hidden, args.seed))
+    if args.hook:
+        net.register_comm_hook(ina.torch.hook_state(), ina.torch.allreduce_hook)
+    opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
+    batches = torch.Generator().manual_seed(args.seed * 1000 + rank)
+
+    def step() -> float:
+        idx = torch.randint(0, len(y), (args.batch,), generator=batches)
+        loss = torch.nn.functional.cross_entropy(net(x[idx]), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    dist.barrier()
+    started = time.perf_counter()
+    times, losses, clock = [], [], []
+    for i in range(args.steps):
+        t0 = time.perf_counter()
+        losses.append(step())
+        times.append(time.perf_counter() - t0)
+        clock.append(time.perf_counter() - started)
+        if rank == 0 and args.log_every and (i + 1) % args.log_every == 0:
+            recent = statistics.median(times[-args.log_every:])
+            print(f"step {i + 1:4d}  loss {losses[-1]:.4f}  {recent * 1000:.1f} ms/step",
+                  flush=True)
+    total = time.perf_counter() - started
+    # Steps' compute alone (forward and backward, no gradient exchange, no update):
+    # what a step costs without communication.
+    compute = []
+    with net.no_sync():
+        for _ in range(args.compute_steps):
+            t0 = time.perf_counter()
+            idx = torch.randint(0, len(y), (args.batch,), generator=batches)
+            torch.nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
+            compute.append(time.perf_counter() - t0)
+            opt.zero_grad()
+    with torch.no_grad():
+        accuracy = float((net(x_test).argmax(1) == y_test).float().mean())
+    if rank == 0:
+        median = statistics.median(times)
+        report = {
+            "backend": "ina (hook on gloo)" if args.hook else args.backend,
+            "world": world, "steps": args.steps, "batch": args.batch, "hidden": args.hidden,
+            "parameters": sum(p.numel() for p in net.parameters()),
+            "seconds": total, "step_median": median, "steps_per_second": args.steps / total,
+            "compute_median": statistics.median(compute) if compute else None,
+            "comm_share": max(0.0, 1 - statistics.median(compute) / median) if compute else None,
+            "final_loss": statistics.mean(losses[-20:]), "test_accuracy": accuracy,
+            "loss": losses, "clock": clock, "torch": torch.__version__,
+        }
+        if args.backend == "ina" and not args.hook:
+            report["collectives"] = ina.torch.stats()
+        print(f"{report['backend']}: {args.steps} steps in {total:.1f}s "
+              f"({median * 1000:.1f} ms/step median), loss {report['final_loss']:.4f}, "
+              f"test accuracy {accuracy:.3f}", flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(report))
+        if args.params:
+            torch.save([p.detach() for p in net.parameters()], args.params)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""The torch backend on Mininet + BMv2: ranks on the job's worker hosts, each its
+own process, DDP through the switches against gloo through the same switches."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from bmv2.bmv2lab import Deployed, NetLab
+from inatest import FIGURE1, FIGURE1_SPEC
+
+pytest.importorskip("torch", reason="torch is not installed: pip install 'ina[torch]' "
+                                    "(make setup installs it)")
+
+from torchranks import Launch, run_once  # noqa: E402
+
+pytestmark = pytest.mark.parametrize("deployed", [[{**FIGURE1_SPEC, "job_id": 5}]],
+                                     indirect=True)
+
+
+def on_hosts(lab: NetLab, workers: list[str]) -> Launch:
+    """Rank r on the host of the job's r-th worker; gloo on that host's interface."""
+    def launch(rank: int, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+        host = lab.lab.host(workers[rank])
+        env = {**env, "GLOO_SOCKET_IFNAME": host.defaultIntf().name}
+        proc: subprocess.Popen[str] = host.popen(argv, env=env, stdin=subprocess.PIPE,
+                                                 stdout=subprocess.PIPE,
+                                                 stderr=subprocess.PIPE, text=True)
+        return proc
+
+    return launch
+
+
+def run_on_lab(lab: NetLab, deployed: Deployed, scenario: str, timeout: float,
+               **params: object) -> list[dict[str, object]]:
+    (path, job), = deployed
+    results = run_once(len(job.workers), scenario,
+                       {"INA_TOPOLOGY": str(FIGURE1), "INA_JOB": str(path),
+                        "INA_NETWORK": "lab"},
+                       timeout=timeout, params=params, launch=on_hosts(lab, list(job.workers)),
+                       master=lab.topology.hosts[job.workers[0]].ip)
+    reports = []
+    for rank, (code, out, err) in enumerate(results):
+        assert code == 0, f"rank {rank}: {out} {err[-3000:]}"
+        reports.append(json.loads(out.strip().splitlines()[-1])["report"])
+    return reports
+
+
+def test_ddp_through_the_switches_matches_gloo_through_the_same_switches(
+        figure1_lab: NetLab, deployed: Deployed) -> None:
+    for r in run_on_lab(figure1_lab, deployed, "train", 600, steps=30):
+        assert r["max_param_diff"] < 1e-4  # type: ignore[operator]
+        assert r["stats"]["allreduce"]["switches"] >= 30  # type: ignore[index]
+
+
+def test_a_25_mib_bucket_lies_within_its_bound_of_gloos(
+        figure1_lab: NetLab, deployed: Deployed) -> None:
+    for r in run_on_lab(figure1_lab, deployed, "bucket", 900, mib=25):
+        assert r["within_bound_of_gloo"] is True
