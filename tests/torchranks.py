@@ -295,22 +295,18 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
     def via_gloo() -> dict[str, Any]:
         """broadcast, all_gather and barrier: through the backend's gloo group."""
         rank, world = dist.get_rank(), dist.get_world_size()
-        before = ina.torch.stats()
+        before = counts()
         t = torch.full((5,), float(rank))
         dist.broadcast(t, src=1)
         gathered = [torch.zeros(2) for _ in range(world)]
         dist.all_gather(gathered, torch.full((2,), float(rank)))
         dist.barrier()
-        after = ina.torch.stats()
-
-        def count(name: str, where: str) -> int:
-            return after.get(name, {}).get(where, 0) - before.get(name, {}).get(where, 0)
-
+        made = since(before, counts())
         return {"broadcast": float(t[0]), "gathered": [float(g[0]) for g in gathered],
-                "counted": {n: count(n, "gloo") for n in ("broadcast", "allgather",
-                                                          "barrier")}}
+                "counted": made}
 
-    def train(steps: int, hook: bool = False, seed: int = 0) -> dict[str, Any]:
+    def train(steps: int, hook: bool = False, seed: int = 0,
+              bucket_cap_mb: float = 25.0) -> dict[str, Any]:
         """A small model trained with DDP, through the switches (the ina group, or
         the hook on a gloo group) and through gloo alone, from the same start and
         data: the largest difference between their parameters."""
@@ -338,20 +334,35 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
             return [p.detach().clone() for p in ddp.parameters()], float(loss)
 
         if hook:
-            ddp = DDP(model(), process_group=gloo())
+            ddp = DDP(model(), process_group=gloo(), bucket_cap_mb=bucket_cap_mb)
             ddp.register_comm_hook(hooks.setdefault("state", ina.torch.hook_state()),
                                    ina.torch.allreduce_hook)
         else:
-            ddp = DDP(model())
+            ddp = DDP(model(), bucket_cap_mb=bucket_cap_mb)
+        before = counts()
         through_switches, loss = run(ddp)
+        made = since(before, counts())
         reference, loss_gloo = run(DDP(model(), process_group=gloo()))
         diff = max(float((a - b).abs().max())
                    for a, b in zip(through_switches, reference, strict=True))
         return {"max_param_diff": diff, "loss": loss, "loss_gloo": loss_gloo,
-                "stats": ina.torch.stats() if not hook
-                else hooks["state"].member.counts.counts}
+                "stats": made}
 
     hooks: dict[str, Any] = {}
+
+    def counts() -> dict[str, dict[str, int]]:
+        """Collectives made so far: the ina group's, and the DDP hook's."""
+        made = ina.torch.stats() if dist.get_backend() == "ina" else {}
+        if "state" in hooks:
+            made.update(hooks["state"].member.counts.counts)
+        return {k: dict(v) for k, v in made.items()}
+
+    def since(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
+              ) -> dict[str, dict[str, int]]:
+        made = {name: {where: d for where, n in by_where.items()
+                       if (d := n - before.get(name, {}).get(where, 0))}
+                for name, by_where in after.items()}
+        return {name: by_where for name, by_where in made.items() if by_where}
 
     def die_after(calls: int, victim: int) -> dict[str, Any]:
         """All-reduce in a loop; rank ``victim`` exits without a word after ``calls``."""
