@@ -1,10 +1,11 @@
+# PYTHON_ARGCOMPLETE_OK
 """inaworker: one worker's AllReduce of an int32 array, from a host.
 
     inaworker -t topologies/figure1.yaml --job jobs/figure1-sum.yaml --worker w1 \\
         --random 1000 --seed 1 --output result.npy
 
-Prints one JSON line about the result. A call that cannot complete (a peer
-missing, the job not deployed, workers making different calls) exits 3.
+Prints one JSON line about the result. A call that cannot complete (a
+peer missing, the job not deployed, workers making different calls) exits 3.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ import numpy.typing as npt
 from ina.cli import common
 from ina.errors import InaError, UsageError
 from ina.host.arrays import digest, random_array, random_floats
-from ina.host.worker import DEFAULT_RTO, MIN_RTO, RtoEstimator, UdpTransport, Worker, WorkerConfig
+from ina.host.worker import (
+    DEFAULT_RTO,
+    MIN_RTO,
+    RtoEstimator,
+    UdpTransport,
+    Worker,
+    WorkerConfig,
+)
 from ina.protocol.constants import Op
 
 PROG = "inaworker"
@@ -69,27 +77,31 @@ def parser() -> argparse.ArgumentParser:
     common.add_topology(p)
     common.add_job(p, "the job file, with or without its VAT (the worker's edge switch "
                       "steers its packets in the deployed plan)")
-    p.add_argument("--worker", required=True, help="this host's name in the topology")
+    p.add_argument("--worker", required=True, metavar="NAME",
+                   help="this host's name in the topology")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--values", help="comma-separated integers")
-    src.add_argument("--input", type=Path, help=".npy file of integers")
-    src.add_argument("--random", type=int, metavar="SIZE", help="SIZE random int32 values")
+    src.add_argument("--values", metavar="V,V,...", help="the array: comma-separated integers")
+    src.add_argument("--input", type=Path, metavar="FILE", help="the array: a .npy file")
+    src.add_argument("--random", type=int, metavar="SIZE",
+                     help="the array: SIZE random int32 values (or float32, with --float)")
     p.add_argument("--seed", type=int, default=0, help="seed for --random")
     p.add_argument("--float", action="store_true",
                    help="float32 values (quantized, see ina.host.quantize)")
-    p.add_argument("--op", choices=["sum", "min", "max"], help="default: the job's op")
+    p.add_argument("--op", choices=["sum", "min", "max"],
+                   help="the reduction (default: the job's op)")
     p.add_argument("--progress", action="store_true", help="show progress on stderr")
     p.add_argument("--timeline", action="store_true",
                    help="report when each result arrived (monotonic seconds, results so far; "
                         "a call re-planned midway counts again from 0)")
-    p.add_argument("--output", type=Path, help="write the result here (.npy)")
-    p.add_argument("--timeout", type=float, default=5.0,
+    p.add_argument("--output", type=Path, metavar="FILE",
+                   help="write the result here (.npy) (default: not written)")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="S",
                    help="seconds without progress before giving up")
-    p.add_argument("--rto", type=float, default=DEFAULT_RTO,
+    p.add_argument("--rto", type=float, default=DEFAULT_RTO, metavar="S",
                    help="seconds before an unanswered packet is first resent, until round "
-                        "trips are measured (default %(default)s)")
-    p.add_argument("--min-rto", type=float, default=MIN_RTO,
-                   help="least retransmission timeout (default %(default)s)")
+                        "trips are measured")
+    p.add_argument("--min-rto", type=float, default=MIN_RTO, metavar="S",
+                   help="least retransmission timeout, in seconds")
     p.add_argument("--ring-port", type=int, metavar="PORT",
                    help="if no switch aggregates the job, the workers reduce on a TCP ring, "
                         "rank r listening on PORT + r (default: ina.host.worker.ring_port)")
@@ -100,7 +112,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = common.parse(parser(), argv)
     common.setup_logging(args.verbose)
     try:
         config = WorkerConfig.from_files(args.topology, args.job, args.worker,

@@ -1,6 +1,6 @@
 """Benchmarks on Mininet + BMv2, each measured side by side in one run.
 
-    inabench allreduce [--case figure1 --case fat-tree] [--rate 4] [--json F] [--png F]
+    inabench allreduce [--case figure1 --case fat-tree] [--rate 4] [--json-out F] [--png F]
     inabench loss [--losses 0 0.01 0.05] [--size 65536]
     inabench deploy
 
@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -363,6 +363,40 @@ def run_loss(build_dir: Path, losses: list[float], size: int, case: Case,
                             int(median["retransmissions"]), int(median["early"]),
                             [float(r["seconds"]) for r in reports[loss]]))
     return runs
+
+
+# --- Figures (JSON) ----------------------------------------------------------------
+
+
+@dataclass
+class AllreduceFigures:
+    """What ``inabench allreduce`` measured: every case, the host's own rate, the BMv2
+    build."""
+
+    cases: list[CaseResult]
+    host: HostRate | None
+    bmv2: str
+
+    def figures(self) -> dict[str, Any]:
+        """As JSON-ready data (docs/allreduce.json)."""
+        return {"bmv2": self.bmv2, "host": None if self.host is None else asdict(self.host),
+                "cases": [asdict(r) for r in self.cases]}
+
+    @classmethod
+    def from_figures(cls, doc: Any) -> AllreduceFigures:
+        """From ``figures()``'s data (KeyError or TypeError if it is not that)."""
+        cases = [CaseResult(**{**c, "regimes": [
+            RegimeResult(g["regime"], g["rate_mbit"],
+                         [MethodRun(**{**m, "busiest_link": tuple(m["busiest_link"])})
+                          for m in g["runs"]])
+            for g in c["regimes"]]}) for c in doc["cases"]]
+        host = None if doc.get("host") is None else HostRate(**doc["host"])
+        return cls(cases, host, str(doc["bmv2"]))
+
+
+def loss_from_figures(doc: Any) -> list[LossRun]:
+    """``inabench loss``'s runs from their JSON (docs/loss.json)."""
+    return [LossRun(**r) for r in doc]
 
 
 # --- Reports -----------------------------------------------------------------------

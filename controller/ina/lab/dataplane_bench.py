@@ -1,6 +1,6 @@
 """Data-plane benchmark: what one BMv2 switch running the INA program does per second.
 
-    inabench dataplane --json FILE.json --png FILE.png
+    inabench dataplane --json-out FILE.json --png FILE.png
 
 One simple_switch_grpc with the real program (build/ina.json) and four hosts'
 interfaces, inside private namespaces. A closed loop keeps a fixed number of
@@ -114,6 +114,12 @@ class DataplaneReport:
         data["capacity_ratios"] = {path.path: self.capacity_ratio(path.path)
                                    for path in self.paths}
         return data
+
+    @classmethod
+    def from_figures(cls, doc: Any) -> DataplaneReport:
+        """From ``figures()``'s data (KeyError or TypeError if it is not that)."""
+        return cls(doc["bmv2"], doc["frame_bytes"], doc["values_per_packet"], doc["window"],
+                   doc["seconds_per_round"], [PathRate(**p) for p in doc["paths"]])
 
     def render(self) -> str:
         lines = [f"Data plane of one BMv2 switch ({self.bmv2}), the INA program, closed loop "

@@ -19,7 +19,7 @@ import json
 import logging
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -189,15 +189,32 @@ def render(runs: list[FailoverRun], options: WatchOptions, bmv2: str) -> str:
 TIMELINE_POINTS = 200
 
 
-def figures(runs: list[FailoverRun], bmv2: str) -> dict[str, Any]:
+def figures(runs: list[FailoverRun], bmv2: str, options: WatchOptions) -> dict[str, Any]:
     """The figures, each worker's timeline thinned to about TIMELINE_POINTS points
-    (the first and last of each run of the call kept)."""
+    (the first and last of each run of the call kept), and the watcher's options."""
     result = []
     for r in runs:
         doc = {**asdict(r), "slowdown": r.slowdown}
         doc["timelines"] = {w: _thin(points) for w, points in r.timelines.items()}
         result.append(doc)
-    return {"bmv2": bmv2, "runs": result}
+    watch = {"interval": options.interval, "detect_after": options.detect_after,
+             "hang_after": options.hang_after}
+    return {"bmv2": bmv2, "watch": watch, "runs": result}
+
+
+def from_figures(doc: Any) -> tuple[list[FailoverRun], str, WatchOptions]:
+    """The runs, the BMv2 build and the watcher's options from ``figures()``'s data
+    (KeyError or TypeError if it is not that); each worker's timeline as thinned
+    there. Figures written before they recorded the options were measured with the
+    defaults."""
+    names = {f.name for f in fields(FailoverRun)}
+    runs = []
+    for r in doc["runs"]:
+        run = FailoverRun(**{k: v for k, v in r.items() if k in names})
+        run.timelines = {w: [(float(t), int(n)) for t, n in points]
+                         for w, points in run.timelines.items()}
+        runs.append(run)
+    return runs, str(doc["bmv2"]), WatchOptions(**doc.get("watch", {}))
 
 
 def _thin(points: list[tuple[float, int]]) -> list[tuple[float, int]]:
