@@ -4,7 +4,9 @@
     inaworker -t topologies/figure1.yaml --job jobs/figure1-sum.yaml --worker w1 \\
         --random 1000 --seed 1 --output result.npy
 
-Prints one JSON line about the result. A call that cannot complete (a
+Run it on the worker's host of the lab (``inalab -t TOPO host w1 -- inaworker ...``):
+elsewhere it stops at once (exit 2), since the worker's address is not this
+machine's. Prints one JSON line about the result. A call that cannot complete (a
 peer missing, the job not deployed, workers making different calls) exits 3.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import signal
 import sys
 import time
@@ -32,6 +35,7 @@ from ina.host.worker import (
     UdpTransport,
     Worker,
     WorkerConfig,
+    is_local_address,
 )
 from ina.protocol.constants import Op
 
@@ -119,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         config = WorkerConfig.from_files(args.topology, args.job, args.worker,
                                          ring_port=args.ring_port)
         values = _values(args)
+        _on_the_workers_host(args, argv, config.addresses[config.rank])
     except InaError as exc:
         return common.fail(PROG, exc)
     # A stop signal ends the call the way a failure does: the worker tells the root
@@ -126,6 +131,25 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
     return common.run(f"{PROG} {args.worker}", lambda: _call(args, config, values))
+
+
+def _on_the_workers_host(args: argparse.Namespace, argv: list[str], address: str) -> None:
+    """UsageError, before anything is sent, unless this machine has the worker's
+    ``address``: elsewhere (outside the lab, on another host of it) its packets would
+    go out on the wrong network, and its results would never come back to it."""
+    if is_local_address(address):
+        return
+    if Path(sys.argv[0]).name == PROG:
+        here = [sys.argv[0]]  # as it was typed
+    elif sys.argv[0].endswith(".py"):
+        here = [sys.executable, "-m", f"ina.cli.{PROG}"]
+    else:
+        here = [PROG]
+    raise UsageError(
+        f"{args.worker} is not on this machine: no interface here has its address "
+        f"{address}, so this is not {args.worker}'s host in a lab of {args.topology}. "
+        f"Run it there:\n  inalab -t {shlex.quote(str(args.topology))} host "
+        f"{shlex.quote(args.worker)} -- {shlex.join([*here, *argv])}")
 
 
 def _values(args: argparse.Namespace) -> npt.NDArray[Any]:
