@@ -15,7 +15,7 @@ from ina.protocol.constants import (
     Flag,
     Op,
 )
-from ina.protocol.frames import Bier, ina_frame, parse_frame
+from ina.protocol.frames import Bier, bier_frame, ina_frame, parse_frame
 from ina.protocol.scapy_layers import BIER, INA
 
 
@@ -116,3 +116,39 @@ def test_a_sync_is_an_ina_header_alone_in_scapy_and_in_the_parser() -> None:
     dissected = INA(payload)
     assert dissected.count == 77 and dissected.flags == Flag.SYNC
     assert raw(dissected) == payload
+
+
+# --- scapy's one-line summaries (captures read with rdpcap) --------------------------
+
+def _summary_of(frame: bytes) -> str:
+    return str(Ether(frame).summary())
+
+
+def test_an_ina_packet_summary_names_every_header_field_and_the_flags() -> None:
+    header = InaHeader(job_id=1, seq=42, pbm=0b11, count=256, flags=Flag.RESULT | Flag.SYNC,
+                       gen=1)
+    frame = ina_frame("00:00:00:00:00:01", "00:00:00:00:01:00", "10.0.0.1", "10.0.100.1",
+                      header.pack())
+    assert _summary_of(frame).endswith(
+        "/ INA job=1 seq=42 flags=RESULT|SYNC op=SUM count=256 si=0 gen=1 pbm=0x3")
+
+
+def test_an_ina_packet_summary_shows_the_ip_addresses() -> None:
+    frame = ina_frame("00:00:00:00:00:01", "00:00:00:00:01:00", "10.0.0.1", "10.0.100.1",
+                      ina_payload(3, 7, bit_of(1), [1], Op.MAX))
+    assert " 10.0.0.1 > 10.0.100.1 udp " in _summary_of(frame)
+
+
+def test_no_flags_and_unknown_bits_are_shown_as_such() -> None:
+    assert "flags=NONE " in INA(flags=0).summary()
+    assert "flags=OVERFLOW|0x80 " in INA(flags=0x82).summary()
+
+
+def test_a_bier_result_summary_shows_the_bier_header_in_hex() -> None:
+    bier = Bier.for_set(2, 0b1011_0000)
+    bier.bfir_id = 5
+    frame = bier_frame("00:00:00:00:01:00", "00:00:00:00:02:00", "10.0.100.6", bier,
+                       ina_payload(1, 9, bit_of(513), [4], flags=Flag.RESULT))
+    assert (f"BIER bift_id={BIER_BIFT_ID + 2:#x} si=2 bfir_id=5 bitstring=0xb0 "
+            in _summary_of(frame))
+    assert _summary_of(frame).endswith("flags=RESULT op=SUM count=1 si=2 gen=0 pbm=0x1")
