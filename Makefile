@@ -5,7 +5,8 @@ JOB ?= $(if $(findstring leaf-spine-2x4.yaml,$(TOPO)),jobs/leaf-spine-sum.yaml,j
 # make demo FAIL="switch spine1" (or "link leaf1 spine1"): fail it mid-AllReduce.
 FAIL ?=
 SIZE ?= $(if $(FAIL),1000000,1000)
-JOB_ID ?= 1
+# make teardown JOB_ID=N: by id; otherwise the job of JOB.
+JOB_ID ?=
 BUILD ?= build
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -15,7 +16,7 @@ P4C ?= p4c-bm2-ss
 P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
 
 
-.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy bench-failover train simulate test lint clean
+.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy bench-failover train figures simulate test lint clean
 
 help:
 	@echo "make setup     Debian packages (as root) and the Python venv ($(VENV))"
@@ -23,7 +24,7 @@ help:
 	@echo "make run       Mininet + BMv2 for TOPO=$(TOPO) in private namespaces (CLI)"
 	@echo "make deploy    deploy JOB=$(JOB) on the running lab"
 	@echo "make status    per-switch entries and counters of the running lab"
-	@echo "make teardown  remove JOB_ID=$(JOB_ID) from the running lab"
+	@echo "make teardown  remove JOB=$(JOB) (or JOB_ID=N) from the running lab"
 	@echo "make demo      the Figure 1 AllReduce end to end (BMv2 if present, else the model);"
 	@echo "               TOPO=topologies/leaf-spine-2x4.yaml FAIL=\"switch spine1\": a spine fails mid-AllReduce"
 	@echo "make bench     INA vs parameter server vs ring, CPU- and link-bound (Figure 1, fat-tree)"
@@ -32,6 +33,7 @@ help:
 	@echo "make bench-deploy  deploy time on the k=4 fat-tree, concurrent vs one by one"
 	@echo "make bench-failover  a VAT switch stopped mid-AllReduce: detection, repair, slowdown"
 	@echo "make train     DDP training with the ina backend against gloo on Mininet (Figure 1, fat-tree)"
+	@echo "make figures   redraw docs/*.png from docs/*.json (no benchmark run, no BMv2)"
 	@echo "make simulate  planned jobs on k=4..16 fat-trees on the reference model"
 	@echo "make test      every test tier the machine can run"
 	@echo "make lint      ruff and mypy --strict over the package and the tests"
@@ -66,7 +68,7 @@ deploy:
 	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --build $(BUILD) deploy --job $(JOB)
 
 teardown:
-	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --build $(BUILD) teardown --job-id $(JOB_ID)
+	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --build $(BUILD) teardown $(if $(JOB_ID),--job-id $(JOB_ID),--job $(JOB))
 
 status:
 	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --build $(BUILD) status
@@ -76,22 +78,28 @@ demo:
 	$(VENV)/bin/inalab -t $(TOPO) --build $(BUILD) demo --job $(JOB) --size $(SIZE) $(if $(FAIL),--fail $(FAIL))
 
 bench: build
-	$(VENV)/bin/inabench --build $(BUILD) allreduce --json docs/allreduce.json --png docs/allreduce.png
+	$(VENV)/bin/inabench --build $(BUILD) allreduce --json-out docs/allreduce.json --png docs/allreduce.png
 
 bench-dataplane: build
-	$(VENV)/bin/inabench --build $(BUILD) dataplane --json docs/dataplane.json --png docs/dataplane.png
+	$(VENV)/bin/inabench --build $(BUILD) dataplane --json-out docs/dataplane.json --png docs/dataplane.png
 
 bench-loss: build
-	$(VENV)/bin/inabench --build $(BUILD) loss --json docs/loss.json
+	$(VENV)/bin/inabench --build $(BUILD) loss --json-out docs/loss.json
 
 bench-failover: build
-	$(VENV)/bin/inabench --build $(BUILD) failover --json docs/failover.json --png docs/failover.png
+	$(VENV)/bin/inabench --build $(BUILD) failover --json-out docs/failover.json --png docs/failover.png
 
 train: build
-	$(VENV)/bin/inabench --build $(BUILD) train --json docs/train.json --png docs/train.png
+	$(VENV)/bin/inabench --build $(BUILD) train --json-out docs/train.json --png docs/train.png
 
 bench-deploy: build
 	$(VENV)/bin/inabench --build $(BUILD) deploy
+
+figures:
+	$(VENV)/bin/inabench allreduce --from-json docs/allreduce.json --png docs/allreduce.png
+	$(VENV)/bin/inabench dataplane --from-json docs/dataplane.json --png docs/dataplane.png
+	$(VENV)/bin/inabench failover --from-json docs/failover.json --png docs/failover.png
+	$(VENV)/bin/inabench train --from-json docs/train.json --png docs/train.png
 
 simulate:
 	$(PY) -m ina.lab.simulate --k 4 6 8 16

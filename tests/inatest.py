@@ -1,11 +1,14 @@
-"""Helpers shared by the tests: paths, the Figure 1 job, the reference model of a network."""
+"""Helpers shared by the tests: paths, the Figure 1 job, the reference model of a network,
+processes, and captures decoded by the Wireshark dissector."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import subprocess
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -129,3 +132,32 @@ def processes_in(namespace: str) -> list[int]:
     """Every process (as this test sees it) whose PID namespace is ``namespace``."""
     return [int(p.name) for p in Path("/proc").iterdir()
             if p.name.isdigit() and pid_namespace(int(p.name)) == namespace]
+
+
+# --- captures, through the Wireshark dissector ----------------------------------------
+
+TSHARK = shutil.which("tshark")
+DISSECTOR = ROOT / "tools" / "wireshark" / "ina.lua"
+NO_TSHARK = "tshark not found: apt-get install tshark (tests of tools/wireshark/ina.lua)"
+
+
+def dissect(pcap: Path, fields: Sequence[str],
+            display_filter: str | None = None) -> list[dict[str, list[str]]]:
+    """Every frame of ``pcap`` (any capture: one written here, or a port's of
+    ``inalab run --pcap DIR``) that passes ``display_filter``, as tshark decodes it
+    with tools/wireshark/ina.lua: per field, its values in the frame (none if it is
+    absent; several for a field that occurs several times, such as ina.value)."""
+    assert TSHARK is not None, NO_TSHARK
+    argv = [TSHARK, "-X", f"lua_script:{DISSECTOR}", "-r", str(pcap), "-T", "fields",
+            "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=,"]
+    argv += ["-Y", display_filter] if display_filter else []
+    for field in fields:
+        argv += ["-e", field]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    # A Lua error is reported on stderr, and tshark carries on without the dissector.
+    problems = [line for line in done.stderr.splitlines()
+                if line.strip() and not line.startswith("Running as user")]
+    assert done.returncode == 0 and not problems, done.stderr
+    return [{field: cell.split(",") if cell else []
+             for field, cell in zip(fields, line.split("\t"), strict=True)}
+            for line in done.stdout.splitlines()]

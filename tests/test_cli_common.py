@@ -1,12 +1,19 @@
-"""One error hierarchy with its exit codes mapped once, and options that mean the same
-in every CLI."""
+"""One error hierarchy with its exit codes mapped once, and what every CLI shares:
+options that mean the same, --version, help with every default, shell completion,
+INA_TOPOLOGY."""
 
 from __future__ import annotations
 
 import argparse
 import ast
+import importlib
+import importlib.metadata
 import inspect
 import logging
+import os
+import subprocess
+import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -14,11 +21,14 @@ from types import ModuleType
 import pytest
 
 from ina import errors
-from ina.cli import baselines, common, inabench, inactl, inalab, inaroot, inaworker
+from ina.cli import baselines, common, inabench, inactl, inalab, inanet, inaroot, inaworker
 
-from inatest import ROOT
+from inatest import FIGURE1, ROOT
 
-CLIS = (inactl, inaworker, inalab, inaroot, inabench, baselines)
+CLIS = (inactl, inaworker, inalab, inaroot, inabench, inanet, baselines)
+#: The installed commands (pyproject.toml's [project.scripts]): name -> module.
+SCRIPTS = {name: target.partition(":")[0] for name, target in
+           tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"].items()}
 ERRORS = [c for _, c in inspect.getmembers(errors, inspect.isclass)
           if c.__module__ == errors.__name__]
 
@@ -78,6 +88,15 @@ def _actions(p: argparse.ArgumentParser) -> Iterator[argparse.Action]:
             yield action
 
 
+def _parsers(p: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """A parser and those of its subcommands, hidden ones included."""
+    yield p
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
 @pytest.mark.parametrize("cli", CLIS, ids=lambda m: m.__name__)
 def test_shared_options_mean_the_same_in_every_cli(cli: ModuleType) -> None:
     p = cli.parser()
@@ -88,7 +107,7 @@ def test_shared_options_mean_the_same_in_every_cli(cli: ModuleType) -> None:
         if name in options:
             assert options[name].type is Path, (name, options[name])
     if "--topology" in options:
-        assert options["-t"] is options["--topology"] and options["-t"].required
+        assert options["-t"] is options["--topology"]
     if "--build" in options:
         assert options["--build"].default == common.DEFAULT_BUILD
 
@@ -96,7 +115,7 @@ def test_shared_options_mean_the_same_in_every_cli(cli: ModuleType) -> None:
 def test_every_cli_that_names_a_job_takes_it_as_job_file() -> None:
     with_job = [cli for cli in CLIS
                 if any("--job" in a.option_strings for a in _actions(cli.parser()))]
-    assert with_job == [inactl, inaworker, inalab, inaroot]
+    assert with_job == [inactl, inaworker, inalab, inaroot, inanet]
 
 
 @pytest.mark.parametrize("flags,level", [([], logging.WARNING), (["-v"], logging.INFO),
@@ -104,3 +123,129 @@ def test_every_cli_that_names_a_job_takes_it_as_job_file() -> None:
 def test_v_is_info_and_vv_is_debug(flags: list[str], level: int) -> None:
     args = inactl.parser().parse_args([*flags, "-t", "x.yaml", "bift"])
     assert common.log_level(args.verbose) == level
+
+
+# --- --version --------------------------------------------------------------------
+
+def test_every_installed_command_is_one_of_the_clis_here() -> None:
+    assert set(SCRIPTS.values()) <= {cli.__name__ for cli in CLIS}
+    assert set(SCRIPTS) == {"inactl", "inaworker", "inalab", "inaroot", "inabench", "inanet"}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_version_prints_the_command_and_the_package_version(
+        name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    main = importlib.import_module(SCRIPTS[name]).main
+    with pytest.raises(SystemExit) as ended:
+        main(["--version"])
+    assert ended.value.code == 0
+    assert capsys.readouterr().out == f"{name} {importlib.metadata.version('ina')}\n"
+
+
+# --- help ---------------------------------------------------------------------------
+
+def _shown(p: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.Action]]:
+    """Every argument a person sees in the help of a parser or its subcommands, with
+    the name of the parser it is in."""
+    for sub in _parsers(p):
+        for action in sub._actions:
+            if action.help != argparse.SUPPRESS and not isinstance(
+                    action, argparse._HelpAction | argparse._SubParsersAction):
+                yield sub.prog, action
+
+
+@pytest.mark.parametrize("cli", CLIS, ids=lambda m: m.__name__)
+def test_every_argument_has_help_that_states_its_default(cli: ModuleType) -> None:
+    for prog, action in _shown(cli.parser()):
+        where = f"{prog} {'/'.join(action.option_strings) or action.dest}"
+        assert action.help, f"{where} has no help"
+        text = common.HelpFormatter(prog)._expand_help(action)
+        if common.has_default(action):
+            assert "default" in text, f"{where}: the help does not state the default"
+
+
+@pytest.mark.parametrize("cli", CLIS, ids=lambda m: m.__name__)
+def test_every_subcommand_has_a_description(cli: ModuleType) -> None:
+    for p in _parsers(cli.parser()):
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                listed = {a.dest: a.help for a in action._choices_actions}
+                for name, sub in action.choices.items():
+                    if name in listed:
+                        assert listed[name] and sub.description == listed[name], name
+
+
+def test_the_hidden_reflect_command_is_not_in_inabench_help() -> None:
+    text = inabench.parser().format_help()
+    assert "SUPPRESS" not in text
+    assert not [line for line in text.splitlines() if line.split()[:1] == ["reflect"]]
+    assert "{allreduce,loss,deploy,host,dataplane,failover,train}" in text
+
+
+def test_defaults_are_shown_in_the_help_beside_raw_descriptions() -> None:
+    p = inactl.parser()
+    text = p.format_help()
+    assert "(default: 10.0)" in text  # --timeout
+    assert "    inactl -t topologies/figure1.yaml init" in text  # the docstring, as written
+
+
+# --- INA_TOPOLOGY -------------------------------------------------------------------
+
+def test_the_topology_defaults_to_ina_topology(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(common.TOPOLOGY_ENV, str(FIGURE1))
+    assert inactl.main(["bift"]) == 0
+    assert "bfr-id   5 -> port 2 (s6)" in capsys.readouterr().out
+
+
+def test_t_wins_over_ina_topology(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(common.TOPOLOGY_ENV, "elsewhere.yaml")
+    args = inactl.parser().parse_args(["-t", str(FIGURE1), "bift"])
+    assert args.topology == FIGURE1
+
+
+@pytest.mark.parametrize("cli,argv", [
+    (inactl, ["bift"]),
+    (inaworker, ["--job", "j.yaml", "--worker", "w1", "--values", "1"]),
+    (inalab, ["exec", "--", "true"]),
+    (inaroot, ["--job", "j.yaml", "--host", "w5"]),
+], ids=lambda x: getattr(x, "__name__", ""))
+def test_without_a_topology_the_error_names_t_and_ina_topology(
+        cli: ModuleType, argv: list[str], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv(common.TOPOLOGY_ENV, raising=False)
+    with pytest.raises(SystemExit) as ended:
+        cli.main(argv)
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert "-t/--topology FILE" in err and common.TOPOLOGY_ENV in err
+
+
+# --- shell completion ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_each_command_is_marked_for_global_completion(name: str) -> None:
+    module = importlib.import_module(SCRIPTS[name])
+    assert module.__file__ is not None
+    with open(module.__file__, "rb") as f:  # argcomplete looks at the first 1024 bytes
+        assert b"PYTHON_ARGCOMPLETE_OK" in f.read(1024)
+
+
+@pytest.mark.parametrize("name,word,expected", [
+    ("inactl", "d", {"deploy", "down"}),
+    ("inabench", "d", {"deploy", "dataplane"}),
+    ("inalab", "re", {"recover"}),
+])
+def test_completion_lists_the_subcommands_a_partial_word_starts(
+        name: str, word: str, expected: set[str], tmp_path: Path) -> None:
+    # What the shell function of `register-python-argcomplete NAME` does: run the
+    # command with the line so far in COMP_LINE; the completions come back in a file.
+    line = f"{name} {word}"
+    out = tmp_path / "completions"
+    env = {**os.environ, "_ARGCOMPLETE": "1", "_ARGCOMPLETE_SHELL": "bash",
+           "COMP_LINE": line, "COMP_POINT": str(len(line)), "COMP_TYPE": "9",
+           "_ARGCOMPLETE_IFS": "\n", "_ARGCOMPLETE_STDOUT_FILENAME": str(out)}
+    done = subprocess.run([sys.executable, "-m", SCRIPTS[name]], env=env,
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert {w.strip() for w in out.read_text().split("\n") if w.strip()} == expected

@@ -1,10 +1,11 @@
-"""P4 and Python share their constants through one generated file."""
+"""P4 and Python share their constants through generated files, and so do the Wireshark
+dissector and Python."""
 
 import re
 from pathlib import Path
 
 from ina.control import p4names
-from ina.protocol import p4gen
+from ina.protocol import luagen, p4gen
 
 P4SRC = Path(__file__).resolve().parents[1] / "p4src"
 
@@ -21,3 +22,8 @@ def test_every_table_and_action_named_in_python_is_declared_in_p4() -> None:
     for spec in p4names.TABLES:
         for name in (spec.name, *(a.name for a in spec.actions), spec.default.name):
             assert name.rsplit(".", 1)[1] in declared, name
+
+
+def test_the_wireshark_dissectors_generated_tables_are_current() -> None:
+    current = luagen.DISSECTOR.read_text()
+    assert current == luagen.render(current), "run: python -m ina.protocol.luagen"

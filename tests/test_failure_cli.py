@@ -50,3 +50,19 @@ def test_inactl_down_of_no_element_exits_2_and_records_nothing(
     assert inactl.main(["-t", LEAF_SPINE, "down", *words]) == UsageError.exit_code
     assert capsys.readouterr().err.strip()
     assert not LabRecord("leaf-spine-2x4").failures_file.exists()
+
+
+def test_inactl_down_of_an_unknown_switch_names_it_and_lists_the_switches(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert inactl.main(["-t", LEAF_SPINE, "down", "switch", "spine9"]) == UsageError.exit_code
+    err = capsys.readouterr().err
+    assert ("spine9 is no switch in topology leaf-spine-2x4; its switches: leaf1, leaf2, "
+            "leaf3, leaf4, spine1, spine2") in err
+    assert "invalid topology" not in err
+
+
+def test_inactl_up_of_a_link_that_does_not_exist_names_where_its_end_leads(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert inactl.main(["-t", LEAF_SPINE, "up", "link", "leaf1", "leaf2"]) == UsageError.exit_code
+    assert ("no link joins leaf1 and leaf2 in topology leaf-spine-2x4; leaf1's links go to "
+            "h1_1, h1_2, spine1, spine2") in capsys.readouterr().err

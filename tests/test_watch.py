@@ -4,7 +4,6 @@ tests/bmv2/test_watch.py)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 from finsy.proto import U128, p4r
 
-from ina.cli import inactl_watch
+from ina.cli import common, inactl_watch
 from ina.control.watch import ActiveClock, Notifier, WatchOptions, _OwnElectionId, events_between
 from ina.errors import UsageError
 from ina.spec.topology import Failures
@@ -87,8 +86,8 @@ def test_options_that_cannot_work_are_refused(kw: dict[str, Any]) -> None:
 
 
 def test_the_cli_options_and_their_defaults() -> None:
-    p = argparse.ArgumentParser()
-    inactl_watch.add_parser(p.add_subparsers(dest="command"))
+    p = common.Parser()
+    inactl_watch.add_parser(common.commands(p))
     args = p.parse_args(["watch"])
     assert inactl_watch.options(args) == WatchOptions()
     assert WatchOptions().interval == 0.1 and WatchOptions().detect_after < 1.0

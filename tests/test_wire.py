@@ -9,13 +9,15 @@ from ina.protocol.bitmaps import bfr_ids_of, bit_of, format_bitmap, join_set, se
 from ina.protocol.codec import InaHeader, InaPacket, ina_payload
 from ina.protocol.constants import (
     BIER_BIFT_ID,
+    BIER_HEADER_LAYOUT,
+    INA_HEADER_LAYOUT,
     INA_PAYLOAD_BYTES,
     INA_UDP_PORT,
     MAX_BFR_ID,
     Flag,
     Op,
 )
-from ina.protocol.frames import Bier, ina_frame, parse_frame
+from ina.protocol.frames import Bier, bier_frame, ina_frame, parse_frame
 from ina.protocol.scapy_layers import BIER, INA
 
 
@@ -116,3 +118,65 @@ def test_a_sync_is_an_ina_header_alone_in_scapy_and_in_the_parser() -> None:
     dissected = INA(payload)
     assert dissected.count == 77 and dissected.flags == Flag.SYNC
     assert raw(dissected) == payload
+
+
+# --- scapy's one-line summaries (captures read with rdpcap) --------------------------
+
+def _summary_of(frame: bytes) -> str:
+    return str(Ether(frame).summary())
+
+
+def test_an_ina_packet_summary_names_every_header_field_and_the_flags() -> None:
+    header = InaHeader(job_id=1, seq=42, pbm=0b11, count=256, flags=Flag.RESULT | Flag.SYNC,
+                       gen=1)
+    frame = ina_frame("00:00:00:00:00:01", "00:00:00:00:01:00", "10.0.0.1", "10.0.100.1",
+                      header.pack())
+    assert _summary_of(frame).endswith(
+        "/ INA job=1 seq=42 flags=RESULT|SYNC op=SUM count=256 si=0 gen=1 pbm=0x3")
+
+
+def test_an_ina_packet_summary_shows_the_ip_addresses() -> None:
+    frame = ina_frame("00:00:00:00:00:01", "00:00:00:00:01:00", "10.0.0.1", "10.0.100.1",
+                      ina_payload(3, 7, bit_of(1), [1], Op.MAX))
+    assert " 10.0.0.1 > 10.0.100.1 udp " in _summary_of(frame)
+
+
+def test_no_flags_and_unknown_bits_are_shown_as_such() -> None:
+    assert "flags=NONE " in INA(flags=0).summary()
+    assert "flags=OVERFLOW|0x80 " in INA(flags=0x82).summary()
+
+
+def test_a_bier_result_summary_shows_the_bier_header_in_hex() -> None:
+    bier = Bier.for_set(2, 0b1011_0000)
+    bier.bfir_id = 5
+    frame = bier_frame("00:00:00:00:01:00", "00:00:00:00:02:00", "10.0.100.6", bier,
+                       ina_payload(1, 9, bit_of(513), [4], flags=Flag.RESULT))
+    assert (f"BIER bift_id={BIER_BIFT_ID + 2:#x} si=2 bfir_id=5 bitstring=0xb0 "
+            in _summary_of(frame))
+    assert _summary_of(frame).endswith("flags=RESULT op=SUM count=1 si=2 gen=0 pbm=0x1")
+
+
+# --- the layouts the dissector is generated from --------------------------------------
+
+def _fields_of(header: bytes, layout: tuple[tuple[str, int], ...]) -> dict[str, int]:
+    value, left = int.from_bytes(header, "big"), 8 * len(header)
+    fields = {}
+    for name, bits in layout:
+        left -= bits
+        fields[name] = value >> left & ((1 << bits) - 1)
+    return fields
+
+
+def test_the_ina_header_layout_is_where_the_codec_writes_each_field() -> None:
+    header = InaHeader(job_id=0x1234, seq=0x89ABCDEF, pbm=(1 << 255) | 5, count=0x0102,
+                       op=Op.MIN, flags=Flag.RESULT | Flag.REPLAN, version=0xA, si=7, gen=0xFE)
+    fields = _fields_of(header.pack(), INA_HEADER_LAYOUT)
+    assert fields == {name: int(getattr(header, name)) for name, _ in INA_HEADER_LAYOUT}
+
+
+def test_the_bier_header_layout_is_where_the_frames_write_each_field() -> None:
+    bier = Bier(bitstring=(1 << 200) | 3, ttl=0x3C, bift_id=0xABCDE, tc=5, s=0, nibble=0x5,
+                version=0x9, bsl=0x3, entropy=0x12345, oam=2, rsv=1, dscp=0x2A, proto=0x15,
+                bfir_id=0xBEEF)
+    fields = _fields_of(bier.pack(), BIER_HEADER_LAYOUT)
+    assert fields == {name: getattr(bier, name) for name, _ in BIER_HEADER_LAYOUT}

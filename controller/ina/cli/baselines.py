@@ -24,28 +24,38 @@ from ina.protocol.constants import Op
 
 def parser() -> argparse.ArgumentParser:
     p = common.parser("python -m ina.cli.baselines", __doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("ps-server")
-    s.add_argument("--port", type=int, required=True)
-    s.add_argument("--workers", type=int, required=True)
-    for name in ("ps-worker", "ring"):
-        w = sub.add_parser(name)
-        w.add_argument("--port", type=int, required=True)
-        w.add_argument("--random", type=int, required=True, metavar="SIZE")
-        w.add_argument("--seed", type=int, default=0)
+    sub = common.commands(p, "cmd")
+    s = common.command(sub, "ps-server", "the parameter server: sums the workers' arrays "
+                                         "and sends each the sum")
+    s.add_argument("--port", type=int, required=True, help="TCP port to listen on")
+    s.add_argument("--workers", type=int, required=True, metavar="N",
+                   help="workers to wait for")
+    for name, text in (("ps-worker", "a worker of the parameter server"),
+                       ("ring", "a worker of the ring AllReduce")):
+        w = common.command(sub, name, text)
+        w.add_argument("--port", type=int, required=True,
+                       help="the server's TCP port" if name == "ps-worker"
+                       else "TCP port base: rank r listens on PORT + r")
+        w.add_argument("--random", type=int, required=True, metavar="SIZE",
+                       help="the array: SIZE random int32 values")
+        w.add_argument("--seed", type=int, default=0, help="seed for --random")
         w.add_argument("--wait-go", action="store_true",
                        help="once connected, say 'ready' and wait for a line on stdin")
         if name == "ps-worker":
-            w.add_argument("--server", required=True)
+            w.add_argument("--server", required=True, metavar="IP",
+                           help="the parameter server's address")
         else:
-            w.add_argument("--rank", type=int, required=True)
-            w.add_argument("--hosts", required=True, help="comma-separated IPs, in ring order")
-            w.add_argument("--op", choices=["sum", "min", "max"], default="sum")
+            w.add_argument("--rank", type=int, required=True,
+                           help="this worker's place in the ring")
+            w.add_argument("--hosts", required=True, metavar="IP,IP,...",
+                           help="comma-separated IPs, in ring order")
+            w.add_argument("--op", choices=["sum", "min", "max"], default="sum",
+                           help="the reduction")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = common.parse(parser(), argv)
     common.setup_logging(args.verbose)
     if args.cmd == "ps-server":
         ps_server(args.port, args.workers)

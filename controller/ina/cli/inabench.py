@@ -1,17 +1,22 @@
+# PYTHON_ARGCOMPLETE_OK
 """inabench: benchmarks on Mininet + BMv2, each measured side by side in one run.
 
-    inabench allreduce [--case figure1 --case fat-tree] [--rate 4] [--json F] [--png F]
-    inabench loss [--losses 0 0.01 0.05] [--size 65536]
+    inabench allreduce [--case figure1 --case fat-tree] [--rate 4] [--json-out F] [--png F]
+    inabench loss [--losses 0 0.01 0.05] [--size 65536] [--json-out F]
     inabench deploy
     inabench host
-    inabench dataplane [--json F] [--png F]
-    inabench failover [--case leaf-spine --case fat-tree] [--json F] [--png F]
-    inabench train [--case figure1 --case fat-tree] [--steps 200] [--json F] [--png F]
+    inabench dataplane [--json-out F] [--png F]
+    inabench failover [--case leaf-spine --case fat-tree] [--json-out F] [--png F]
+    inabench failover --from-json docs/failover.json --png docs/failover.png   # redraw only
+    inabench train [--case figure1 --case fat-tree] [--steps 200] [--json-out F] [--png F]
 
 allreduce, loss, deploy and host: see ina.lab.bench; dataplane: what one BMv2
 switch running the program does per second (ina.lab.dataplane_bench); failover: a
 VAT switch stopped mid-AllReduce, detected and repaired (ina.lab.failover_bench);
 train: DDP training with the ina backend against gloo (ina.lab.train_bench).
+--json prints the figures as JSON instead of text, --json-out FILE writes them,
+and --from-json FILE reports (and draws) the figures of an earlier run without
+measuring anything (no BMv2 needed).
 """
 
 from __future__ import annotations
@@ -21,15 +26,18 @@ import dataclasses
 import json
 import socket
 import sys
-from dataclasses import asdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ina.cli import common
 from ina.errors import UsageError
 from ina.lab import sandbox
 from ina.lab.bench import (
     CASES,
+    AllreduceFigures,
     host_rate,
+    loss_from_figures,
     plot_allreduce,
     render_allreduce,
     render_loss,
@@ -42,54 +50,73 @@ from ina.protocol.constants import INA_UDP_PORT, Flag
 PROG = "inabench"
 
 
+def _outputs(p: argparse.ArgumentParser, picture: str | None) -> None:
+    """The options of a benchmark with figures: --json, --json-out, --from-json and,
+    if it draws ``picture``, --png."""
+    common.add_json(p, "the figures")
+    p.add_argument("--json-out", type=Path, metavar="FILE",
+                   help="write the figures here as JSON (default: not written)")
+    if picture is not None:
+        p.add_argument("--png", type=Path, metavar="FILE",
+                       help=f"draw {picture} here (default: not drawn)")
+    p.add_argument("--from-json", type=Path, metavar="FILE",
+                   help="measure nothing: report"
+                        + (" and draw" if picture is not None else "")
+                        + " the figures in FILE (written by --json-out; no BMv2 needed)")
+
+
 def parser() -> argparse.ArgumentParser:
     p = common.parser(PROG, __doc__)
     common.add_build(p)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    a = sub.add_parser("allreduce", help="INA vs parameter server vs ring, two regimes")
+    sub = common.commands(p, "cmd")
+    a = common.command(sub, "allreduce", "INA vs parameter server (PS) vs ring, with links "
+                                         "unlimited (CPU-bound) and limited (link-bound)")
     a.add_argument("--case", action="append", choices=sorted(CASES),
-                   help="default: every case")
+                   help="a case to run; repeat the option for several (default: every case)")
     a.add_argument("--size", type=int, help="values per worker (default: the case's)")
-    a.add_argument("--rate", type=float,
+    a.add_argument("--rate", type=float, metavar="MBIT",
                    help="Mbit/s of every link in the link-bound regime (default: the "
                         "case's, " + ", ".join(f"{c.name} {c.rate_mbit:g}"
                                                for c in CASES.values()) + ")")
-    a.add_argument("--regimes", default="cpu,link", help="cpu, link or both (default)")
-    a.add_argument("--json", type=Path, help="write the figures here")
-    a.add_argument("--png", type=Path, help="draw them here")
-    lo = sub.add_parser("loss", help="INA under loss on every link, against no loss")
-    lo.add_argument("--losses", type=float, nargs="+", default=[0.0, 0.01, 0.05])
-    lo.add_argument("--size", type=int, default=262144)
+    a.add_argument("--regimes", default="cpu,link",
+                   help="which regimes, comma-separated: cpu (links unlimited), link "
+                        "(links limited)")
+    _outputs(a, "values per second and bytes per value")
+    lo = common.command(sub, "loss", "INA under loss on every link, against no loss")
+    lo.add_argument("--losses", type=float, nargs="+", default=[0.0, 0.01, 0.05],
+                    metavar="P", help="loss rates per link and direction, 0 to 1")
+    lo.add_argument("--size", type=int, default=262144, help="values per worker")
     lo.add_argument("--rounds", type=int, default=3, help="AllReduces per loss rate")
-    lo.add_argument("--json", type=Path)
-    d = sub.add_parser("deploy", help="deploy time, all switches at once vs one by one")
-    d.add_argument("--repeat", type=int, default=5)
-    sub.add_parser("host", help="one worker against a loopback reflector")
-    dp = sub.add_parser("dataplane", help="one switch: aggregation vs plain forwarding")
-    dp.add_argument("--rounds", type=int, default=3)
+    _outputs(lo, None)
+    d = common.command(sub, "deploy", "deploy time, all switches at once vs one by one")
+    d.add_argument("--repeat", type=int, default=5, metavar="N",
+                   help="deploys of each kind (the median is reported)")
+    common.command(sub, "host", "one worker against a loopback reflector (no switch)")
+    dp = common.command(sub, "dataplane", "one switch: aggregation vs plain forwarding")
+    dp.add_argument("--rounds", type=int, default=3,
+                    help="rounds over every path (the median is reported)")
     dp.add_argument("--seconds", type=float, default=4.0, help="per path and round")
     dp.add_argument("--window", type=int, default=16, help="packets in flight")
-    dp.add_argument("--json", type=Path, help="write the figures here")
-    dp.add_argument("--png", type=Path, help="draw them here")
-    f = sub.add_parser("failover", help="a VAT switch stopped mid-AllReduce: detection, "
+    _outputs(dp, "packets per second per path")
+    f = common.command(sub, "failover", "a VAT switch stopped mid-AllReduce: detection, "
                                         "repair, first new result, slowdown")
     f.add_argument("--case", action="append", choices=["leaf-spine", "fat-tree"],
-                   help="default: both")
-    f.add_argument("--json", type=Path, help="write the figures here")
-    f.add_argument("--png", type=Path, help="draw the workers' results over time here")
-    t = sub.add_parser("train", help="DDP training through the switches against gloo, "
-                                     "two regimes (needs the torch and train extras)")
+                   help="a case to run; repeat the option for both (default: both)")
+    _outputs(f, "the results received over time")
+    t = common.command(sub, "train", "DDP training through the switches against gloo, links "
+                                     "unlimited and limited (needs the train extra)")
     t.add_argument("--case", action="append", choices=["figure1", "fat-tree"],
-                   help="default: both")
-    t.add_argument("--steps", type=int, default=200, help="training steps per run "
-                                                          "(default: %(default)s)")
+                   help="a case to run; repeat the option for both (default: both)")
+    t.add_argument("--steps", type=int, default=200, help="training steps per run")
     t.add_argument("--hidden", type=int, default=128,
-                   help="width of the MLP's two hidden layers (default: %(default)s)")
-    t.add_argument("--regimes", default="cpu,link", help="cpu, link or both (default)")
-    t.add_argument("--json", type=Path, help="write the figures here")
-    t.add_argument("--png", type=Path, help="draw the losses here")
-    r = sub.add_parser("reflect", help=argparse.SUPPRESS)
-    r.add_argument("address")
+                   help="width of the MLP's two hidden layers")
+    t.add_argument("--regimes", default="cpu,link",
+                   help="which regimes, comma-separated: cpu (links unlimited), link "
+                        "(links limited)")
+    _outputs(t, "the training losses against steps and seconds")
+    # The host benchmark's other end (ina.lab.bench.host_rate): not for people, hidden.
+    r = sub.add_parser("reflect")
+    r.add_argument("address", help="the address to answer on")
     return p
 
 
@@ -116,8 +143,55 @@ def _write_json(path: Path, data: object) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read figures from {path}: {exc}") from exc
+
+
+def _report(args: argparse.Namespace, figures: object, text: str,
+            draw: Callable[[Path], None] | None = None) -> None:
+    """What every benchmark with figures does with them: print them (text, or JSON
+    with --json), write them (--json-out), draw them (--png)."""
+    print(json.dumps(figures, indent=2) if args.json else text)
+    if args.json_out is not None:
+        _write_json(args.json_out, figures)
+    if draw is not None and args.png is not None:
+        draw(args.png)
+
+
+def _figures(args: argparse.Namespace, doc: Any) -> None:
+    """Report the figures of ``args.cmd`` from their JSON data (``doc``), measured now
+    or read with --from-json: the one path from figures to text and picture."""
+    if args.cmd == "allreduce":
+        allreduce = AllreduceFigures.from_figures(doc)
+        _report(args, doc, render_allreduce(allreduce.cases, allreduce.host, allreduce.bmv2),
+                lambda path: plot_allreduce(allreduce.cases, path, allreduce.bmv2))
+    elif args.cmd == "loss":
+        runs = loss_from_figures(doc)
+        size = round(runs[0].values_per_s * runs[0].seconds)  # values per worker
+        _report(args, doc, render_loss(runs, CASES["figure1"], size))
+    elif args.cmd == "dataplane":
+        from ina.lab.dataplane_bench import DataplaneReport, plot
+
+        report = DataplaneReport.from_figures(doc)
+        _report(args, doc, report.render(), lambda path: plot(report, path))
+    elif args.cmd == "train":
+        from ina.lab import train_bench
+
+        train = train_bench.TrainFigures.from_figures(doc)
+        _report(args, doc, train.render(), train.plot)
+    else:
+        from ina.lab import failover_bench
+
+        failovers, bmv2, options = failover_bench.from_figures(doc)
+        _report(args, doc, failover_bench.render(failovers, options, bmv2),
+                lambda path: failover_bench.plot(failovers, path, bmv2))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = common.parse(parser(), argv)
     common.setup_logging(args.verbose)
     if args.cmd == "reflect":
         reflect(args.address)
@@ -126,7 +200,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    """Inside the sandbox (entered first): the benchmark, printed."""
+    """The benchmark, inside the sandbox (entered first), printed; or, with
+    --from-json, the figures of an earlier run."""
+    earlier = getattr(args, "from_json", None)
+    if earlier is not None:
+        try:
+            _figures(args, _read_json(earlier))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"{earlier} does not hold figures of inabench {args.cmd}: "
+                             f"{exc!r}") from exc
+        return 0
     from ina.lab.mininet import bmv2_build, missing_tools
 
     problems = missing_tools(args.build)
@@ -147,41 +230,24 @@ def _bench(args: argparse.Namespace) -> int:
             case = dataclasses.replace(CASES[name], size=args.size or CASES[name].size,
                                        rate_mbit=args.rate or CASES[name].rate_mbit)
             results.append(run_allreduce_case(case, args.build, regimes))
-        bmv2 = bmv2_build()
-        print(render_allreduce(results, host, bmv2))
-        if args.json is not None:
-            _write_json(args.json, {"bmv2": bmv2, "host": asdict(host),
-                                    "cases": [asdict(r) for r in results]})
-        if args.png is not None:
-            plot_allreduce(results, args.png, bmv2)
+        _figures(args, AllreduceFigures(results, host, bmv2_build()).figures())
     elif args.cmd == "loss":
         case = CASES["figure1"]
         runs = run_loss(args.build, args.losses, args.size, case, args.rounds)
-        print(render_loss(runs, case, args.size))
-        if args.json is not None:
-            _write_json(args.json, [asdict(r) for r in runs])
+        _figures(args, [dataclasses.asdict(r) for r in runs])
     elif args.cmd == "dataplane":
         from ina.lab import dataplane_bench
 
         report = dataplane_bench.run(args.build, args.rounds, args.seconds, args.window)
-        print(report.render())
-        if args.json is not None:
-            _write_json(args.json, report.figures())
-        if args.png is not None:
-            dataplane_bench.plot(report, args.png)
+        _figures(args, report.figures())
     elif args.cmd == "failover":
         from ina.control.watch import WatchOptions
         from ina.lab import failover_bench
 
         options = WatchOptions()
-        bmv2 = bmv2_build()
         failovers = [failover_bench.run_case(failover_bench.CASES[name], args.build, options)
-                for name in args.case or sorted(failover_bench.CASES, reverse=True)]
-        print(failover_bench.render(failovers, options, bmv2))
-        if args.json is not None:
-            _write_json(args.json, failover_bench.figures(failovers, bmv2))
-        if args.png is not None:
-            failover_bench.plot(failovers, args.png, bmv2)
+                     for name in args.case or sorted(failover_bench.CASES, reverse=True)]
+        _figures(args, failover_bench.figures(failovers, bmv2_build(), options))
     elif args.cmd == "train":
         import torch
 
@@ -193,12 +259,8 @@ def _bench(args: argparse.Namespace) -> int:
         trained = [train_bench.run_case(train_bench.DEFAULT_CASES[name], args.build, regimes,
                                         settings)
                    for name in args.case or ["figure1", "fat-tree"]]
-        bmv2, version = bmv2_build(), torch.__version__
-        print(train_bench.render(trained, conversion, bmv2, version))
-        if args.json is not None:
-            _write_json(args.json, train_bench.figures(trained, conversion, bmv2, version))
-        if args.png is not None:
-            train_bench.plot(trained, args.png, bmv2, version)
+        _figures(args, train_bench.TrainFigures(trained, conversion, bmv2_build(),
+                                                torch.__version__).figures())
     else:
         print(run_deploy_bench(args.build, repeat=args.repeat))
     return 0

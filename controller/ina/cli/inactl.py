@@ -1,16 +1,18 @@
+# PYTHON_ARGCOMPLETE_OK
 """inactl: deploy INA jobs on the switches of a topology over P4Runtime.
 
     inactl -t topologies/figure1.yaml init
     inactl -t topologies/figure1.yaml deploy --job jobs/figure1-sum.yaml
-    inactl -t topologies/figure1.yaml status [--job-id 1]
-    inactl -t topologies/figure1.yaml teardown --job-id 1
-    inactl -t topologies/figure1.yaml check --job JOB      # contacts no switch
-    inactl -t topologies/figure1.yaml plan --job JOB -o FILE
-    inactl -t topologies/figure1.yaml bift
+    inactl -t topologies/figure1.yaml status [--job jobs/figure1-sum.yaml | --job-id 1] [--json]
+    inactl -t topologies/figure1.yaml teardown --job jobs/figure1-sum.yaml   # or --job-id 1
+    inactl -t topologies/figure1.yaml check --job JOB [--json]   # contacts no switch
+    inactl -t topologies/figure1.yaml plan --job JOB -o FILE     # -o -: on stdout
+    inactl -t topologies/figure1.yaml bift [--json]
     inactl -t topologies/leaf-spine-2x4.yaml down switch spine1   # or: down link leaf1 spine1
     inactl -t topologies/leaf-spine-2x4.yaml up switch spine1
 
-An invalid topology or job is refused before anything is written. Switches and
+-t can be left out with INA_TOPOLOGY=FILE in the environment. An invalid
+topology or job is refused before anything is written. Switches and
 links declared down (``down``) or detected down (``watch``) are recorded next to
 the running lab (ina.lab.labstate) and left out of the topology by every command.
 """
@@ -23,6 +25,7 @@ import json
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -55,43 +58,54 @@ def parser() -> argparse.ArgumentParser:
     p = common.parser(PROG, __doc__)
     common.add_topology(p)
     common.add_build(p)
-    p.add_argument("--p4info", type=Path,
+    p.add_argument("--p4info", type=Path, metavar="FILE",
                    help="P4Info of the compiled program (default: BUILD/ina.p4info.txtpb)")
-    p.add_argument("--p4blob", type=Path,
-                   help="BMv2 JSON of the compiled program, for init (default: BUILD/ina.json)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach each switch")
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("init", help="install the pipeline if needed and the base state (routes, BIER)")
-    d = sub.add_parser("deploy", help="validate (or plan) a job and install it on every "
-                                     "switch it needs")
+    p.add_argument("--p4blob", type=Path, metavar="FILE",
+                   help="BMv2 JSON of the compiled program, for init, up, repair and watch "
+                        "(default: BUILD/ina.json)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="seconds to reach each switch")
+    sub = common.commands(p)
+    common.command(sub, "init", "install the pipeline if needed and the base state "
+                                "(routes, BIER)")
+    d = common.command(sub, "deploy", "validate (or plan) a job and install it on every "
+                                      "switch it needs")
     common.add_job(d)
     d.add_argument("--save-plan", type=Path, metavar="FILE",
-                   help="write the deployed job, with its VAT, as an explicit job file")
+                   help="write the deployed job, with its VAT, as an explicit job file "
+                        "(default: not written)")
     d.add_argument("--no-fallback", action="store_true",
                    help="refuse a job no switch can take, instead of running it on its hosts")
-    t = sub.add_parser("teardown", help="remove every entry of a job")
-    t.add_argument("--job-id", type=int, required=True)
-    s = sub.add_parser("status", help="per switch: job entries, counters, drops by reason")
-    s.add_argument("--job-id", type=int, help="only this job")
-    s.add_argument("--json", action="store_true", help="machine-readable output")
-    c = sub.add_parser("check", help="validate (or plan) a job and print its VAT "
-                                    "(contacts no switch)")
+    t = common.command(sub, "teardown", "remove every entry of a job from the switches")
+    common.add_job_or_id(t, required=True, what="the job to remove")
+    s = common.command(sub, "status", "per switch: job entries, counters, drops by reason")
+    common.add_job_or_id(s, required=False, what="show only this job (default: every job)")
+    common.add_json(s, "the status")
+    c = common.command(sub, "check", "validate (or plan) a job and print its VAT "
+                                     "(contacts no switch)")
     common.add_job(c)
-    pl = sub.add_parser("plan", help="plan a job and write it as an explicit job file")
+    common.add_json(c, "the VAT")
+    pl = common.command(sub, "plan", "plan a job and write it as an explicit job file "
+                                     "(contacts no switch)")
     common.add_job(pl)
-    pl.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
-    sub.add_parser("bift", help="print every switch's BIER forwarding table (contacts no switch)")
+    pl.add_argument("-o", "--output", type=Path, required=True, metavar="FILE",
+                    help="where to write the explicit job file; - for stdout (the summary "
+                         "then goes to stderr)")
+    common.add_json(pl, "the VAT (as check --json does)")
+    b = common.command(sub, "bift", "print every switch's BIER forwarding table "
+                                    "(contacts no switch)")
+    common.add_json(b, "the tables")
     for verb, what in (("down", "failed: routes and jobs move around it"),
                        ("up", "back: routes return to the shortest paths")):
-        common.add_element(sub.add_parser(verb, help=f"declare a switch or link {what}"))
-    sub.add_parser("repair", help="make the switches right for the declared failures again "
+        common.add_element(common.command(sub, verb, f"declare a switch or link {what}"))
+    common.command(sub, "repair", "make the switches right for the declared failures again "
                                   "(after a repair was interrupted)")
     inactl_watch.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = common.parse(parser(), argv)
     common.setup_logging(args.verbose)
     args.p4info = args.p4info or args.build / "ina.p4info.txtpb"
     args.p4blob = args.p4blob or args.build / "ina.json"
@@ -106,9 +120,11 @@ def _main(args: argparse.Namespace) -> int:
         failures = _declared(args, full, failures)
     topology = full.without(failures) if failures else full
     if args.command in ("check", "plan"):
-        return _check(topology, args.job, getattr(args, "output", None))
+        return _check(topology, args.job, getattr(args, "output", None), args.json)
     if args.command == "bift":
-        return _bift(topology)
+        return _bift(topology, args.json)
+    if args.command in ("teardown", "status"):
+        args.job_id = common.job_id_of(args)  # a job file is read before any switch
     # A job is checked before anything else, so an invalid one never reaches a switch.
     # (A job without aggregators is planned here as a dry run, and again at deploy
     # time with the switches' free capacity.)
@@ -119,13 +135,7 @@ def _main(args: argparse.Namespace) -> int:
         except PlanError:
             if args.no_fallback:
                 raise
-    problems = p4names.check_p4info(args.p4info) if args.p4info.exists() else [
-        f"{args.p4info} not found: compile the P4 program first (make build)"]
-    if problems:
-        raise P4InfoError("the P4Info does not match this controller:\n  "
-                          + "\n  ".join(problems))
-    if args.command in ("init", "watch", "up", "repair") and not args.p4blob.exists():
-        raise P4InfoError(f"{args.p4blob} not found: compile the P4 program first (make build)")
+    _check_program(args)
     if args.command == "watch":
         return asyncio.run(inactl_watch.run(args, full, _repair_on_change(args, full,
                                                                           failures_file)))
@@ -136,26 +146,35 @@ def _main(args: argparse.Namespace) -> int:
     return asyncio.run(_run(args, full, topology, spec))
 
 
+def _check_program(args: argparse.Namespace) -> None:
+    """P4InfoError unless the compiled program is there and agrees with this controller
+    (the switch commands need it)."""
+    problems = p4names.check_p4info(args.p4info) if args.p4info.exists() else [
+        f"{args.p4info} not found: compile the P4 program first (make build)"]
+    if problems:
+        raise P4InfoError("the P4Info does not match this controller:\n  "
+                          + "\n  ".join(problems))
+    if args.command in ("init", "watch", "up", "repair") and not args.p4blob.exists():
+        raise P4InfoError(f"{args.p4blob} not found: compile the P4 program first (make build)")
+
+
 def _declared(args: argparse.Namespace, full: Topology, failures: Failures) -> Failures:
     """The failures after ``inactl down|up switch NAME`` or ``link A B``."""
     down = args.command == "down"
     element = common.element_of(args)
+    common.check_element(full, element)
     if element[0] == "switch":
         failures = failures.with_switch(element[1], down)
     else:
         failures = failures.with_link(element[1], element[2], down)
-    full.without(failures)  # names a switch or link the topology does not have
     return failures
 
 
 async def _run(args: argparse.Namespace, full: Topology, topology: Topology,
                spec: JobSpec | None) -> int:
-    from ina.control.p4runtime import connect
-
     # A switch that is back (or restarted empty) gets the pipeline again.
     push = args.command in ("init", "up", "repair")
-    async with connect(topology, args.p4info, args.p4blob, push=push,
-                       timeout=args.timeout) as clients:
+    async with _switches(args, topology, push) as clients:
         ctl = Controller(topology, clients)
         handlers: dict[str, Callable[[], Awaitable[int]]] = {
             "init": lambda: _init(ctl),
@@ -167,6 +186,14 @@ async def _run(args: argparse.Namespace, full: Topology, topology: Topology,
             "repair": lambda: _repair(full, topology, clients),
         }
         return await handlers[args.command]()
+
+
+def _switches(args: argparse.Namespace, topology: Topology,
+              push: bool) -> AbstractAsyncContextManager[Mapping[str, SwitchClient]]:
+    """A client of every switch of the topology, over P4Runtime."""
+    from ina.control.p4runtime import connect
+
+    return connect(topology, args.p4info, args.p4blob, push=push, timeout=args.timeout)
 
 
 def _repair_on_change(args: argparse.Namespace, full: Topology,
@@ -285,41 +312,72 @@ async def _status(ctl: Controller, job_id: int | None, as_json: bool) -> int:
     return 0
 
 
-def _check(topology: Topology, path: Path, output: Path | None = None) -> int:
+def _check(topology: Topology, path: Path, output: Path | None, as_json: bool) -> int:
+    """``check`` (``output`` None) and ``plan``: the job's VAT, as text or JSON, and
+    for ``plan`` the explicit job file."""
+    if as_json and output == common.STDOUT:
+        raise UsageError("-o - and --json would both write to stdout: give -o a file")
     spec = JobSpec.load(path)
     job = resolve(spec, topology)
-    print(f"job {job.job_id}: {job.op.name.lower()} over {', '.join(job.workers)}, "
-          f"{job.slots} slots per VAT node"
-          + (" (planned)" if spec.aggregators is None else ""))
-    print(f"  aggregation phase: {stream_cost(job, topology)} link crossings per packet round"
-          f" (all workers straight to the root: {stream_cost(root_only(job, topology), topology)})")
-
     text = _bitmap_text(topology)
+    cost, naive = stream_cost(job, topology), stream_cost(root_only(job, topology), topology)
+    if as_json:
+        print(json.dumps(_vat_json(job, topology, spec.aggregators is None, cost, naive),
+                         indent=2))
+    else:
+        # With the job file on stdout, the summary goes to stderr.
+        out = sys.stderr if output == common.STDOUT else sys.stdout
+        lines = [f"job {job.job_id}: {job.op.name.lower()} over {', '.join(job.workers)}, "
+                 f"{job.slots} slots per VAT node"
+                 + (" (planned)" if spec.aggregators is None else ""),
+                 f"  aggregation phase: {cost} link crossings per packet round"
+                 f" (all workers straight to the root: {naive})"]
 
-    def show(sw: str, depth: int) -> None:
-        node = job.nodes[sw]
-        print(f"{'  ' * depth}{sw} A-BM {text(node.abm)} "
-              f"({', '.join(node.covers)})" + (" root" if node.is_root else ""))
-        for child in node.children:
-            if child in job.nodes:
-                show(child, depth + 1)
-            else:
-                print(f"{'  ' * (depth + 1)}{child} -> steered to "
-                      f"{job.target_of(child, topology)}")
+        def show(sw: str, depth: int) -> None:
+            node = job.nodes[sw]
+            lines.append(f"{'  ' * depth}{sw} A-BM {text(node.abm)} "
+                         f"({', '.join(node.covers)})" + (" root" if node.is_root else ""))
+            for child in node.children:
+                if child in job.nodes:
+                    show(child, depth + 1)
+                else:
+                    lines.append(f"{'  ' * (depth + 1)}{child} -> steered to "
+                                 f"{job.target_of(child, topology)}")
 
-    show(job.root, 1)
+        show(job.root, 1)
+        print("\n".join(lines), file=out)
     if output is not None:
         _save(output, job)
-        print(f"explicit job written to {output}")
+        if output != common.STDOUT and not as_json:
+            print(f"explicit job written to {output}")
     return 0
 
 
+def _vat_json(job: Job, topology: Topology, planned: bool, cost: int,
+              naive: int) -> dict[str, Any]:
+    """``check --json``: the job, its VAT node by node, where each worker's packets go."""
+    text = _bitmap_text(topology)
+    return {
+        "job_id": job.job_id, "op": job.op.name.lower(), "workers": list(job.workers),
+        "slots": job.slots, "planned": planned, "root": job.root,
+        "link_crossings": cost, "link_crossings_all_to_root": naive,
+        "nodes": {sw: {"abm": text(node.abm), "abm_hex": hex(node.abm),
+                       "covers": list(node.covers), "parent": node.parent,
+                       "children": list(node.children)}
+                  for sw, node in sorted(job.nodes.items())},
+        "steered_to": {w: {"parent": job.worker_parent[w],
+                           "address": job.target_of(w, topology)} for w in job.workers},
+        "explicit_job": job.to_spec(),
+    }
+
+
 def _save(path: Path, job: Job, context: str = "") -> None:
-    """Write ``job`` as an explicit job file."""
+    """Write ``job`` as an explicit job file (``-``: on stdout)."""
     try:
-        job.save(path)
-    except OSError as exc:
-        raise UsageError(f"{context}cannot write {path}: {exc.strerror or exc}") from exc
+        with common.output(path) as f:
+            f.write(job.to_yaml())
+    except UsageError as exc:
+        raise UsageError(f"{context}{exc}") from exc
 
 
 def _bitmap_text(topology: Topology) -> Callable[[int], str]:
@@ -338,8 +396,14 @@ def _bitmap_text(topology: Topology) -> Callable[[int], str]:
     return per_set
 
 
-def _bift(topology: Topology) -> int:
+def _bift(topology: Topology, as_json: bool) -> int:
     text = _bitmap_text(topology)
+    if as_json:
+        print(json.dumps({sw: [{"bfr_id": row.bfr_id, "port": row.port,
+                                "neighbor": row.neighbor, "fbm": text(row.fbm),
+                                "fbm_hex": hex(row.fbm)} for row in bift(topology, sw)]
+                          for sw in sorted(topology.switches)}, indent=2))
+        return 0
     for sw in sorted(topology.switches):
         print(f"{sw}:")
         for row in bift(topology, sw):

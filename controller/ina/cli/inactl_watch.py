@@ -15,6 +15,7 @@ import contextlib
 import signal
 from pathlib import Path
 
+from ina.cli import common
 from ina.control.watch import OnChange, Watcher, WatchOptions
 from ina.errors import UsageError
 from ina.spec.topology import Topology
@@ -22,10 +23,10 @@ from ina.spec.topology import Topology
 DEFAULTS = WatchOptions()
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    w = subparsers.add_parser(
-        "watch", help="detect failed switches and links (P4Runtime liveness, link probes) "
-                      "until stopped; repair on each change")
+def add_parser(subparsers: common.SubParsers) -> None:
+    w = common.command(subparsers, "watch",
+                       "detect failed switches and links (P4Runtime liveness, link probes) "
+                       "until stopped; repair on each change")
     w.add_argument("--interval", type=float, default=DEFAULTS.interval, metavar="S",
                    help="seconds between link probes and liveness reads (default %(default)s)")
     w.add_argument("--detect-after", type=float, default=DEFAULTS.detect_after, metavar="S",
@@ -37,7 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                         "--detect-after times)")
     w.add_argument("--events", type=Path, metavar="FILE",
                    help="append each detected change as a JSON line (time, event, switch or "
-                        "link)")
+                        "link) (default: none written)")
     w.add_argument("--election-id", type=int, default=DEFAULTS.election_id, metavar="N",
                    help="P4Runtime election id, below one-shot commands' so that they can "
                         "write while the watcher runs (default %(default)s)")

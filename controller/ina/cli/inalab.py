@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK
 """inalab: run a topology on Mininet + BMv2 in private namespaces, and the demo.
 
     inalab -t topologies/figure1.yaml run            # Mininet CLI, switches ready
@@ -6,6 +7,9 @@
     inalab -t topologies/figure1.yaml demo --job jobs/figure1-sum.yaml
     inalab -t topologies/leaf-spine-2x4.yaml fail switch spine1      # or: fail link leaf1 spine1
     inalab -t topologies/leaf-spine-2x4.yaml recover switch spine1
+
+-t can be left out with INA_TOPOLOGY=FILE in the environment (``exec`` and ``host``
+pass the environment on: the commands they run see it too).
 
 ``run`` records the sandbox it made in .run/<topology>.pid and, once the lab is
 up, its hosts in .run/<topology>.json, so that ``exec`` (the lab's network, where
@@ -174,11 +178,9 @@ def _fault(args: argparse.Namespace, topology: Topology) -> int:
 
     fail = args.cmd == "fail"
     element = common.element_of(args)
+    common.check_element(topology, element)
     if element[0] == "switch":
         name = element[1]
-        if name not in topology.switches:
-            raise UsageError(f"{name} is not a switch of {topology.name}: "
-                             f"{', '.join(sorted(topology.switches))}")
         init, _ = _running_lab(topology)
         if fail:
             pid = faults.fail_switch(init, topology, name)
@@ -196,23 +198,18 @@ def _fault(args: argparse.Namespace, topology: Topology) -> int:
     return 0
 
 
-def _is_element(topology: Topology, words: list[str]) -> bool:
-    """Whether ``words`` are ``switch NAME`` or ``link A B`` of the topology."""
-    kind, names = words[0], words[1:]
-    if kind == "switch":
-        return len(names) == 1 and names[0] in topology.switches
-    return kind == "link" and len(names) == 2 and bool(topology.link_ends(*names))
-
-
 def _demo(args: argparse.Namespace, topology: Topology, argv: list[str]) -> int:
     from ina.lab.demo import run_on_bmv2, run_on_model
     from ina.lab.mininet import missing_tools
 
     job = resolve(JobSpec.load(args.job), topology)
     reason = "--model was given" if args.model else "; ".join(missing_tools(args.build))
-    if args.fail and not _is_element(topology, args.fail):
-        raise UsageError(f"--fail takes 'switch NAME' or 'link A B' of {topology.name}, "
-                         f"not {' '.join(args.fail)!r}")
+    if args.fail:
+        try:
+            common.check_element(topology, common.parse_element(args.fail))
+        except UsageError as exc:
+            raise UsageError(f"--fail takes 'switch NAME' or 'link A B' of {topology.name}, "
+                             f"not {' '.join(args.fail)!r}: {exc}") from exc
     if args.fail and reason:
         raise UsageError(f"--fail needs Mininet + BMv2: {reason}")
     if reason:
@@ -234,34 +231,42 @@ def parser() -> argparse.ArgumentParser:
     p = common.parser(PROG, __doc__)
     common.add_topology(p)
     common.add_build(p)
-    p.add_argument("--logs", type=Path, help="write BMv2 logs here (slows the switches)")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="start the lab and open the Mininet CLI")
-    r.add_argument("--pcap", type=Path, help="write per-port pcaps here")
+    p.add_argument("--logs", type=Path, metavar="DIR",
+                   help="write BMv2 logs here, one file per switch (slows the switches) "
+                        "(default: no logs)")
+    sub = common.commands(p, "cmd")
+    r = common.command(sub, "run", "start the lab and open the Mininet CLI")
+    r.add_argument("--pcap", type=Path, metavar="DIR",
+                   help="write every switch port's frames here, DIR/<switch>-eth<port>_in.pcap "
+                        "and _out.pcap (see docs/inspect.md) (default: none written)")
     r.add_argument("--no-cli", action="store_true", help="no CLI; run until killed")
-    e = sub.add_parser("exec", help="run a command in the running lab's network")
-    e.add_argument("command", nargs=argparse.REMAINDER)
-    h = sub.add_parser("host", help="run a command on a host of the running lab")
-    h.add_argument("host")
-    h.add_argument("command", nargs=argparse.REMAINDER)
-    d = sub.add_parser("demo", help="deploy a job, run its workers, check the results")
+    e = common.command(sub, "exec", "run a command in the running lab's network (where the "
+                                    "switches' gRPC ports are)")
+    e.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the command and its arguments, after --")
+    h = common.command(sub, "host", "run a command on a host of the running lab")
+    h.add_argument("host", help="the host's name in the topology")
+    h.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the command and its arguments, after --")
+    d = common.command(sub, "demo", "deploy a job, run its workers, check the results")
     common.add_job(d)
     d.add_argument("--size", type=int, default=1000, help="values per worker")
-    d.add_argument("--seed", type=int, default=1)
+    d.add_argument("--seed", type=int, default=1, help="seed of the workers' random arrays")
     d.add_argument("--model", action="store_true", help="use the reference model even with BMv2")
     d.add_argument("--fail", nargs="+", metavar="WHAT",
                    help="BMv2 only: 'switch NAME' or 'link A B', failed once the AllReduce "
-                        "is under way and declared to the controller, which repairs the job")
+                        "is under way and declared to the controller, which repairs the job "
+                        "(default: nothing fails)")
     for verb, what in (("fail", "stop a switch's BMv2 process, or take a link down"),
                        ("recover", "start a failed switch again (empty), or bring a link up")):
-        common.add_element(sub.add_parser(verb, help=f"in the running lab: {what}"))
+        common.add_element(common.command(sub, verb, f"in the running lab: {what}"))
     p.add_argument("--sandboxed", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser().parse_args(argv)
+    args = common.parse(parser(), argv)
     common.setup_logging(args.verbose)
     if getattr(args, "command", None) and args.command[0] == "--":
         args.command = args.command[1:]

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK
 """inanet: the reference model served as a network on this machine (no BMv2 needed).
 
     inanet -t topologies/figure1.yaml --job jobs/figure1-sum.yaml
@@ -34,22 +35,22 @@ def parser() -> argparse.ArgumentParser:
     p = common.parser(PROG, __doc__)
     common.add_topology(p)
     p.add_argument("--job", action="append", default=[], type=Path, metavar="FILE",
-                   help="a job to deploy (repeat for several; default: none)")
+                   help="a job file to deploy; repeat the option for several")
     p.add_argument("--address", default="127.0.0.1",
-                   help="the address the hosts' ports are bound to (default: %(default)s)")
+                   help="the address the hosts' ports are bound to")
     p.add_argument("--endpoints", type=Path, metavar="FILE",
-                   help="also write the ports' JSON to FILE (removed at exit)")
+                   help="also write the ports' JSON to FILE, removed at exit (default: "
+                        "not written)")
     p.add_argument("--loss", type=float, default=0.0,
-                   help="probability that a link loses a frame (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the links' losses (default: %(default)s)")
+                   help="probability that a link loses a frame, 0 to 1")
+    p.add_argument("--seed", type=int, default=0, help="seed of the links' losses")
     p.add_argument("--until-stdin-closes", action="store_true",
                    help="also stop when stdin closes (a parent process that ends)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = common.parse(parser(), argv)
     common.setup_logging(args.verbose)
     return common.run(PROG, lambda: _serve(args))
 

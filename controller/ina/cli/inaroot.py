@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK
 """inaroot: a server as the VAT root of a job (see ina.host.serverroot): it finishes
 the aggregation and starts the BIER delivery itself.
 
@@ -27,13 +28,15 @@ def parser() -> argparse.ArgumentParser:
     p = common.parser(PROG, __doc__)
     common.add_topology(p)
     common.add_job(p, "the job file, with its VAT")
-    p.add_argument("--host", required=True, help="this server's name in the topology")
-    p.add_argument("--interface", help="where to send BIER (default: the host's only one)")
+    p.add_argument("--host", required=True, metavar="NAME",
+                   help="this server's name in the topology")
+    p.add_argument("--interface", metavar="NAME",
+                   help="where to send BIER (default: the host's only one)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = common.parse(parser(), argv)
     common.setup_logging(args.verbose)
     return common.run(PROG, lambda: _serve(args))
 

@@ -1,16 +1,20 @@
+# PYTHON_ARGCOMPLETE_OK
 """inaworker: one worker's AllReduce of an int32 array, from a host.
 
     inaworker -t topologies/figure1.yaml --job jobs/figure1-sum.yaml --worker w1 \\
         --random 1000 --seed 1 --output result.npy
 
-Prints one JSON line about the result. A call that cannot complete (a peer
-missing, the job not deployed, workers making different calls) exits 3.
+Run it on the worker's host of the lab (``inalab -t TOPO host w1 -- inaworker ...``):
+elsewhere it stops at once (exit 2), since the worker's address is not this
+machine's. Prints one JSON line about the result. A call that cannot complete (a
+peer missing, the job not deployed, workers making different calls) exits 3.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import signal
 import sys
 import time
@@ -24,7 +28,15 @@ import numpy.typing as npt
 from ina.cli import common
 from ina.errors import InaError, UsageError
 from ina.host.arrays import digest, random_array, random_floats
-from ina.host.worker import DEFAULT_RTO, MIN_RTO, RtoEstimator, UdpTransport, Worker, WorkerConfig
+from ina.host.worker import (
+    DEFAULT_RTO,
+    MIN_RTO,
+    RtoEstimator,
+    UdpTransport,
+    Worker,
+    WorkerConfig,
+    is_local_address,
+)
 from ina.protocol.constants import Op
 
 PROG = "inaworker"
@@ -69,27 +81,31 @@ def parser() -> argparse.ArgumentParser:
     common.add_topology(p)
     common.add_job(p, "the job file, with or without its VAT (the worker's edge switch "
                       "steers its packets in the deployed plan)")
-    p.add_argument("--worker", required=True, help="this host's name in the topology")
+    p.add_argument("--worker", required=True, metavar="NAME",
+                   help="this host's name in the topology")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--values", help="comma-separated integers")
-    src.add_argument("--input", type=Path, help=".npy file of integers")
-    src.add_argument("--random", type=int, metavar="SIZE", help="SIZE random int32 values")
+    src.add_argument("--values", metavar="V,V,...", help="the array: comma-separated integers")
+    src.add_argument("--input", type=Path, metavar="FILE", help="the array: a .npy file")
+    src.add_argument("--random", type=int, metavar="SIZE",
+                     help="the array: SIZE random int32 values (or float32, with --float)")
     p.add_argument("--seed", type=int, default=0, help="seed for --random")
     p.add_argument("--float", action="store_true",
                    help="float32 values (quantized, see ina.host.quantize)")
-    p.add_argument("--op", choices=["sum", "min", "max"], help="default: the job's op")
+    p.add_argument("--op", choices=["sum", "min", "max"],
+                   help="the reduction (default: the job's op)")
     p.add_argument("--progress", action="store_true", help="show progress on stderr")
     p.add_argument("--timeline", action="store_true",
                    help="report when each result arrived (monotonic seconds, results so far; "
                         "a call re-planned midway counts again from 0)")
-    p.add_argument("--output", type=Path, help="write the result here (.npy)")
-    p.add_argument("--timeout", type=float, default=5.0,
+    p.add_argument("--output", type=Path, metavar="FILE",
+                   help="write the result here (.npy) (default: not written)")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="S",
                    help="seconds without progress before giving up")
-    p.add_argument("--rto", type=float, default=DEFAULT_RTO,
+    p.add_argument("--rto", type=float, default=DEFAULT_RTO, metavar="S",
                    help="seconds before an unanswered packet is first resent, until round "
-                        "trips are measured (default %(default)s)")
-    p.add_argument("--min-rto", type=float, default=MIN_RTO,
-                   help="least retransmission timeout (default %(default)s)")
+                        "trips are measured")
+    p.add_argument("--min-rto", type=float, default=MIN_RTO, metavar="S",
+                   help="least retransmission timeout, in seconds")
     p.add_argument("--ring-port", type=int, metavar="PORT",
                    help="if no switch aggregates the job, the workers reduce on a TCP ring, "
                         "rank r listening on PORT + r (default: ina.host.worker.ring_port)")
@@ -100,12 +116,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = common.parse(parser(), argv)
     common.setup_logging(args.verbose)
     try:
         config = WorkerConfig.from_files(args.topology, args.job, args.worker,
                                          ring_port=args.ring_port)
         values = _values(args)
+        _on_the_workers_host(args, argv, config.addresses[config.rank])
     except InaError as exc:
         return common.fail(PROG, exc)
     # A stop signal ends the call the way a failure does: the worker tells the root
@@ -113,6 +131,25 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
     return common.run(f"{PROG} {args.worker}", lambda: _call(args, config, values))
+
+
+def _on_the_workers_host(args: argparse.Namespace, argv: list[str], address: str) -> None:
+    """UsageError, before anything is sent, unless this machine has the worker's
+    ``address``: elsewhere (outside the lab, on another host of it) its packets would
+    go out on the wrong network, and its results would never come back to it."""
+    if is_local_address(address):
+        return
+    if Path(sys.argv[0]).name == PROG:
+        here = [sys.argv[0]]  # as it was typed
+    elif sys.argv[0].endswith(".py"):
+        here = [sys.executable, "-m", f"ina.cli.{PROG}"]
+    else:
+        here = [PROG]
+    raise UsageError(
+        f"{args.worker} is not on this machine: no interface here has its address "
+        f"{address}, so this is not {args.worker}'s host in a lab of {args.topology}. "
+        f"Run it there:\n  inalab -t {shlex.quote(str(args.topology))} host "
+        f"{shlex.quote(args.worker)} -- {shlex.join([*here, *argv])}")
 
 
 def _values(args: argparse.Namespace) -> npt.NDArray[Any]:

@@ -572,6 +572,19 @@ class Transport(Protocol):
         """One received INA payload, or None after ``timeout`` seconds."""
 
 
+def is_local_address(address: str) -> bool:
+    """Whether this machine (its network namespace) has an interface with this IPv4
+    address: a UDP socket can be bound to it (nothing is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.bind((address, 0))
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return False
+            raise
+    return True
+
+
 class UdpTransport:
     """A UDP socket on INA_UDP_PORT: sends to the worker's edge switch, receives results."""
 

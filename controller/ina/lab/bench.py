@@ -1,6 +1,6 @@
 """Benchmarks on Mininet + BMv2, each measured side by side in one run.
 
-    inabench allreduce [--case figure1 --case fat-tree] [--rate 4] [--json F] [--png F]
+    inabench allreduce [--case figure1 --case fat-tree] [--rate 4] [--json-out F] [--png F]
     inabench loss [--losses 0 0.01 0.05] [--size 65536]
     inabench deploy
 
@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -365,6 +365,40 @@ def run_loss(build_dir: Path, losses: list[float], size: int, case: Case,
     return runs
 
 
+# --- Figures (JSON) ----------------------------------------------------------------
+
+
+@dataclass
+class AllreduceFigures:
+    """What ``inabench allreduce`` measured: every case, the host's own rate, the BMv2
+    build."""
+
+    cases: list[CaseResult]
+    host: HostRate | None
+    bmv2: str
+
+    def figures(self) -> dict[str, Any]:
+        """As JSON-ready data (docs/allreduce.json)."""
+        return {"bmv2": self.bmv2, "host": None if self.host is None else asdict(self.host),
+                "cases": [asdict(r) for r in self.cases]}
+
+    @classmethod
+    def from_figures(cls, doc: Any) -> AllreduceFigures:
+        """From ``figures()``'s data (KeyError or TypeError if it is not that)."""
+        cases = [CaseResult(**{**c, "regimes": [
+            RegimeResult(g["regime"], g["rate_mbit"],
+                         [MethodRun(**{**m, "busiest_link": tuple(m["busiest_link"])})
+                          for m in g["runs"]])
+            for g in c["regimes"]]}) for c in doc["cases"]]
+        host = None if doc.get("host") is None else HostRate(**doc["host"])
+        return cls(cases, host, str(doc["bmv2"]))
+
+
+def loss_from_figures(doc: Any) -> list[LossRun]:
+    """``inabench loss``'s runs from their JSON (docs/loss.json)."""
+    return [LossRun(**r) for r in doc]
+
+
 # --- Reports -----------------------------------------------------------------------
 
 
@@ -414,35 +448,54 @@ def render_loss(runs: list[LossRun], case: Case, size: int) -> str:
     return "\n".join(lines)
 
 
+#: The methods as the pictures name them.
+METHOD_NAMES = {"INA": "INA\n(in-network)", "PS": "parameter\nserver", "ring": "ring"}
+
+
 def plot_allreduce(results: list[CaseResult], path: Path, bmv2: str) -> None:
+    """Per case and regime, a column: values per second (INA's rate over each other
+    method's written on its bar), and bytes on the busiest link per value."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     methods = ("INA", "PS", "ring")
     colors = {"INA": "#1b5e20", "PS": "#b0413e", "ring": "#2a7ab0"}
+    names = [METHOD_NAMES[m] for m in methods]
     panels = [(r, g) for r in results for g in r.regimes]
-    fig, axes = plt.subplots(2, len(panels), figsize=(3.2 * len(panels), 5.6), squeeze=False)
+    fig, axes = plt.subplots(2, len(panels), figsize=(3.3 * len(panels), 6.4), squeeze=False)
     for col, (r, g) in enumerate(panels):
-        title = f"{r.case}, {len(r.workers)} workers\n" + (
-            "links unlimited" if g.rate_mbit is None else f"links {g.rate_mbit:g} Mbit/s")
+        regime = ("links unlimited (CPU-bound)" if g.rate_mbit is None
+                  else f"every link {g.rate_mbit:g} Mbit/s")
         top, bottom = axes[0][col], axes[1][col]
         rates = [g.rate(m) for m in methods]
-        bars = top.bar(methods, rates, color=[colors[m] for m in methods])
+        bars = top.bar(names, rates, color=[colors[m] for m in methods])
         for bar, m in zip(bars, methods, strict=True):
-            label = "" if m == "INA" else f"{g.rate('INA') / g.rate(m):.2f}x"
+            label = (f"{bar.get_height():,.0f}" if m == "INA"
+                     else f"INA: {g.rate('INA') / g.rate(m):.2f}x")
             top.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                          ha="center", va="bottom", fontsize=8)
-        top.set_title(title, fontsize=9)
+        top.set_title(f"{r.topology}: {len(r.workers)} workers x {r.size:,} values\n{regime}",
+                      fontsize=9)
         top.set_ylim(0, max(rates) * 1.2)
-        top.ticklabel_format(axis="y", style="sci", scilimits=(3, 3))
+        top.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
         per_value = [next(x.busiest_bytes_per_value for x in g.runs if x.method == m)
                      for m in methods]
-        bottom.bar(methods, per_value, color=[colors[m] for m in methods])
+        bars = bottom.bar(names, per_value, color=[colors[m] for m in methods])
+        for bar in bars:
+            bottom.annotate(f"{bar.get_height():.1f}",
+                            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            ha="center", va="bottom", fontsize=8)
+        bottom.set_ylim(0, max(per_value) * 1.2)
+        for ax in (top, bottom):
+            ax.tick_params(axis="x", labelsize=8)
         if col == 0:
-            top.set_ylabel("values/s (INA over each: x)")
-            bottom.set_ylabel("bytes per value,\nbusiest link")
+            top.set_ylabel("values per second (higher is better);\n"
+                           "on a bar: INA's rate over that method's", fontsize=8)
+            bottom.set_ylabel("bytes on the busiest link\nper value (lower is better)",
+                              fontsize=8)
     fig.text(0.01, 0.005, bmv2, fontsize=6, color="#555555")
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)

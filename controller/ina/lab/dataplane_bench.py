@@ -1,6 +1,6 @@
 """Data-plane benchmark: what one BMv2 switch running the INA program does per second.
 
-    inabench dataplane --json FILE.json --png FILE.png
+    inabench dataplane --json-out FILE.json --png FILE.png
 
 One simple_switch_grpc with the real program (build/ina.json) and four hosts'
 interfaces, inside private namespaces. A closed loop keeps a fixed number of
@@ -114,6 +114,12 @@ class DataplaneReport:
         data["capacity_ratios"] = {path.path: self.capacity_ratio(path.path)
                                    for path in self.paths}
         return data
+
+    @classmethod
+    def from_figures(cls, doc: Any) -> DataplaneReport:
+        """From ``figures()``'s data (KeyError or TypeError if it is not that)."""
+        return cls(doc["bmv2"], doc["frame_bytes"], doc["values_per_packet"], doc["window"],
+                   doc["seconds_per_round"], [PathRate(**p) for p in doc["paths"]])
 
     def render(self) -> str:
         lines = [f"Data plane of one BMv2 switch ({self.bmv2}), the INA program, closed loop "
@@ -339,24 +345,40 @@ def run(build_dir: Path, rounds: int, seconds: float, window: int) -> DataplaneR
     return DataplaneReport(bmv2_build(), FRAME_BYTES, ELEMS_PER_PACKET, window, seconds, paths)
 
 
+#: The paths as the picture names them.
+PATH_NAMES = {
+    "forward": "plain IPv4 forwarding\n(no aggregation)",
+    "absorb": "aggregation at a VAT node\nbelow the root (\"absorb\")",
+    "root": "aggregation at the root,\nthen the BIER result (\"root\")",
+}
+
+
 def plot(report: DataplaneReport, path: Path) -> None:
+    """Packets per second into the switch on each path, with the aggregated values
+    per second and the ratio to plain forwarding written on each bar."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    names = [p.path for p in report.paths]
+    fig, ax = plt.subplots(figsize=(7.2, 4.2))
+    names = [PATH_NAMES.get(p.path, p.path) for p in report.paths]
     rates = [p.packets_per_s for p in report.paths]
     bars = ax.bar(names, rates, color=["#888888", "#2a7ab0", "#1b5e20"])
     for bar, p in zip(bars, report.paths, strict=True):
-        ax.annotate(f"{p.packets_per_s:,.0f}/s\n{report.ratio(p.path):.2f}x",
+        values = (f"\n{p.values_per_s / 1e6:.2f} million values/s" if p.values_per_s else "")
+        ax.annotate(f"{p.packets_per_s:,.0f} packets/s{values}\n"
+                    f"{report.ratio(p.path):.2f}x forwarding",
                     (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha="center", va="bottom", fontsize=8)
-    ax.set_ylabel("input packets per second")
-    ax.set_ylim(0, max(rates) * 1.3)
-    ax.set_title(f"One BMv2 switch, {report.frame_bytes}-byte frames, "
-                 f"{report.values_per_packet} values per INA packet", fontsize=9)
+    ax.set_ylabel("packets per second into the switch\n(higher is better)")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_ylim(0, max(rates) * 1.35)
+    ax.set_title(f"One BMv2 switch running the INA program: {report.frame_bytes:,}-byte frames, "
+                 f"{report.values_per_packet} values per INA packet,\n{report.window} packets "
+                 f"in flight; median of {len(report.paths[0].rounds)} rounds", fontsize=9)
     fig.text(0.01, 0.01, report.bmv2, fontsize=6, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)

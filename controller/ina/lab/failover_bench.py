@@ -19,7 +19,7 @@ import json
 import logging
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -189,15 +189,32 @@ def render(runs: list[FailoverRun], options: WatchOptions, bmv2: str) -> str:
 TIMELINE_POINTS = 200
 
 
-def figures(runs: list[FailoverRun], bmv2: str) -> dict[str, Any]:
+def figures(runs: list[FailoverRun], bmv2: str, options: WatchOptions) -> dict[str, Any]:
     """The figures, each worker's timeline thinned to about TIMELINE_POINTS points
-    (the first and last of each run of the call kept)."""
+    (the first and last of each run of the call kept), and the watcher's options."""
     result = []
     for r in runs:
         doc = {**asdict(r), "slowdown": r.slowdown}
         doc["timelines"] = {w: _thin(points) for w, points in r.timelines.items()}
         result.append(doc)
-    return {"bmv2": bmv2, "runs": result}
+    watch = {"interval": options.interval, "detect_after": options.detect_after,
+             "hang_after": options.hang_after}
+    return {"bmv2": bmv2, "watch": watch, "runs": result}
+
+
+def from_figures(doc: Any) -> tuple[list[FailoverRun], str, WatchOptions]:
+    """The runs, the BMv2 build and the watcher's options from ``figures()``'s data
+    (KeyError or TypeError if it is not that); each worker's timeline as thinned
+    there. Figures written before they recorded the options were measured with the
+    defaults."""
+    names = {f.name for f in fields(FailoverRun)}
+    runs = []
+    for r in doc["runs"]:
+        run = FailoverRun(**{k: v for k, v in r.items() if k in names})
+        run.timelines = {w: [(float(t), int(n)) for t, n in points]
+                         for w, points in run.timelines.items()}
+        runs.append(run)
+    return runs, str(doc["bmv2"]), WatchOptions(**doc.get("watch", {}))
 
 
 def _thin(points: list[tuple[float, int]]) -> list[tuple[float, int]]:
@@ -208,33 +225,52 @@ def _thin(points: list[tuple[float, int]]) -> list[tuple[float, int]]:
 
 
 def plot(runs: list[FailoverRun], path: Path, bmv2: str) -> None:
+    """One panel per case: the share of the array each worker has received, over time.
+    The workers' lines coincide (every worker gets every result at once, by BIER), so
+    they are drawn in one colour with one legend entry; the stop, the detection and
+    the repair are vertical lines named in the legend, with their times."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(runs), figsize=(5.2 * len(runs), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(runs), figsize=(6.4 * len(runs), 5.0), squeeze=False)
     for ax, r in zip(axes[0], runs, strict=True):
-        for i, (w, points) in enumerate(sorted(r.timelines.items())):
-            # One line per run of the call: a re-planned call counts again from 0.
+        total = max(n for points in r.timelines.values() for _, n in points)
+        for i, (_, points) in enumerate(sorted(r.timelines.items())):
+            # A re-planned call counts again from 0: one line per run of the call.
             segments: list[list[tuple[float, int]]] = [[]]
             for t, n in points:
                 if segments[-1] and n < segments[-1][-1][1]:
                     segments.append([])
                 segments[-1].append((t, n))
             for j, run in enumerate(segments):
-                ax.plot([t for t, _ in run], [n for _, n in run], lw=1, color=f"C{i}",
-                        label=w if j == 0 else None)
-        for x, label, color in ((r.fail_at_s, "failure", "#b0413e"),
-                                (r.fail_at_s + r.detection_s, "detected", "#e09f3e"),
-                                (r.fail_at_s + r.repaired_s, "repaired", "#1b5e20")):
-            ax.axvline(x, color=color, ls="--", lw=1)
-            ax.annotate(label, (x, ax.get_ylim()[1]), rotation=90, va="top", ha="right",
-                        fontsize=7, color=color)
-        ax.set_title(f"{r.case}: {r.failed} stopped; slowdown {r.slowdown:.2f}x", fontsize=9)
-        ax.set_xlabel("seconds since the start")
-        ax.set_ylabel("results received (a re-planned call restarts)")
-        ax.legend(fontsize=6, loc="lower right")
+                ax.plot([t for t, _ in run], [100 * n / total for _, n in run], lw=1.2,
+                        color="#1b5e20",
+                        label=(f"each of the {len(r.timelines)} workers (their lines "
+                               "coincide)") if i == j == 0 else None)
+        stopped, detected = r.fail_at_s, r.fail_at_s + r.detection_s
+        repaired = r.fail_at_s + r.repaired_s
+        ax.axvspan(stopped, repaired, color="#b0413e", alpha=0.08, lw=0)
+        for x, label, color, style in (
+                (stopped, f"{r.failed} stopped, at {stopped:.2f} s", "#b0413e", "--"),
+                (detected, f"failure detected, {r.detection_s * 1000:.0f} ms later",
+                 "#e09f3e", "-."),
+                (repaired, f"repair written, {r.repaired_s * 1000:.0f} ms after the stop",
+                 "#2a7ab0", ":"),
+                (r.baseline_s, f"the same AllReduce without a failure ends "
+                               f"({r.baseline_s:.2f} s)", "#555555", (0, (1, 3)))):
+            ax.axvline(x, color=color, ls=style, lw=1.3, label=label)
+        ax.set_title(f"{r.case}: {r.workers} workers x {r.size:,} values; {r.failed} stopped "
+                     f"mid-AllReduce\nends at {r.with_failure_s:.2f} s instead of "
+                     f"{r.baseline_s:.2f} s: {r.slowdown:.2f}x as long", fontsize=9)
+        ax.set_xlabel("seconds since the AllReduce started")
+        ax.set_ylabel("results received, % of the array\n(the interrupted call starts "
+                      "again at 0)")
+        ax.set_ylim(0, 105)
+        ax.set_xlim(0, None)
+        ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2,
+                  frameon=False)
     fig.text(0.01, 0.005, bmv2, fontsize=6, color="#555555")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)

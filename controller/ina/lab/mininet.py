@@ -32,6 +32,18 @@ SWITCH_BINARY = "simple_switch_grpc"
 COMPILER = "p4c-bm2-ss"
 
 
+def import_mininet() -> None:
+    """Import Mininet (ImportError if it is not installed) without what importing it
+    does to every other logger: mininet.log makes each logger created afterwards a
+    MininetLogger, whose own handler writes every message without a newline. This
+    package's loggers (ina.control.watch, created when the failover benchmark starts
+    its watcher) then said everything twice, the first time run into the next line.
+    Every import of Mininet goes through here."""
+    import mininet.log  # noqa: F401
+
+    logging.setLoggerClass(logging.Logger)
+
+
 def missing_tools(build_dir: Path | None = None) -> list[str]:
     """What this machine lacks to run the lab, each with how to get it; with
     ``build_dir``, the compiled program in it too."""
@@ -40,6 +52,7 @@ def missing_tools(build_dir: Path | None = None) -> list[str]:
         problems.append(f"{SWITCH_BINARY} not found: install BMv2 with P4Runtime support "
                         "(p4lang/behavioral-model, configured --with-pi)")
     try:
+        import_mininet()
         import mininet.net  # noqa: F401
     except ImportError:
         problems.append("Mininet not importable: apt-get install mininet, and use a venv made "
@@ -127,6 +140,7 @@ class LabOptions:
 
 
 def _bmv2_switch_class() -> type:
+    import_mininet()
     from mininet.node import Switch
 
     class BMv2Switch(Switch):  # type: ignore[misc]  # Mininet is untyped: Switch is Any
@@ -248,6 +262,7 @@ class Lab:
         problems = missing_tools(self.options.build_dir)
         if problems:
             raise LabError("; ".join(problems))
+        import_mininet()
         from mininet.net import Mininet
         from mininet.node import Host
 

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -205,90 +205,112 @@ def bucket_conversion(rate_mbit: float, workers: int = 4,
 # --- Reports ---------------------------------------------------------------------------
 
 
-def render(results: list[TrainCaseResult], conversion: BucketConversion | None, bmv2: str,
-           torch_version: str) -> str:
-    lines = [f"DDP training on Mininet + {bmv2}, torch {torch_version}; one run per case, "
-             "regime and backend, rank 0's figures; both backends on the same network, "
-             "same data, same initial weights.", ""]
-    for r in results:
-        s = r.settings
-        lines.append(f"{r.case} ({r.topology}): {len(r.workers)} workers "
-                     f"({', '.join(r.workers)}); MLP 64-{s.hidden}-{s.hidden}-10 "
-                     f"({r.parameters:,} parameters, {4 * r.parameters / 1024:.0f} KiB of "
-                     f"gradients a step), {s.steps} steps of {s.batch} per rank; INA VAT "
-                     f"(planned): {r.vat}.")
-        for g in r.regimes:
-            regime = ("links unlimited (CPU-bound)" if g.rate_mbit is None
-                      else f"every link limited to {g.rate_mbit:g} Mbit/s (htb)")
-            lines.append(f"  {regime}:")
-            lines.append(f"    {'backend':<8} {'ms/step':>8} {'steps/s':>8} {'comm':>6} "
-                         f"{'loss':>7} {'accuracy':>9}")
+@dataclass
+class TrainFigures:
+    """A run's figures: what ``figures`` writes as JSON and ``from_figures`` reads back,
+    so that a report and its picture come from the JSON alone."""
+
+    cases: list[TrainCaseResult]
+    conversion: BucketConversion | None
+    bmv2: str
+    torch: str
+
+    def figures(self) -> dict[str, Any]:
+        c = self.conversion
+        return {"bmv2": self.bmv2, "torch": self.torch,
+                "conversion": None if c is None else {**asdict(c), "share": c.share},
+                "cases": [{**asdict(r), "regimes": [{**asdict(g), "speedup": g.speedup}
+                                                     for g in r.regimes]}
+                          for r in self.cases]}
+
+    @classmethod
+    def from_figures(cls, doc: dict[str, Any]) -> TrainFigures:
+        conversion = doc["conversion"]
+        cases = []
+        for c in doc["cases"]:
+            regimes = [TrainRegime(g["regime"], g["rate_mbit"],
+                                   [TrainRun(**run) for run in g["runs"]], g["max_param_diff"])
+                       for g in c["regimes"]]
+            cases.append(TrainCaseResult(c["case"], c["topology"], c["workers"], c["vat"],
+                                         c["parameters"], TrainSettings(**c["settings"]),
+                                         regimes))
+        return cls(cases, None if conversion is None else BucketConversion(
+            conversion["values"], conversion["seconds"], conversion["link_bound_seconds"],
+            conversion["rate_mbit"]), doc["bmv2"], doc["torch"])
+
+    def render(self) -> str:
+        lines = [f"DDP training on Mininet + {self.bmv2}, torch {self.torch}; one run per "
+                 "case, regime and backend, rank 0's figures; both backends on the same "
+                 "network, same data, same initial weights.", ""]
+        for r in self.cases:
+            s = r.settings
+            lines.append(f"{r.case} ({r.topology}): {len(r.workers)} workers "
+                         f"({', '.join(r.workers)}); MLP 64-{s.hidden}-{s.hidden}-10 "
+                         f"({r.parameters:,} parameters, {4 * r.parameters / 1024:.0f} KiB of "
+                         f"gradients a step), {s.steps} steps of {s.batch} per rank; INA VAT "
+                         f"(planned): {r.vat}.")
+            for g in r.regimes:
+                regime = ("links unlimited (CPU-bound)" if g.rate_mbit is None
+                          else f"every link limited to {g.rate_mbit:g} Mbit/s (htb)")
+                lines.append(f"  {regime}:")
+                lines.append(f"    {'backend':<8} {'ms/step':>8} {'steps/s':>8} {'comm':>6} "
+                             f"{'loss':>7} {'accuracy':>9}")
+                for run in g.runs:
+                    lines.append(f"    {run.backend:<8} {run.step_median * 1000:>8.1f} "
+                                 f"{run.steps_per_second:>8.2f} {run.comm_share:>6.0%} "
+                                 f"{run.final_loss:>7.4f} {run.test_accuracy:>9.1%}")
+                acc = g.run("ina").test_accuracy - g.run("gloo").test_accuracy
+                lines.append(f"    ina vs gloo (same run): {g.speedup:.2f}x gloo's speed per "
+                             f"step; accuracy {acc * 100:+.1f} points; largest parameter "
+                             f"difference {g.max_param_diff:.2e}")
+            lines.append("")
+        c = self.conversion
+        if c is not None:
+            lines.append(f"Host side: a {c.values * 4 / 2**20:.0f} MiB float32 bucket to the "
+                         f"wire and back (quantize, packets, dequantize) takes {c.seconds:.2f}s "
+                         f"on one worker; its AllReduce takes at least "
+                         f"{c.link_bound_seconds:.1f}s at {c.rate_mbit:g} Mbit/s per link: "
+                         f"{c.share:.1%} of it.")
+        return "\n".join(lines)
+
+    def plot(self, path: Path) -> None:
+        """Loss against step and against wall-clock seconds, both backends, a column
+        per case and regime."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        colors = {"ina": "#1b5e20", "gloo": "#b0413e"}
+        panels = [(r, g) for r in self.cases for g in r.regimes]
+        fig, axes = plt.subplots(2, len(panels), figsize=(3.6 * len(panels), 6.0),
+                                 squeeze=False)
+        for col, (r, g) in enumerate(panels):
+            regime = ("links unlimited" if g.rate_mbit is None
+                      else f"links {g.rate_mbit:g} Mbit/s")
+            top, bottom = axes[0][col], axes[1][col]
             for run in g.runs:
-                lines.append(f"    {run.backend:<8} {run.step_median * 1000:>8.1f} "
-                             f"{run.steps_per_second:>8.2f} {run.comm_share:>6.0%} "
-                             f"{run.final_loss:>7.4f} {run.test_accuracy:>9.1%}")
-            acc = g.run("ina").test_accuracy - g.run("gloo").test_accuracy
-            lines.append(f"    ina vs gloo (same run): {g.speedup:.2f}x faster per step; "
-                         f"accuracy {acc * 100:+.1f} points; largest parameter difference "
-                         f"{g.max_param_diff:.2e}")
-        lines.append("")
-    if conversion is not None:
-        lines.append(f"Host side: a {conversion.values * 4 / 2**20:.0f} MiB float32 bucket "
-                     f"to the wire and back (quantize, packets, dequantize) takes "
-                     f"{conversion.seconds:.2f}s on one worker; its AllReduce takes at least "
-                     f"{conversion.link_bound_seconds:.1f}s at {conversion.rate_mbit:g} Mbit/s "
-                     f"per link: {conversion.share:.1%} of it.")
-    return "\n".join(lines)
-
-
-def figures(results: list[TrainCaseResult], conversion: BucketConversion | None, bmv2: str,
-            torch_version: str) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return {"bmv2": bmv2, "torch": torch_version,
-            "conversion": None if conversion is None else
-            {**asdict(conversion), "share": conversion.share},
-            "cases": [{**asdict(r), "regimes": [{**asdict(g), "speedup": g.speedup}
-                                                 for g in r.regimes]} for r in results]}
-
-
-def plot(results: list[TrainCaseResult], path: Path, bmv2: str, torch_version: str) -> None:
-    """Loss against step and against wall-clock seconds, both backends, a column per
-    case and regime."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colors = {"ina": "#1b5e20", "gloo": "#b0413e"}
-    panels = [(r, g) for r in results for g in r.regimes]
-    fig, axes = plt.subplots(2, len(panels), figsize=(3.6 * len(panels), 6.0), squeeze=False)
-    for col, (r, g) in enumerate(panels):
-        regime = "links unlimited" if g.rate_mbit is None else f"links {g.rate_mbit:g} Mbit/s"
-        top, bottom = axes[0][col], axes[1][col]
-        for run in g.runs:
-            smooth = _smooth(run.loss, 10)
-            label = (f"{run.backend}: {run.step_median * 1000:.0f} ms/step, "
-                     f"{run.test_accuracy:.1%} test")
-            top.plot(range(1, len(smooth) + 1), smooth, color=colors[run.backend],
-                     label=label, linewidth=1.2,
-                     linestyle="-" if run.backend == "ina" else "--")
-            bottom.plot(run.clock, smooth, color=colors[run.backend], linewidth=1.2,
-                        linestyle="-" if run.backend == "ina" else "--")
-        top.set_title(f"{r.case}, {len(r.workers)} workers, {regime}\n"
-                      f"ina {g.speedup:.2f}x gloo's speed", fontsize=9)
-        top.set_xlabel("step")
-        bottom.set_xlabel("wall-clock seconds")
-        top.legend(fontsize=7)
-        if col == 0:
-            top.set_ylabel("training loss\n(mean of 10 steps)")
-            bottom.set_ylabel("training loss\n(mean of 10 steps)")
-    fig.text(0.01, 0.005, f"{bmv2}; torch {torch_version}; the two lines of a panel overlap "
-             "where the backends' losses agree", fontsize=6, color="#555555")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+                smooth = _smooth(run.loss, 10)
+                style = {"color": colors[run.backend], "linewidth": 1.2,
+                         "linestyle": "-" if run.backend == "ina" else "--"}
+                top.plot(range(1, len(smooth) + 1), smooth, **style,
+                         label=f"{run.backend}: {run.step_median * 1000:.0f} ms a step, "
+                               f"{run.test_accuracy:.1%} test accuracy")
+                bottom.plot(run.clock, smooth, **style)
+            top.set_title(f"{r.case}, {len(r.workers)} workers, {regime}\n"
+                          f"ina {g.speedup:.2f}x gloo's speed", fontsize=9)
+            top.set_xlabel("training step")
+            bottom.set_xlabel("wall-clock seconds since the first step")
+            top.legend(fontsize=7)
+            if col == 0:
+                top.set_ylabel("training loss\n(mean of the last 10 steps)")
+                bottom.set_ylabel("training loss\n(mean of the last 10 steps)")
+        fig.text(0.01, 0.005, f"{self.bmv2}; torch {self.torch}; where the two lines of a "
+                 "panel overlap, the backends' losses agree", fontsize=6, color="#555555")
+        fig.tight_layout(rect=(0, 0.02, 1, 1))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
 
 
 def _smooth(values: list[float], n: int) -> list[float]:

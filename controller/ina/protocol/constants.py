@@ -179,3 +179,15 @@ ARRAY_BYTES = 4 * ELEMS_PER_PACKET
 INA_PAYLOAD_BYTES = INA_HEADER_BYTES + ARRAY_BYTES
 #: Bytes of the RFC 8296 header with its BitString.
 BIER_HEADER_BYTES = 12 + BITSTRING_BYTES
+
+#: The INA header's fields in wire order, (name, bits), most significant bit first
+#: (ina.protocol.codec.InaHeader packs them; the Wireshark dissector's field table,
+#: tools/wireshark/ina.lua, is written from this by ina.protocol.luagen).
+INA_HEADER_LAYOUT = (("version", 4), ("op", 4), ("flags", 8), ("job_id", 16), ("seq", 32),
+                     ("count", 16), ("si", 8), ("gen", 8), ("pbm", BITSTRING_BITS))
+#: The RFC 8296 header's fields in wire order, (name, bits) (ina.protocol.frames.Bier).
+BIER_HEADER_LAYOUT = (("bift_id", 20), ("tc", 3), ("s", 1), ("ttl", 8), ("nibble", 4),
+                      ("version", 4), ("bsl", 4), ("entropy", 20), ("oam", 2), ("rsv", 2),
+                      ("dscp", 6), ("proto", 6), ("bfir_id", 16), ("bitstring", BITSTRING_BITS))
+assert sum(bits for _, bits in INA_HEADER_LAYOUT) == 8 * INA_HEADER_BYTES
+assert sum(bits for _, bits in BIER_HEADER_LAYOUT) == 8 * BIER_HEADER_BYTES

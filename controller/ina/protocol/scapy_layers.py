@@ -5,6 +5,10 @@ BIER is defined here as RFC 8296 has it.
 
     from ina.protocol.scapy_layers import INA, BIER
     pkt = Ether() / IP(dst=...) / UDP(sport=INA_UDP_PORT, dport=INA_UDP_PORT) / INA(...)
+    pkt.summary()   # ... / INA job=1 seq=42 flags=RESULT|SYNC op=SUM count=256 si=0 gen=1 pbm=0x3
+
+Reading a capture: ``[p.summary() for p in rdpcap("s1-eth1_in.pcap")]`` (see
+docs/inspect.md).
 """
 
 from __future__ import annotations
@@ -43,6 +47,14 @@ from ina.protocol.constants import (
 OPS = {int(op): op.name for op in Op}
 
 
+def flag_names(flags: int) -> str:
+    """An INA header's flags by name, ``RESULT|SYNC`` (``NONE`` for none); bits that
+    are no Flag as a number."""
+    names = [f.name for f in Flag if f and f.name and flags & f]
+    unknown = flags & ~sum(Flag)
+    return "|".join(names + ([hex(unknown)] if unknown else [])) or "NONE"
+
+
 class INA(Packet):
     name = "INA"
     fields_desc = [
@@ -63,6 +75,17 @@ class INA(Packet):
                            count_from=lambda pkt: ELEMS_PER_PACKET, max_count=ELEMS_PER_PACKET),
             lambda pkt: not pkt.flags & Flag.SYNC),
     ]
+
+    # scapy takes (summary, outer layers to summarise too), as its TCP layer returns;
+    # its stubs know only the string.
+    def mysummary(self) -> tuple[str, list[type[Packet]]]:  # type: ignore[override]
+        """``INA job=1 seq=42 flags=RESULT|SYNC op=SUM count=256 si=0 gen=1 pbm=0x3``;
+        the IPv4 and BIER headers around it show theirs too (addresses; BitString):
+        scapy shows only the innermost layer's summary, unless it names the outer
+        layers it needs."""
+        return (f"INA job={self.job_id} seq={self.seq} flags={flag_names(int(self.flags))} "
+                f"op={OPS.get(self.op, self.op)} count={self.count} si={self.si} "
+                f"gen={self.gen} pbm={self.pbm:#x}", [BIER, IP])
 
     def post_build(self, pkt: bytes, pay: bytes) -> bytes:
         # The array is always ELEMS_PER_PACKET values on the wire: pad a short list.
@@ -91,6 +114,11 @@ class BIER(Packet):
         ShortField("bfir_id", 0),
         BitField("bitstring", 0, BITSTRING_BITS),
     ]
+
+    def mysummary(self) -> str:
+        """``BIER bift_id=0x1 si=0 bfir_id=5 bitstring=0xf0``"""
+        return (f"BIER bift_id={self.bift_id:#x} si={self.bift_id - BIER_BIFT_ID} "
+                f"bfir_id={self.bfir_id} bitstring={self.bitstring:#x}")
 
 
 bind_layers(UDP, INA, dport=INA_UDP_PORT)

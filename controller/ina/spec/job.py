@@ -228,9 +228,13 @@ class Job:
             "slots": self.slots,
         }
 
+    def to_yaml(self) -> str:
+        """This job as the text of an explicit job file."""
+        return yaml.safe_dump(self.to_spec(), sort_keys=False)
+
     def save(self, path: Path) -> None:
         """Write this job as an explicit job file (OSError if it cannot)."""
-        path.write_text(yaml.safe_dump(self.to_spec(), sort_keys=False))
+        path.write_text(self.to_yaml())
 
     def edges(self) -> list[tuple[str, str]]:
         """(child, parent) for every VAT edge; children are workers or switches."""

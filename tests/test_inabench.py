@@ -1,0 +1,50 @@
+"""inabench's figures without a benchmark run: --from-json reports and draws what an
+earlier run wrote (the committed docs/*.json), --json prints the figures as JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from ina.cli import inabench
+
+from inatest import ROOT
+
+DOCS = ROOT / "docs"
+PICTURES = ["allreduce", "dataplane", "failover"]
+needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
+                                      reason="matplotlib not installed: pip install -e '.[bench]'")
+
+
+@needs_matplotlib
+@pytest.mark.parametrize("name", PICTURES)
+def test_from_json_draws_the_committed_figures_again(name: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    png = tmp_path / f"{name}.png"
+    assert inabench.main([name, "--from-json", str(DOCS / f"{name}.json"), "--png",
+                          str(png)]) == 0
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert capsys.readouterr().out.strip()  # the text report of those figures
+
+
+@pytest.mark.parametrize("name", [*PICTURES, "loss"])
+def test_json_prints_the_figures_it_read(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    figures = DOCS / f"{name}.json"
+    assert inabench.main([name, "--from-json", str(figures), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(figures.read_text())
+
+
+def test_loss_from_json_reports_the_committed_figures(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert inabench.main(["loss", "--from-json", str(DOCS / "loss.json")]) == 0
+    out = capsys.readouterr().out
+    assert "INA AllReduce of 262144 values per worker" in out and "5%" in out
+
+
+def test_figures_of_another_benchmark_are_refused_with_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert inabench.main(["failover", "--from-json", str(DOCS / "loss.json")]) == 2
+    assert "does not hold figures of inabench failover" in capsys.readouterr().err

@@ -1,0 +1,38 @@
+"""inaworker off the worker's host: refused at once, with the command that runs it
+there (on a lab's host it runs: tests/bmv2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ina.cli import inaworker
+from ina.errors import UsageError
+from ina.host.worker import is_local_address
+
+from inatest import FIGURE1, FIGURE1_JOB
+
+
+def test_an_address_of_this_machine_is_local() -> None:
+    assert is_local_address("127.0.0.1")
+
+
+def test_an_address_of_no_interface_here_is_not_local() -> None:
+    assert not is_local_address("192.0.2.1")  # TEST-NET-1: nobody's
+
+
+def test_inaworker_off_its_host_exits_2_before_sending_and_says_where_to_run_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert not is_local_address("10.0.0.1"), "this machine has w1's address of Figure 1"
+
+    def no_socket(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("inaworker opened its socket")
+
+    monkeypatch.setattr(inaworker, "UdpTransport", no_socket)
+    argv = ["-t", str(FIGURE1), "--job", str(FIGURE1_JOB), "--worker", "w1", "--random", "8"]
+    assert inaworker.main(argv) == UsageError.exit_code
+    err = capsys.readouterr().err
+    assert "w1 is not on this machine: no interface here has its address 10.0.0.1" in err
+    assert (f"inalab -t {FIGURE1} host w1 -- ") in err
+    assert err.rstrip().endswith(" ".join(argv))
