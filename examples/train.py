@@ -1,13 +1,16 @@
 """Train a small classifier with DistributedDataParallel, through the switches.
 
-    INA_TOPOLOGY=topologies/figure1.yaml INA_JOB=jobs/figure1-sum.yaml \
-        torchrun --nproc-per-node 4 examples/train.py
+    torchrun --nproc-per-node 4 examples/train.py
+    torchrun --nproc-per-node 8 examples/train.py \
+        --topology topologies/fat-tree-4.yaml --job jobs/fat-tree-4-bench.yaml
 
-Each rank is a worker of the job (rank r: the job's r-th worker); without a lab,
-the ranks run on the embedded network (the reference model on the loopback, see
-the README). ``--backend gloo`` trains the same way with PyTorch's gloo,
-``--hook`` with a gloo process group whose gradient buckets go through the
-switches (ina.torch.allreduce_hook).
+Each rank is a worker of the job (rank r: the job's r-th worker) that --topology
+and --job name (default: INA_TOPOLOGY and INA_JOB, else Figure 1 and its job).
+Without a lab, the ranks run on the embedded network (the reference model on the
+loopback, which rank 0 starts); on a lab, start them with ``inalab ranks``.
+``--backend gloo`` trains the same way with PyTorch's gloo, ``--hook`` with a gloo
+process group whose gradient buckets go through the switches
+(ina.torch.allreduce_hook).
 
 The data: scikit-learn's bundled digits (1,797 8x8 images, no download), split with
 a fixed seed into 1,437 for training and 360 for testing; rank r trains on every
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -29,6 +33,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def data(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -51,6 +57,12 @@ def model(hidden: int, seed: int) -> torch.nn.Module:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--topology", type=Path,
+                   default=os.environ.get("INA_TOPOLOGY", ROOT / "topologies" / "figure1.yaml"),
+                   help="the topology file (default: $INA_TOPOLOGY, else %(default)s)")
+    p.add_argument("--job", type=Path,
+                   default=os.environ.get("INA_JOB", ROOT / "jobs" / "figure1-sum.yaml"),
+                   help="the job file (default: $INA_JOB, else %(default)s)")
     p.add_argument("--backend", choices=("ina", "gloo"), default="ina",
                    help="the process group's backend (default: %(default)s)")
     p.add_argument("--hook", action="store_true",
@@ -71,6 +83,7 @@ def main() -> None:
                    help="rank 0 saves the trained parameters here (torch.save)")
     args = p.parse_args()
 
+    os.environ["INA_TOPOLOGY"], os.environ["INA_JOB"] = str(args.topology), str(args.job)
     if args.backend == "ina" or args.hook:
         import ina.torch  # registers the backend
     dist.init_process_group("gloo" if args.hook else args.backend)

@@ -5,6 +5,10 @@ as on BMv2."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,9 +17,9 @@ import pytest
 pytest.importorskip("torch", reason="torch is not installed: pip install 'ina[torch]' "
                                     "(make setup installs it)")
 
-from torchranks import RankPool, run_once  # noqa: E402
+from torchranks import RankPool, free_port, run_once  # noqa: E402
 
-from inatest import FIGURE1, FIGURE1_JOB  # noqa: E402
+from inatest import FIGURE1, FIGURE1_JOB, ROOT  # noqa: E402
 
 JOB_ENV = {"INA_TOPOLOGY": str(FIGURE1), "INA_JOB": str(FIGURE1_JOB), "INA_NETWORK": "auto"}
 DTYPES = ["float32", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64"]
@@ -180,3 +184,17 @@ def test_a_rank_that_dies_ends_every_other_ranks_call_with_an_error() -> None:
         assert code == 1, f"rank {rank} ended with {code}"
         assert "rank 2 (w3) stopped" in out
 
+
+
+def test_the_example_trains_under_torchrun_on_the_embedded_network(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INA_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
+         "--master-port", str(free_port()), str(ROOT / "examples" / "train.py"),
+         "--steps", "20", "--log-every", "0", "--json", str(report)],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(report.read_text())
+    assert figures["backend"] == "ina" and figures["world"] == 4
+    assert figures["collectives"]["allreduce"]["switches"] >= 20

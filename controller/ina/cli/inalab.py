@@ -4,6 +4,8 @@
     inalab -t topologies/figure1.yaml run            # Mininet CLI, switches ready
     inalab -t topologies/figure1.yaml exec -- inactl -t topologies/figure1.yaml status
     inalab -t topologies/figure1.yaml host w1 -- ping -c1 10.0.0.8
+    inalab -t topologies/figure1.yaml ranks --job jobs/figure1-sum.yaml -- \
+        .venv/bin/python examples/train.py           # a rank per worker, on its host
     inalab -t topologies/figure1.yaml demo --job jobs/figure1-sum.yaml
     inalab -t topologies/leaf-spine-2x4.yaml fail switch spine1      # or: fail link leaf1 spine1
     inalab -t topologies/leaf-spine-2x4.yaml recover switch spine1
@@ -33,10 +35,10 @@ from pathlib import Path
 
 from ina.cli import common
 from ina.control.vat_planner import resolve
-from ina.errors import UsageError
-from ina.lab import sandbox
+from ina.errors import JobError, UsageError
+from ina.lab import ranks, sandbox
 from ina.lab.labstate import LabRecord, SandboxProcess
-from ina.spec.job import JobSpec
+from ina.spec.job import JobSpec, check_names
 from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
@@ -248,6 +250,14 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("host", help="the host's name in the topology")
     h.add_argument("command", nargs=argparse.REMAINDER,
                    help="the command and its arguments, after --")
+    k = common.command(sub, "ranks", "run a command once per worker of a job, rank r on "
+                                     "the job's r-th worker's host, with torchrun's "
+                                     "environment (torch.distributed, the ina backend)")
+    common.add_job(k, "the job file whose workers are the ranks")
+    k.add_argument("--port", type=int, default=ranks.DEFAULT_PORT,
+                   help="MASTER_PORT, the store's port on rank 0's host")
+    k.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the command and its arguments, after --")
     d = common.command(sub, "demo", "deploy a job, run its workers, check the results")
     common.add_job(d)
     d.add_argument("--size", type=int, default=1000, help="values per worker")
@@ -281,7 +291,22 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         return _demo(args, topology, argv)
     if args.cmd in ("fail", "recover"):
         return _fault(args, topology)
+    if args.cmd == "ranks":
+        return _ranks(args, topology)
     return _enter(args, topology, args.host if args.cmd == "host" else None)
+
+
+def _ranks(args: argparse.Namespace, topology: Topology) -> int:
+    spec = JobSpec.load(args.job)
+    problems = [p for p in check_names(spec, topology) if not p.startswith("root")]
+    if problems:
+        raise JobError(problems, str(args.job))
+    if not args.command:
+        raise UsageError("give a command after --")
+    init, hosts = _running_lab(topology)
+    pids = {w: sandbox.outer_pid(init, hosts[w]) for w in spec.workers}
+    return ranks.run_ranks(topology, args.topology, args.job, list(spec.workers), pids,
+                           args.command, args.port)
 
 
 if __name__ == "__main__":
