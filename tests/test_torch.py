@@ -88,6 +88,11 @@ def test_an_op_the_switches_lack_is_refused_clearly(ranks: RankPool, op: str) ->
         assert "SUM, AVG, MIN and MAX" in r["error"] and op in r["error"]
 
 
+def test_a_float64_tensor_is_refused_clearly(ranks: RankPool) -> None:
+    for r in ranks.run("refused", op="SUM", dtype="float64"):
+        assert "float32, float16, bfloat16 and integer tensors, not torch.float64" in r["error"]
+
+
 def test_async_all_reduces_complete_in_any_wait_order(ranks: RankPool) -> None:
     for r in ranks.run("async_calls", count=5, size=700):
         assert r["values"] == r["expected"] == r["future_values"]

@@ -251,8 +251,8 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         dist.all_reduce(theirs, group=gloo())
         return {"same_bits": bool(torch.equal(mine, theirs)), "value": int(mine[0])}
 
-    def refused(op: str) -> dict[str, Any]:
-        tensor = torch.ones(4)
+    def refused(op: str, dtype: str = "float32") -> dict[str, Any]:
+        tensor = torch.ones(4, dtype=getattr(torch, dtype))
         try:
             dist.all_reduce(tensor, op=ops[op])
         except Exception as exc:

@@ -25,7 +25,7 @@ OPS: dict[str, tuple[Op, bool]] = {
     "MIN": (Op.MIN, False),
     "MAX": (Op.MAX, False),
 }
-FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 #: Integer types whose values all fit in the data plane's 32 bits: their SUM wraps
 #: around in the tensor's own type, as gloo's does.
 NARROW_INTS = (torch.int8, torch.uint8, torch.int16, torch.int32)
@@ -45,6 +45,8 @@ def check_tensor(tensor: torch.Tensor) -> None:
     if tensor.device.type != "cpu":
         raise UsageError(f"the ina backend takes CPU tensors, not {tensor.device}")
     if tensor.dtype not in FLOATS + NARROW_INTS + (torch.int64,):
+        # float64 would travel at float32 precision, beyond the bound the data plane's
+        # quantization reports: refused rather than silently less precise.
         raise UsageError(f"the ina backend reduces float32, float16, bfloat16 and integer "
                          f"tensors, not {tensor.dtype}")
 
