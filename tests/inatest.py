@@ -20,7 +20,7 @@ import yaml
 from ina.control.controller import Controller
 from ina.control.memory_switch import MemorySwitch
 from ina.control.switch import CounterValue
-from ina.host.worker import AllreduceSession, Worker, WorkerConfig
+from ina.host.worker import AllreduceSession, Worker, WorkerConfig, sync_answer, sync_request
 from ina.model.harness import initialised_network, reduce_arrays
 from ina.model.network import ModelNetwork, ModelTransport
 from ina.protocol.constants import SwitchStat
@@ -81,6 +81,18 @@ def session_results(sessions: Mapping[str, AllreduceSession]) -> dict[str, npt.N
 def switch_stat(lab: ModelLab, switch: str, stat: SwitchStat) -> int:
     """Packets a switch-wide counter of the model lab has counted."""
     return asyncio.run(lab.ctl.status())[switch].switch_stats.get(stat, CounterValue()).packets
+
+
+def open_call(lab: ModelLab, job: Job, proposal: int = 0) -> int:
+    """A call's start, as a job's first worker makes it: its SYNC to the root (the
+    root takes contributions only in a call of the job's plan), proposing
+    ``proposal``; the answer (the call's first sequence number), its inbox emptied."""
+    worker = job.workers[0]
+    config = WorkerConfig.for_job(job, lab.topology, worker)
+    lab.net.host_send_payload(worker, config.sync_target, sync_request(config, 1, proposal))
+    (answer,) = [seq for payload in lab.net.received_payloads(worker)
+                 if (seq := sync_answer(payload, config, 1)) is not None]
+    return answer
 
 
 def model_workers(lab: ModelLab, job: Job, timeout: float = 5.0) -> dict[str, Worker]:

@@ -28,6 +28,7 @@ from inatest import (
     in_threads,
     int_arrays,
     model_workers,
+    open_call,
     session_results,
     switch_stat,
 )
@@ -247,6 +248,7 @@ def test_allreduce_is_exact_over_impaired_links(model_lab: ModelLab,
 def test_a_lost_result_is_sent_again_from_the_stored_aggregate(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
     _deploy(model_lab, job)
+    open_call(model_lab, job)
     for w in ("w1", "w2", "w3", "w4"):
         _send(model_lab, w, job.target_of(w, model_lab.topology),
               ina_payload(1, 0, job.worker_bit[w], [1]))

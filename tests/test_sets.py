@@ -33,6 +33,7 @@ from inatest import (
     int_arrays,
     job_from,
     make_model_lab,
+    open_call,
     session_results,
     switch_stat,
 )
@@ -83,6 +84,7 @@ def test_hosts_outside_the_job_receive_nothing_in_any_set(lab: ModelLab) -> None
 def test_each_worker_gets_its_result_in_its_own_set(lab: ModelLab) -> None:
     job = _planned(lab.topology)
     asyncio.run(lab.ctl.deploy(job))
+    open_call(lab, job)
     for w in job.workers:  # one chunk each, kept in the inboxes
         h = lab.topology.hosts[w]
         edge, _ = lab.topology.host_attachment(w)

@@ -11,42 +11,31 @@
 // cell 2 * slot_base + (s mod 2W): s and s + W, consecutive rounds through the
 // pool, use the two cells of one slot. Workers
 // send s only after every result up to s - 2*slots has reached every worker
-// (their sliding window), so a newer s may overwrite its cell; an older s is a
-// late duplicate. A complete cell keeps its aggregate: a retransmission for it
-// (its bit already set) sends the aggregate again, toward the parent or, at the
-// root, by BIER to the retransmitter's bits. A bit already set in an incomplete
-// cell is a duplicate. Nothing is ever added twice.
+// (their sliding window), so another round may overwrite a cell; s arriving at
+// a cell that holds s + 2W (the round after it there) is a late duplicate. A
+// complete cell keeps its aggregate: a retransmission for it (its bit already
+// set) sends the aggregate again, toward the parent or, at the root, by BIER to
+// the retransmitter's bits. A bit already set in an incomplete cell is a
+// duplicate. Nothing is ever added twice.
 //
-// Cost. BMv2 pays for every table and every primitive, whatever the width of
-// its operands, and less for a condition (p4c turns a ?: into several
-// primitives): the common paths are conditions and a few actions of
-// straight-line code, one per path, for a node in one BIER set. A cell's scalars live
-// in one register (cell_t, CELL_* slices) and its aggregate in one register per
-// lane (lanes.p4), so a packet costs one scalar read and write and one read and
-// write per lane. A node below the root lies in one BIER set and keeps its
-// bitmap in the cell. A root spanning several sets keeps one bitmap per (cell,
-// set) instead, tagged with the cell's generation, so starting a round clears
-// every set at once; it completes a cell when as many sets are full as its job
-// has.
-//
-// Calls. A job serves any number of AllReduce calls; each starts with a SYNC
-// from every worker to the root, which answers with the call's first sequence
-// number: W + 1 past the highest one it has completed in this deployment (W =
-// slots, the workers' window), so past every sequence number any worker can
-// have sent (a worker sends s only once s - W is complete). Until one of the
-// call's sequence numbers completes, every SYNC gets the same answer, so all
-// workers of a call agree. The first SYNC of a deployment or of a new plan of
-// the job (see below) gets its own proposal (its seq) back instead. Workers
-// then reduce a descriptor of the call (the array's length, kind and op, with
-// MAX) at that first number: a barrier that tells every worker if they
-// disagree. A worker that gives up on a call sends an ABORT with the highest
-// sequence number it sent, which the root counts as completed: the next call
-// starts past whatever the interrupted one left.
-//
-// Plans. A job re-planned after a failure gets a new epoch on every node and a
-// new generation (gen), which the workers' edge switches stamp on their packets
-// (ingress.p4): a node refuses a packet of another generation, whose P-BM was
-// meant for another tree, and counts it (DROP_OLD_PLAN).
+// The window. One packet from a member must not freeze its job: a round far
+// ahead in a cell makes the job's later rounds there look old, an ABORT far
+// ahead moves every later call there. The root keeps the job's progress P (the
+// highest sequence number completed or given up) and takes what a call can have
+// sent: a worker sends s only once s - W is complete (a call's first packet, at
+// P + W + 1, excepted) and sends it again only while some worker lacks its
+// result. So it takes a contribution if P - 2W <= s <= P + W + 1 (past it:
+// DROP_AHEAD; before it: DROP_STALE, every worker holds that result) and an
+// ABORT if its seq <= P + W + 1 (DROP_ABORT_AHEAD), both only once a SYNC of this
+// plan has set P (before: DROP_AHEAD, DROP_ABORT_AHEAD). A node below the root
+// does not know P: there any other round replaces a cell's, but the one a lap
+// before it (s = cell's - 2W: stale), so a stray round lasts until the job's
+// next round in that cell. What a member can still do is what it can do by not
+// contributing: hold up the call in progress (its own round within the window,
+// or the first contribution of a round with another count or op, which then
+// refuses everyone else's); its workers give that call up (ABORT) and the next
+// one is exact. Since ABORTs are legitimate, a member can also move the job's
+// calls forward, at most W + 1 sequence numbers per ABORT.
 //
 // Registers hold only what the data plane writes. A cell whose epoch differs
 // from the job entry's is a leftover of a torn-down job and counts as empty.
@@ -54,7 +43,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t std) {
     register<cell_t>(2 * AGG_SLOTS) cells;
     register<set_cell_t>(2 * AGG_SLOTS * BIER_SETS) set_bitmaps;
-    // Per job index, at its root: the entry's epoch ++ the highest completed seq.
+    // Per job index, at its root: the entry's epoch ++ the highest seq completed or
+    // given up (ABORT): the job's progress P.
     register<bit<64>>(MAX_JOBS) progress;
 
     // The packet's cell and what it holds.
@@ -89,6 +79,12 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                + (bit<32>)(hdr.ina.seq[15:0] & ((meta.slot_mask << 1) | 1));
         cells.read(cs, cell);
         wrapped = 0;
+    }
+
+    // At the root: the cell, and the job's progress, which bounds the window.
+    action open_root_cell() {
+        open_cell();
+        progress.read(done_up_to, (bit<32>)meta.job_index);
     }
 
     // A node in one set. The contribution starts the cell's round.
@@ -147,7 +143,9 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
 
     // A root spanning several sets: the cell's state with the packet's set's bitmap.
     action open_sets() {
-        fresh = cs[CELL_EPOCH] != meta.epoch || (int<32>)(hdr.ina.seq - cs[CELL_SEQ]) > 0;
+        fresh = cs[CELL_EPOCH] != meta.epoch
+                || (cs[CELL_SEQ] != hdr.ina.seq
+                    && cs[CELL_SEQ] - hdr.ina.seq != ((bit<32>)meta.slot_mask << 1) + 2);
         gen = cs[CELL_GEN];
         done = fresh ? 8w0 : cs[CELL_DONE];
         set_cell_t sc;
@@ -183,11 +181,12 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.consumed = !complete;
     }
 
-    // At the root: the highest completed sequence number, for the next call's start.
+    // At the root: the highest sequence number completed or given up, for the next
+    // call's start. (The window's checks let in only packets of this plan's epoch.)
     action advance(bit<32> seq) {
         progress.read(done_up_to, (bit<32>)meta.job_index);
-        bool newer = done_up_to[63:32] != meta.epoch || (int<32>)(seq - done_up_to[31:0]) > 0;
-        progress.write((bit<32>)meta.job_index, newer ? meta.epoch ++ seq : done_up_to);
+        progress.write((bit<32>)meta.job_index,
+                       (int<32>)(seq - done_up_to[31:0]) > 0 ? meta.epoch ++ seq : done_up_to);
     }
 
     // A call's start: the call's first sequence number, back to the worker, with
@@ -265,9 +264,17 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 refuse(JOB_STAT_DROP_FOREIGN_PBM);  // not the job's root
             } else if ((hdr.ina.flags & FLAG_ABORT) != 0) {
                 // A worker gave up on its call after sending up to seq: the next
-                // call starts past it, whatever the interrupted one left in cells.
-                advance(hdr.ina.seq);
-                refuse(JOB_STAT_ABORTED);
+                // call starts past it, whatever the interrupted one left in cells;
+                // no further than a call can have reached (see "The window").
+                progress.read(done_up_to, (bit<32>)meta.job_index);
+                if (done_up_to[63:32] != meta.epoch
+                        || (int<32>)(hdr.ina.seq - done_up_to[31:0])
+                           > (int<32>)((bit<32>)meta.slot_mask + 2)) {
+                    refuse(JOB_STAT_DROP_ABORT_AHEAD);
+                } else {
+                    advance(hdr.ina.seq);
+                    refuse(JOB_STAT_ABORTED);
+                }
             } else {
                 answer_sync();
             }
@@ -291,10 +298,28 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             refuse(JOB_STAT_DROP_OLD_PLAN);
             return;
         }
-        open_cell();
+        if (meta.job_role == ROLE_ROOT) {
+            open_root_cell();
+            if (done_up_to[63:32] != meta.epoch
+                    || (int<32>)(hdr.ina.seq - done_up_to[31:0])
+                       > (int<32>)((bit<32>)meta.slot_mask + 2)) {
+                refuse(JOB_STAT_DROP_AHEAD);  // past the window, or no call of this plan
+                return;
+            }
+            if ((int<32>)(done_up_to[31:0] - hdr.ina.seq)
+                    > (int<32>)(((bit<32>)meta.slot_mask << 1) + 2)) {
+                refuse(JOB_STAT_DROP_STALE);  // before the window: every worker has it
+                return;
+            }
+        } else {
+            open_cell();
+        }
         if (meta.job_role != ROLE_ROOT || meta.sets == 1) {
-            // A node in one BIER set: the common paths, one action each.
-            if (cs[CELL_EPOCH] != meta.epoch || (int<32>)(hdr.ina.seq - cs[CELL_SEQ]) > 0) {
+            // A node in one BIER set: the common paths, one action each. Any round
+            // but the one a lap after the packet's (s + 2W: it is stale) is replaced.
+            if (cs[CELL_EPOCH] != meta.epoch
+                    || (cs[CELL_SEQ] != hdr.ina.seq
+                        && cs[CELL_SEQ] - hdr.ina.seq != ((bit<32>)meta.slot_mask << 1) + 2)) {
                 if (hdr.ina.pbm == meta.abm) {  // a node with this one contributor
                     complete_alone();
                 } else {

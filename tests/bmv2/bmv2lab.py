@@ -21,8 +21,12 @@ import yaml
 from ina.control.controller import Controller
 from ina.host.arrays import random_array
 from ina.lab.deploy import controller_call, deploy
-from ina.lab.mininet import Lab, LabOptions
+from ina.lab.mininet import Lab, LabOptions, wait_until
 from ina.model.harness import reduce_arrays
+from ina.protocol.bitmaps import one_set
+from ina.protocol.codec import InaHeader
+from ina.protocol.constants import Flag, JobStat
+from ina.protocol.frames import ina_frame
 from ina.spec.job import Job, JobSpec, validate_job
 from ina.spec.topology import Topology
 
@@ -121,6 +125,25 @@ class NetLab:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=10)
         return int(out.decode().strip() or "-1")
+
+    def open_call(self, job: Job, proposal: int = 0) -> None:
+        """The plan's first SYNC, from the job's first worker, proposing ``proposal``:
+        the root's progress is then ``proposal - slots - 1`` and it takes
+        contributions up to ``proposal`` (aggregation.p4, "The window")."""
+        worker = job.workers[0]
+        h = self.topology.hosts[worker]
+        edge, _ = self.topology.host_attachment(worker)
+        si, bits = one_set(h.bit)
+        sync = InaHeader(job_id=job.job_id, seq=proposal, pbm=bits, count=1, si=si,
+                         flags=Flag.SYNC).pack()
+        self.send_frames(worker, [ina_frame(h.mac, self.topology.switches[edge].mac, h.ip,
+                                            self.topology.address(job.root), sync)])
+
+        def synced() -> bool:
+            status = self.controller_call(lambda ctl: ctl.status())[job.root]
+            return status.job_stats[job.job_id][JobStat.SYNCED].packets > 0
+
+        wait_until(synced, 10, f"{job.root} to answer the SYNC")
 
     def send_frames(self, host: str, frames: list[bytes]) -> None:
         """Put raw Ethernet frames on the host's link (as a misbehaving host would)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import numpy as np
@@ -21,9 +21,10 @@ from ina.control.switch_state import on_hosts_plan
 from ina.host.arrays import random_array
 from ina.lab.deploy import deploy
 from ina.model.harness import allreduce_on_model, deployed_network
+from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import ELEMS_PER_PACKET as P
-from ina.protocol.constants import Flag, JobStat, Op, SwitchStat
+from ina.protocol.constants import JOB_STAT_STRIDE, Flag, JobStat, Op, SwitchStat
 from ina.protocol.frames import ina_frame
 from ina.spec.job import JobSpec
 from ina.spec.topology import Topology
@@ -198,3 +199,132 @@ def test_bmv2_and_the_model_agree_on_notices_and_a_calls_start(labs: Labs) -> No
     assert {sw: {k: p for k, (p, _) in c.items()} for sw, c in bmv2.items()} == \
         {sw: {k: p for k, (p, _) in c.items()} for sw, c in model.items()}
     assert bmv2 == model, "byte counts differ"
+
+
+# --- the window, the edge: crafted frames, batch by batch ----------------------------------
+
+#: w1 and w2 send to the root s6 directly; s7 aggregates w3 and w4 below it.
+WINDOW_SPEC = {"job_id": 16, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
+               "aggregators": {"s7": ["w3", "w4"]}}
+W = 16  # the job's slots
+#: The first SYNC proposes START: the root's progress is START - W - 1 after it.
+START = 1000
+PROGRESS = START - W - 1
+Batch = tuple[str, list[bytes]]
+
+
+def _from(topology: Topology, host: str, dst: str, payloads: list[bytes],
+          src: str | None = None) -> Batch:
+    h = topology.hosts[host]
+    edge, _ = topology.host_attachment(host)
+    return host, [ina_frame(h.mac, topology.switches[edge].mac, src or h.ip, dst, p)
+                  for p in payloads]
+
+
+def _part(job_id: int, seq: int, host_bit: int, count: int = 3, op: Op = Op.SUM) -> bytes:
+    """A contribution of ``count`` values."""
+    return InaPacket(InaHeader(job_id=job_id, seq=seq, pbm=host_bit, count=count, op=op),
+                     tuple(range(1, count + 1))).pack()
+
+
+def _window_batches(topology: Topology) -> list[Batch]:
+    """Each of the window's rules once, in order (see aggregation.p4, "The window")."""
+    job, root, s7 = 16, "10.0.100.6", "10.0.100.7"
+    w1, w2, w3 = bit_of(1), bit_of(2), bit_of(3)
+    ahead = START + 2 * W * 2**20  # in the cell of START, many laps ahead
+    return [
+        # Before any call of the plan: an ABORT, a contribution; then the plan's first SYNC.
+        _from(topology, "w1", root, [_header(job, 5, w1, Flag.SYNC | Flag.ABORT),
+                                     _part(job, 0, w1), _header(job, START, w1, Flag.SYNC)]),
+        # The call's first packet (the window's last), one past it, one before the window.
+        _from(topology, "w1", root, [_part(job, START, w1), _part(job, START + 1, w1),
+                                     _part(job, PROGRESS - 2 * W - 1, w1)]),
+        # Another count, another op in that incomplete round.
+        _from(topology, "w2", root, [_part(job, START, w2, count=2),
+                                     _part(job, START, w2, op=Op.MAX)]),
+        # An ABORT 2^31 - 1 ahead, one as far as a call reaches; the next SYNC's answer.
+        _from(topology, "w1", root, [_header(job, PROGRESS + 2**31 - 1, w1, Flag.SYNC | Flag.ABORT),
+                                     _header(job, START, w1, Flag.SYNC | Flag.ABORT)]),
+        _from(topology, "w2", root, [_header(job, 0, w2, Flag.SYNC)]),
+        # Below the root (s7): a round far ahead, replaced by the next round in its
+        # cell; a lap behind that one is stale.
+        _from(topology, "w3", s7, [_part(job, ahead, w3), _part(job, START + 2 * W, w3),
+                                   _part(job, START, w3)]),
+    ]
+
+
+def _crafted_on_both(labs: Labs, spec: dict[str, Any],
+                     batches: Callable[[Topology], list[Batch]],
+                     prepare: Callable[[Mapping[str, SwitchClient]],
+                                       Coroutine[Any, Any, None]] | None = None,
+                     ) -> tuple[dict[str, list[bytes]], dict[str, dict[str, tuple[int, int]]]]:
+    """The batches sent through BMv2 and through the model; asserts they agree, byte
+    for byte (what every host received, every counter cell): the model's (received,
+    counters). Each batch on BMv2 waits until its switches have counted what the
+    model counted for it, so that batches from different hosts keep their order."""
+    lab = labs.get(ROOT / "topologies" / "figure1.yaml")
+    topo = lab.topology
+    job = deploy(lab.lab, JobSpec.from_dict(spec))
+
+    net, _ = deployed_network(topo, job)
+    stores = {sw: s.store for sw, s in net.switches.items()}
+    if prepare is not None:
+        asyncio.run(prepare(stores))
+    expected = []
+    for host, frames in batches(topo):
+        for f in frames:
+            net.send(host, f)
+        expected.append(_delta(asyncio.run(_raw_counters(stores)),
+                               {sw: {} for sw in topo.switches}))
+    model_got = {h: sorted(net.received_payloads(h)) for h in topo.hosts}
+    model = expected[-1]
+
+    try:
+        before = lab.controller_call(lambda ctl: _raw_counters(ctl.clients))
+        if prepare is not None:
+            lab.controller_call(lambda ctl: prepare(ctl.clients))
+        records = {h: lab.workdir / f"crafted-{h}.hex" for h in topo.hosts}
+        listeners = {h: lab.listen(h, records[h]) for h in records}
+        bmv2: dict[str, dict[str, tuple[int, int]]] = {}
+        for (host, frames), counted in zip(batches(topo), expected, strict=True):
+            lab.send_frames(host, frames)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                bmv2 = _delta(lab.controller_call(lambda ctl: _raw_counters(ctl.clients)),
+                              before)
+                if bmv2 == counted:
+                    break
+        for proc in listeners.values():
+            lab.stop_listening(proc)
+        bmv2_got = {h: sorted(bytes.fromhex(x) for x in r.read_text().split())
+                    for h, r in records.items()}
+    finally:
+        lab.teardown(job.job_id)
+        lab.lab.init_switches_sync()  # the base state back, whatever prepare did
+
+    assert bmv2_got == model_got
+    assert {sw: {k: p for k, (p, _) in c.items()} for sw, c in bmv2.items()} == \
+        {sw: {k: p for k, (p, _) in c.items()} for sw, c in model.items()}
+    assert bmv2 == model, "byte counts differ"
+    return model_got, model
+
+
+def _job_cell(switch_counters: dict[str, tuple[int, int]], stat: JobStat,
+              job_index: int = 0) -> int:
+    cell = f"{n.INGRESS_JOB_STATS}[{job_index * JOB_STAT_STRIDE + stat}]"
+    return switch_counters.get(cell, (0, 0))[0]
+
+
+def test_bmv2_and_the_model_agree_on_the_window(labs: Labs) -> None:
+    got, counters = _crafted_on_both(labs, WINDOW_SPEC, _window_batches)
+    s6, s7 = counters["s6"], counters["s7"]
+    assert _job_cell(s6, JobStat.DROP_ABORT_AHEAD) == 2
+    assert _job_cell(s6, JobStat.DROP_AHEAD) == 2
+    assert _job_cell(s6, JobStat.DROP_STALE) == 1
+    assert _job_cell(s6, JobStat.DROP_COUNT_MISMATCH) == 1
+    assert _job_cell(s6, JobStat.DROP_OP_MISMATCH) == 1
+    assert _job_cell(s6, JobStat.ABORTED) == 1
+    assert _job_cell(s7, JobStat.ABSORBED) == 2 and _job_cell(s7, JobStat.DROP_STALE) == 1
+    # The SYNCs' answers: the first of the plan its proposal, the next one past the ABORT.
+    assert [InaHeader.unpack(p).seq for p in got["w1"]] == [START]
+    assert [InaHeader.unpack(p).seq for p in got["w2"]] == [START + W + 1]

@@ -100,6 +100,8 @@ def test_reordered_and_duplicated_packets_give_exact_results_once(
     rng = random.Random(3)
     values = {(w, q): [rng.randrange(-1000, 1000) for _ in range(8)]
               for w in job.workers for q in range(seqs)}
+    # The root's progress at -1 (as after a call that ended there): 0..15 is a window.
+    figure1_lab.open_call(job, proposal=seqs)
     record = tmp_path / "w1.hex"
     listener = figure1_lab.listen("w1", record)
     for w in job.workers:

@@ -10,7 +10,9 @@ the switches replicate them as usual. A retransmission for a complete sequence
 number gets the result again, by BIER to the retransmitter's bits, as on a switch,
 and a worker's SYNC at the start of a call gets the call's first sequence number
 back, as from a root switch (the first SYNC gets its own proposal back), with the
-plan's generation its edge switch stamped on it.
+plan's generation its edge switch stamped on it. Contributions and ABORTs are
+taken within the window a call can be in, as on a root switch (aggregation.p4,
+"The window").
 
 ``ServerRoot`` is the aggregation without I/O; ``inaroot`` (ina.cli.inaroot) runs it
 on the server's sockets.
@@ -69,7 +71,7 @@ class ServerRoot:
         self.gen: int | None = None  # the plan's generation, from the last SYNC
         self.stats: dict[str, int] = {k: 0 for k in (
             "absorbed", "multicast", "resent", "duplicate", "stale", "refused", "synced",
-            "aborted", "old_plan", "replanned")}
+            "aborted", "old_plan", "replanned", "ahead", "abort_ahead")}
 
     def accept(self, payload: bytes, src_ip: str | None = None) -> list[bytes]:
         """The frames to send for a UDP payload from ``src_ip``."""
@@ -99,7 +101,12 @@ class ServerRoot:
             # P-BM may not fit this plan's tree. Its sender sends it again.
             self.stats["old_plan"] += 1
             return []
-        if self.newest is not None and seq_diff(h.seq, self.newest - self.keep) < 0:
+        # The window, as on a root switch (aggregation.p4): what a call can have sent.
+        if self.completed is None or seq_diff(h.seq, self.completed) > self.job.slots + 1:
+            self.stats["ahead"] += 1  # past it, or before any call
+            return []
+        if (seq_diff(self.completed, h.seq) > 2 * self.job.slots
+                or (self.newest is not None and seq_diff(h.seq, self.newest - self.keep) < 0)):
             self.stats["stale"] += 1
             return []
         cell = self.cells.get(h.seq)
@@ -131,7 +138,10 @@ class ServerRoot:
         or, to the first SYNC, its proposal; with the request's ``gen`` (which the
         worker's edge switch stamped: the plan's generation)."""
         if h.flags & Flag.ABORT:  # a worker gave up after sending up to h.seq
-            if self.completed is None or seq_diff(self.completed, h.seq) < 0:
+            if self.completed is None or seq_diff(h.seq, self.completed) > self.job.slots + 1:
+                self.stats["abort_ahead"] += 1  # further than a call can reach, or no call
+                return []
+            if seq_diff(self.completed, h.seq) < 0:
                 self.completed = h.seq
             self.stats["aborted"] += 1
             return []

@@ -13,7 +13,8 @@ comes out:
   root elsewhere): every contribution is absorbed into a cell, every second one
   completes it and leaves toward the parent;
 - ``root``: the VAT root (job 2: s1 is the root of h1 and h2): the second
-  contribution of each sequence number leaves as a BIER result to both workers.
+  contribution of each sequence number leaves as a BIER result to both workers
+  (after a SYNC, as a call starts: a root takes contributions within its window).
 
 Rounds alternate the paths (median of the rounds), so a change in the machine's
 load hits all of them alike. Packets per second are input packets the switch
@@ -38,8 +39,8 @@ from typing import Any
 from ina.control.controller import Controller
 from ina.lab import sandbox
 from ina.lab.mininet import bmv2_build
-from ina.protocol.codec import ina_payload
-from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, INA_UDP_PORT
+from ina.protocol.codec import InaHeader, ina_payload
+from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, INA_UDP_PORT, Flag
 from ina.protocol.frames import ina_frame, udp_frame
 from ina.spec.job import JobSpec, validate_job
 from ina.spec.topology import Topology
@@ -287,6 +288,22 @@ def _loops(topology: Topology) -> dict[str, Loop]:
     def forward(unit: int) -> None:
         send_socks["h1"].send(plain)
 
+    def udp_to(port: int) -> Callable[[bytes], bool]:
+        def check(frame: bytes) -> bool:
+            return len(frame) >= 38 and int.from_bytes(frame[36:38], "big") == port
+        return check
+
+    # The root takes contributions within a call's window: a call starts at seq 0.
+    sync = InaHeader(job_id=2, seq=0, pbm=hosts["h1"].bit, count=1, flags=Flag.SYNC).pack()
+    send_socks["h1"].send(ina_frame(hosts["h1"].mac, s1.mac, hosts["h1"].ip, s1.loopback, sync))
+    deadline = time.monotonic() + 5.0
+    while True:
+        if not select.select([out_h1], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            raise RuntimeError("the rig's root did not answer its SYNC: is the program built?")
+        data, addr = out_h1.recvfrom(4096)
+        if addr[2] != PACKET_OUTGOING and udp_to(INA_UDP_PORT)(data):
+            break
+
     def contributions(job_id: int) -> Callable[[int], None]:
         frames = {h: bytearray(ina_frame(hosts[h].mac, s1.mac, hosts[h].ip, s1.loopback,
                                          ina_payload(job_id, 0, hosts[h].bit,
@@ -301,11 +318,6 @@ def _loops(topology: Topology) -> dict[str, Loop]:
                 send_socks[h].send(frame)
 
         return send
-
-    def udp_to(port: int) -> Callable[[bytes], bool]:
-        def check(frame: bytes) -> bool:
-            return len(frame) >= 38 and int.from_bytes(frame[36:38], "big") == port
-        return check
 
     return {
         "forward": Loop(forward, 1, out_h2, udp_to(5001)),

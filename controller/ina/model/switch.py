@@ -378,10 +378,22 @@ class ModelSwitch:
             self._job_drop(meta, JobStat.DROP_OLD_PLAN)
             return
         s = self.store
+        window = job.param("slot_mask") + 1
+        if job.action == n.VAT_ROOT.name:
+            # What a call can have sent (aggregation.p4, "The window").
+            epoch, done = s.reg_read(REG_PROGRESS, job.param("job_index"), (0, 0))
+            if epoch != job.param("epoch") or seq_diff(ina.seq, done) > window + 1:
+                self._job_drop(meta, JobStat.DROP_AHEAD)
+                return
+            if seq_diff(done, ina.seq) > 2 * window:
+                self._job_drop(meta, JobStat.DROP_STALE)
+                return
         # The job's 2W cells from 2 * slot_base on; s and s + W share a slot.
-        cell = 2 * job.param("slot_base") + (ina.seq & (2 * job.param("slot_mask") + 1))
+        cell = 2 * job.param("slot_base") + (ina.seq & (2 * window - 1))
         cs = s.reg_read(REG_CELLS, cell, EMPTY_CELL)
-        fresh = cs.epoch != job.param("epoch") or seq_diff(ina.seq, cs.seq) > 0
+        # Any other round replaces the cell's, but the one a lap after it (stale).
+        fresh = cs.epoch != job.param("epoch") or (
+            cs.seq != ina.seq and seq_add(cs.seq, -ina.seq) != 2 * window)
         set_index = cell * BIER_SETS + ina.si
         if meta.sets == 1:
             bitmap = 0 if fresh else cs.bitmap
@@ -417,11 +429,15 @@ class ModelSwitch:
             self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)  # not the job's root
         elif ina.flags & Flag.ABORT:
             # A worker gave up on its call after sending up to seq: the next call
-            # starts past it.
+            # starts past it, no further than a call can have reached.
             index = job.param("job_index")
             epoch, last = self.store.reg_read(REG_PROGRESS, index, (0, 0))
-            if epoch != job.param("epoch") or seq_diff(ina.seq, last) > 0:
-                self.store.reg_write(REG_PROGRESS, index, (job.param("epoch"), ina.seq))
+            if (epoch != job.param("epoch")
+                    or seq_diff(ina.seq, last) > job.param("slot_mask") + 2):
+                self._job_drop(meta, JobStat.DROP_ABORT_AHEAD)
+                return
+            if seq_diff(ina.seq, last) > 0:
+                self.store.reg_write(REG_PROGRESS, index, (epoch, ina.seq))
             self._job_drop(meta, JobStat.ABORTED)
         else:
             # answer_sync. The first SYNC of a deployment or plan (the progress is of
