@@ -8,6 +8,8 @@ control BierIngress(inout headers_t hdr, inout metadata_t meta,
         if (meta.from_host && meta.membership != MEMBER_ROOT) {
             // Hosts are BFERs behind this switch; only a job's server root injects.
             meta.drop_reason = SWITCH_STAT_DROP_BIER_FROM_HOST;
+        } else if (meta.from_host && (!hdr.ipv4.isValid() || hdr.ipv4.src_addr != meta.host_ip)) {
+            meta.drop_reason = SWITCH_STAT_DROP_SPOOFED_SOURCE;  // a server root, from its address
         } else if (hdr.bier.nibble != BIER_NIBBLE || hdr.bier.version != BIER_VERSION
                    || hdr.bier.bsl != BIER_BSL_CODE || hdr.bier.bift_id < BIER_BIFT_ID
                    || hdr.bier.bift_id >= BIER_BIFT_ID + (bit<20>)BIER_SETS

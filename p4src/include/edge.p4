@@ -1,23 +1,31 @@
-// Ports that lead to hosts, the bit (BFR-id: set and bit) of the host on each, and which jobs
-// each such host takes part in: a host contributes only as itself to a job it is
-// a worker of, and injects BIER only as the server root of a job.
+// What each port leads to, as the controller declared it: a host (its bit, BFR-id
+// set and address) or another switch. A port it did not declare carries nothing
+// (ingress drops and counts all of it): a host there would be trusted as a
+// switch. Which jobs each host takes part in: a host contributes only as itself,
+// from its own address, to a job it is a worker of, and injects BIER only as the
+// server root of a job.
 control Edge(in headers_t hdr, in port_t port, inout metadata_t meta) {
-    // job_members, applied to a host's INA packets only, overrides the membership.
-    action from_host(bitmap_t host_bit, bit<8> host_si) {
+    action from_host(bitmap_t host_bit, bit<8> host_si, ipv4_addr_t host_ip) {
         meta.from_host = true;
         meta.host_bit = host_bit;
         meta.host_si = host_si;
-        meta.membership = MEMBER_NONE;
+        meta.host_ip = host_ip;
+        meta.membership = MEMBER_NONE;  // job_members, for a host's INA packets
     }
 
     action from_switch() {
         meta.from_host = false;
     }
 
+    action undeclared() {
+        meta.from_host = false;
+        meta.drop_reason = SWITCH_STAT_DROP_UNDECLARED_PORT;
+    }
+
     table host_ports {
         key = { port: exact @name("ingress_port"); }
-        actions = { from_host; @defaultonly from_switch; }
-        const default_action = from_switch();
+        actions = { from_host; from_switch; @defaultonly undeclared; }
+        const default_action = undeclared();
         size = MAX_PORTS;
     }
 

@@ -48,7 +48,7 @@ const int MAX_PORTS = 64;
 const int BIER_SETS_LOG2 = 4;
 const int JOB_STAT_STRIDE = 32;
 const int JOB_STAT_STRIDE_LOG2 = 5;
-const int SWITCH_STATS = 20;
+const int SWITCH_STATS = 22;
 const bit<16> BIER_MCAST_GROUP = 1;  // one copy per port
 const bit<16> JOB_GROUP_BASE = 256;  // + job index: the ports toward the job's workers
 
@@ -94,6 +94,8 @@ const bit<8> SWITCH_STAT_BIER_COPY_SENT = 16;
 const bit<8> SWITCH_STAT_BIER_COPY_DELIVERED = 17;
 const bit<8> SWITCH_STAT_PROBE_SENT = 18;
 const bit<8> SWITCH_STAT_PROBE_RECEIVED = 19;
+const bit<8> SWITCH_STAT_DROP_UNDECLARED_PORT = 20;
+const bit<8> SWITCH_STAT_DROP_SPOOFED_SOURCE = 21;
 
 // The packet's array: 256 int32 values as 4 lanes.
 header ina_data_h {

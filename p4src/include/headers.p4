@@ -95,6 +95,7 @@ struct metadata_t {
     bool        from_host;
     bitmap_t    host_bit;
     bit<8>      host_si;
+    ipv4_addr_t host_ip;
     bit<2>      membership;     // MEMBER_*
     ipv4_addr_t steer_parent;   // a worker's contributions go to its parent VAT node ...
     ipv4_addr_t steer_root;     // ... and its SYNCs to the job's root (job_members)

@@ -1,6 +1,7 @@
 // Why an INA packet is refused, if it is: a malformed packet is dropped before any
-// job sees it, and a host may only contribute as itself to a job it is a worker
-// of (edge.p4 looked it up). InaIngress applies this only to packets its quick
+// job sees it, and a host may only send from its own address (or a SYNC's answer
+// and a notice would go where it says) and contribute as itself to a job it is a
+// worker of (edge.p4 looked it up). InaIngress applies this only to packets its quick
 // test of a valid contribution does not pass: control packets (SYNC, REPLY,
 // ABORT) and refused ones.
 control InaValidate(in headers_t hdr, inout metadata_t meta) {
@@ -17,7 +18,9 @@ control InaValidate(in headers_t hdr, inout metadata_t meta) {
             // Results travel in BIER only; a plain IPv4 "result" is forged.
             meta.drop_reason = SWITCH_STAT_DROP_BAD_PBM;
         } else if (meta.from_host) {
-            if ((hdr.ina.flags & FLAG_REPLY) != 0) {
+            if (hdr.ipv4.src_addr != meta.host_ip) {
+                meta.drop_reason = SWITCH_STAT_DROP_SPOOFED_SOURCE;
+            } else if ((hdr.ina.flags & FLAG_REPLY) != 0) {
                 // Only a job's server root answers its workers' SYNCs.
                 if (meta.membership != MEMBER_ROOT) {
                     meta.drop_reason = SWITCH_STAT_DROP_FORGED_PBM;

@@ -80,7 +80,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
             return;
         }
         init_metadata();
-        edge.apply(hdr, std.ingress_port, meta);
+        edge.apply(hdr, std.ingress_port, meta);  // may refuse: an undeclared port
         if (meta.from_host && meta.membership == MEMBER_WORKER) {
             if ((hdr.ina.flags & FLAG_SYNC) != 0) {
                 to_root();
@@ -93,7 +93,9 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         if (hdr.ina.isValid()) {
             jobs.apply(hdr.ina.job_id, hdr.ina.si, hdr.ipv4.dst_addr, meta);
         }
-        if (std.parser_error != error.NoError) {
+        if (meta.drop_reason != SWITCH_STAT_NONE) {
+            // Refused at the edge: an undeclared port.
+        } else if (std.parser_error != error.NoError) {
             meta.drop_reason = SWITCH_STAT_DROP_PARSER_ERROR;
         } else if (hdr.ipv4.isValid() && std.checksum_error == 1) {
             meta.drop_reason = SWITCH_STAT_DROP_IP_CHECKSUM;
@@ -116,6 +118,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                             && hdr.ina.op != OP_MAX)
                         || hdr.ina.pbm == 0 || hdr.ina.si >= (bit<8>)BIER_SETS
                         || (meta.from_host && (hdr.ina.pbm != meta.host_bit
+                                               || hdr.ipv4.src_addr != meta.host_ip
                                                || hdr.ina.si != meta.host_si
                                                || meta.membership != MEMBER_WORKER
                                                || hdr.ina.gen != meta.member_gen))) {

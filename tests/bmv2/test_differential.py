@@ -24,8 +24,8 @@ from ina.model.harness import allreduce_on_model, deployed_network
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import ELEMS_PER_PACKET as P
-from ina.protocol.constants import JOB_STAT_STRIDE, Flag, JobStat, Op, SwitchStat
-from ina.protocol.frames import ina_frame
+from ina.protocol.constants import ETHERTYPE_PROBE, JOB_STAT_STRIDE, Flag, JobStat, Op, SwitchStat
+from ina.protocol.frames import ina_frame, mac_bytes, udp_frame
 from ina.spec.job import JobSpec
 from ina.spec.topology import Topology
 
@@ -250,7 +250,26 @@ def _window_batches(topology: Topology) -> list[Batch]:
         # cell; a lap behind that one is stale.
         _from(topology, "w3", s7, [_part(job, ahead, w3), _part(job, START + 2 * W, w3),
                                    _part(job, START, w3)]),
+        # A SYNC from another host's address: its answer would go there.
+        _from(topology, "w1", root, [_header(job, 0, w1, Flag.SYNC)], src="10.0.0.5"),
     ]
+
+
+def _undeclared_batches(topology: Topology) -> list[Batch]:
+    """Plain IPv4, INA and a link probe from w8, whose port s4 no longer declares."""
+    h, s4 = topology.hosts["w8"], topology.switches["s4"]
+    probe = mac_bytes("ff:ff:ff:ff:ff:ff") + mac_bytes(h.mac) + ETHERTYPE_PROBE.to_bytes(2, "big")
+    return [("w8", [udp_frame(h.mac, s4.mac, h.ip, "10.0.0.1", 5000, 5001, b"hello"),
+                    ina_frame(h.mac, s4.mac, h.ip, "10.0.100.6", _header(16, 0, bit_of(8),
+                                                                         Flag.SYNC)),
+                    probe + bytes(46)])]
+
+
+async def _forget_w8(clients: Mapping[str, SwitchClient]) -> None:
+    """s4 forgets w8's port (3): the controller declared it no more."""
+    entries = [e for e in await clients["s4"].read_table(n.HOST_PORTS.name)
+               if e.match_value("ingress_port") == 3]
+    await clients["s4"].delete(entries)
 
 
 def _crafted_on_both(labs: Labs, spec: dict[str, Any],
@@ -315,6 +334,10 @@ def _job_cell(switch_counters: dict[str, tuple[int, int]], stat: JobStat,
     return switch_counters.get(cell, (0, 0))[0]
 
 
+def _switch_cell(switch_counters: dict[str, tuple[int, int]], stat: SwitchStat) -> int:
+    return switch_counters.get(f"{n.INGRESS_SWITCH_STATS}[{stat}]", (0, 0))[0]
+
+
 def test_bmv2_and_the_model_agree_on_the_window(labs: Labs) -> None:
     got, counters = _crafted_on_both(labs, WINDOW_SPEC, _window_batches)
     s6, s7 = counters["s6"], counters["s7"]
@@ -325,6 +348,15 @@ def test_bmv2_and_the_model_agree_on_the_window(labs: Labs) -> None:
     assert _job_cell(s6, JobStat.DROP_OP_MISMATCH) == 1
     assert _job_cell(s6, JobStat.ABORTED) == 1
     assert _job_cell(s7, JobStat.ABSORBED) == 2 and _job_cell(s7, JobStat.DROP_STALE) == 1
+    assert _switch_cell(counters["s1"], SwitchStat.DROP_SPOOFED_SOURCE) == 1
     # The SYNCs' answers: the first of the plan its proposal, the next one past the ABORT.
     assert [InaHeader.unpack(p).seq for p in got["w1"]] == [START]
     assert [InaHeader.unpack(p).seq for p in got["w2"]] == [START + W + 1]
+    assert not got["w5"]
+
+
+def test_bmv2_and_the_model_agree_on_an_undeclared_port(labs: Labs) -> None:
+    got, counters = _crafted_on_both(labs, WINDOW_SPEC, _undeclared_batches, _forget_w8)
+    assert _switch_cell(counters["s4"], SwitchStat.DROP_UNDECLARED_PORT) == 3
+    assert sum(p for c in counters.values() for p, _ in c.values()) == 3
+    assert not any(got.values())

@@ -49,11 +49,15 @@ IPV4_ROUTES = TableSpec(
     "InaIngress.routing.ipv4_routes", (("dst_addr", "lpm", 32),), (FORWARD,), NO_ROUTE
 )
 
-# Ingress: which ports lead to hosts, and each host's bit.
-FROM_HOST = ActionSpec("InaIngress.edge.from_host", (("host_bit", BM), ("host_si", 8)))
+# Ingress: what each port leads to (a host: its bit and address; a switch); a port
+# without an entry is undeclared and carries nothing.
+FROM_HOST = ActionSpec("InaIngress.edge.from_host",
+                       (("host_bit", BM), ("host_si", 8), ("host_ip", 32)))
 FROM_SWITCH = ActionSpec("InaIngress.edge.from_switch")
+UNDECLARED = ActionSpec("InaIngress.edge.undeclared")
 HOST_PORTS = TableSpec(
-    "InaIngress.edge.host_ports", (("ingress_port", "exact", 9),), (FROM_HOST,), FROM_SWITCH
+    "InaIngress.edge.host_ports", (("ingress_port", "exact", 9),), (FROM_HOST, FROM_SWITCH),
+    UNDECLARED,
 )
 
 # Ingress: the jobs this switch holds a VAT node of, or counts transit for.

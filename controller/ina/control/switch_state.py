@@ -2,10 +2,10 @@
 reference model executes.
 
 ``base_plan`` is the per-switch state that does not depend on jobs (addresses,
-routes, host ports, BIER F-BMs per port and set, the BIER multicast groups). ``job_plan`` is a
-job's entries: a VAT node on each aggregation switch and the root, and a
-``transit`` entry (counters only) on every other switch its packets cross, with
-each VAT node's A-BM per BIER set.
+routes, what each port leads to, BIER F-BMs per port and set, the BIER multicast
+groups). ``job_plan`` is a job's entries: a VAT node on each aggregation switch
+and the root, and a ``transit`` entry (counters only) on every other switch its
+packets cross, with each VAT node's A-BM per BIER set.
 Entries are plain values (``ina.control.entities``), so the same state
 feeds P4Runtime and the model.
 """
@@ -30,7 +30,9 @@ def _mac(mac: str) -> int:
 
 
 def base_plan(topology: Topology, switch: str) -> list[Entity]:
-    """Addresses, routes, host ports and BIER state of one switch."""
+    """Addresses, routes, what each port leads to and BIER state of one switch.
+    Every port of the topology is declared, a failed link's too (its probes tell
+    when it is back); a port not declared carries nothing."""
     me = topology.switches[switch]
     ports = topology.ports(switch)
     smac = _mac(me.mac)
@@ -46,11 +48,14 @@ def base_plan(topology: Topology, switch: str) -> list[Entity]:
             n.IPV4_ROUTES, {"dst_addr": Lpm(ip_int(topology.address(dest)), 32)}, n.FORWARD,
             port=port, smac=smac, dmac=_mac(topology.mac(ports[port].node)),
         ))
-    for port, nb in ports.items():
+    for port, nb in topology.declared_ports(switch).items():
         if nb.is_host:
-            si, bit = one_set(topology.hosts[nb.node].bit)
+            host = topology.hosts[nb.node]
+            si, bit = one_set(host.bit)
             result.append(entry(n.HOST_PORTS, {"ingress_port": port}, n.FROM_HOST,
-                                host_bit=bit, host_si=si))
+                                host_bit=bit, host_si=si, host_ip=ip_int(host.ip)))
+        else:
+            result.append(entry(n.HOST_PORTS, {"ingress_port": port}, n.FROM_SWITCH))
     fbms = port_fbms(topology, switch)
     for port, fbm in fbms.items():
         nb = ports[port]

@@ -108,6 +108,7 @@ class _Meta:
     from_host: bool = False
     host_bit: int = 0
     host_si: int = 0
+    host_ip: str = ""
     membership: str | None = None  # the job_members action for this host port
     member_gen: int = 0  # the job's plan generation in that entry (member, member_on_hosts)
     to_me: bool = False
@@ -209,9 +210,13 @@ class ModelSwitch:
 
     def _ingress(self, frame: Frame, meta: _Meta, in_port: int) -> None:
         edge = self._exact(n.HOST_PORTS, ingress_port=in_port)
-        if edge is not None:
+        if edge is None:  # a port the controller did not declare carries nothing
+            meta.drop = SwitchStat.DROP_UNDECLARED_PORT
+            return
+        if edge.action == n.FROM_HOST.name:
             meta.from_host, meta.host_bit = True, edge.param("host_bit")
             meta.host_si = edge.param("host_si")
+            meta.host_ip = ip_str(edge.param("host_ip"))
             if frame.ina is not None:
                 member = self._exact(n.JOB_MEMBERS, job_id=frame.ina.job_id, ingress_port=in_port)
                 meta.membership = member.action if member is not None else None
@@ -268,6 +273,8 @@ class ModelSwitch:
         assert bier is not None
         if meta.from_host and meta.membership != n.BIER_SOURCE.name:
             meta.drop = SwitchStat.DROP_BIER_FROM_HOST
+        elif meta.from_host and (frame.ipv4 is None or frame.ipv4.src != meta.host_ip):
+            meta.drop = SwitchStat.DROP_SPOOFED_SOURCE  # a server root, from its address
         elif (bier.nibble != BIER_NIBBLE or bier.version != BIER_VERSION
               or bier.bsl != BIER_BSL_CODE or not 0 <= bier.si < BIER_SETS
               or bier.bitstring == 0):
@@ -298,6 +305,8 @@ class ModelSwitch:
                 meta.drop = SwitchStat.DROP_BAD_OP
             elif ina.pbm == 0 or ina.si >= BIER_SETS or ina.flags & Flag.RESULT:
                 meta.drop = SwitchStat.DROP_BAD_PBM
+            elif meta.from_host and ipv4.src != meta.host_ip:
+                meta.drop = SwitchStat.DROP_SPOOFED_SOURCE
             elif meta.from_host and ina.flags & Flag.REPLY:
                 if meta.membership != n.BIER_SOURCE.name:  # only a server root answers
                     meta.drop = SwitchStat.DROP_FORGED_PBM

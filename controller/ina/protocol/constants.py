@@ -159,6 +159,8 @@ class SwitchStat(enum.IntEnum):
     BIER_COPY_DELIVERED = 17  # replica decapsulated to a host
     PROBE_SENT = 18  # a controller's link probe sent out of a port (packet-out)
     PROBE_RECEIVED = 19  # a link probe from a neighbour passed to the controller (packet-in)
+    DROP_UNDECLARED_PORT = 20  # from a port the controller declared neither a host's nor a switch's
+    DROP_SPOOFED_SOURCE = 21  # an INA packet from a host port whose IPv4 source is not the host's
 
 
 SWITCH_STATS = len(SwitchStat)

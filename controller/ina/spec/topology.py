@@ -13,7 +13,8 @@ Format (YAML)::
       - [s1:2, w1]       # a host end has no port
 
 A switch's ``loopback`` is the address INA packets for its VAT nodes are sent to;
-``mac`` is optional (default 02:00:00:00:xx:xx from the device id).
+``mac`` is optional (default 02:00:00:00:xx:xx from the device id). Every switch
+drops what arrives on a port that no link of the file names.
 Routing is shortest path with one deterministic tree per destination, so that
 every switch agrees on the next hop toward each host (what BIER needs).
 """
@@ -126,6 +127,8 @@ class Topology:
     #: hosts may then be cut off and switches unreachable from each other.
     failures: Failures = field(default_factory=Failures)
     _ports: dict[str, dict[int, Neighbor]] = field(default_factory=dict, repr=False)
+    #: Every port of the file's links, failed or not (``ports`` has the live ones).
+    _declared: dict[str, dict[int, Neighbor]] = field(default_factory=dict, repr=False)
     _next_hop: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
     _attachment: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)
 
@@ -165,6 +168,7 @@ class Topology:
         topo._validate(problems)
         if problems:
             raise TopologyError(problems, where)
+        topo._declared = topo._ports
         topo._compute_routes()
         return topo
 
@@ -189,6 +193,7 @@ class Topology:
         problems: list[str] = []
         topo._validate(problems)
         assert not problems, problems  # a part of a valid topology is valid
+        topo._declared = {sw: ports for sw, ports in self._declared.items() if sw in switches}
         topo._compute_routes()
         return topo
 
@@ -319,6 +324,11 @@ class Topology:
     def ports(self, switch: str) -> dict[int, Neighbor]:
         """The switch's used ports and what each leads to."""
         return dict(sorted(self._ports[switch].items()))
+
+    def declared_ports(self, switch: str) -> dict[int, Neighbor]:
+        """Every port the file's links give the switch, failed or not: what the
+        switch may hear from (a failed link's, to know when it is back)."""
+        return dict(sorted(self._declared.get(switch, self._ports[switch]).items()))
 
     def attached(self, host: str) -> bool:
         """Whether the host has a link to a switch (not so behind a failure)."""

@@ -1,0 +1,144 @@
+"""What a switch lets in from its ports (reference model and the controller's
+state): the controller declares every port (a host's, with its bit and address,
+or a switch's); an undeclared port carries nothing; a host sends INA only from
+its own address."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ina.control import p4names as n
+from ina.control.entities import TableEntry
+from ina.control.switch_state import base_plan
+from ina.protocol.bitmaps import bit_of
+from ina.protocol.codec import InaHeader, ina_payload
+from ina.protocol.constants import (
+    ETHERTYPE_PROBE,
+    Flag,
+    JobStat,
+    SwitchStat,
+)
+from ina.protocol.frames import Bier, bier_frame, ina_frame, ip_int, mac_bytes, udp_frame
+from ina.spec.topology import Failures, Topology
+
+from inatest import FIGURE1, ModelLab, figure1_job, open_call, switch_stat
+
+W1 = "w1"
+
+
+def _port_entries(topology: Topology, switch: str) -> dict[int, TableEntry]:
+    return {int(e.match_value("ingress_port")): e for e in base_plan(topology, switch)  # type: ignore[arg-type]
+            if isinstance(e, TableEntry) and e.table == n.HOST_PORTS.name}
+
+
+def _host_ports(topology: Topology, switch: str) -> dict[int, tuple[str, dict[str, int]]]:
+    return {port: (e.action, dict(e.params)) for port, e in _port_entries(topology, switch).items()}
+
+
+def _forget_port(lab: ModelLab, switch: str, port: int) -> None:
+    """The controller deletes the port's entry: the port is undeclared."""
+    (entry,) = [e for e in lab.stores[switch].tables[n.HOST_PORTS.name].values()
+                if e.match_value("ingress_port") == port]
+    asyncio.run(lab.stores[switch].delete([entry]))
+
+
+def test_the_base_state_declares_every_port_of_every_switch() -> None:
+    topology = Topology.load(FIGURE1)
+    for sw in topology.switches:
+        ports = _host_ports(topology, sw)
+        assert set(ports) == set(topology.ports(sw)), sw
+        for port, nb in topology.ports(sw).items():
+            action, params = ports[port]
+            if nb.is_host:
+                host = topology.hosts[nb.node]
+                assert (action, params["host_ip"]) == (n.FROM_HOST.name, ip_int(host.ip))
+            else:
+                assert action == n.FROM_SWITCH.name
+
+
+def test_a_failed_links_ports_stay_declared() -> None:
+    # Its probes tell the watcher when it is back.
+    topology = Topology.load(FIGURE1)
+    failed = topology.without(Failures(links=frozenset({frozenset({"s1", "s5"})})))
+    assert 1 not in failed.ports("s1")
+    assert _host_ports(failed, "s1")[1] == (n.FROM_SWITCH.name, {})
+
+
+def _frame_from_w1(lab: ModelLab, kind: str) -> bytes:
+    h = lab.topology.hosts[W1]
+    s1 = lab.topology.switches["s1"].mac
+    if kind == "ipv4":
+        return udp_frame(h.mac, s1, h.ip, "10.0.0.8", 5000, 5001, b"hello")
+    if kind == "ina":
+        return ina_frame(h.mac, s1, h.ip, "10.0.100.6",
+                         InaHeader(job_id=1, seq=0, pbm=bit_of(1), count=1,
+                                   flags=Flag.SYNC).pack())
+    if kind == "bier":
+        return bier_frame(h.mac, s1, h.ip, Bier(bitstring=0xFF),
+                          ina_payload(1, 0, 0xF, [1], flags=Flag.RESULT))
+    return mac_bytes("ff:ff:ff:ff:ff:ff") + mac_bytes(h.mac) + ETHERTYPE_PROBE.to_bytes(2, "big")
+
+
+@pytest.mark.parametrize("kind", ["ipv4", "ina", "bier", "probe"])
+def test_a_frame_on_an_undeclared_port_is_dropped_and_counted(model_lab: ModelLab,
+                                                               kind: str) -> None:
+    job = figure1_job(model_lab.topology)
+    asyncio.run(model_lab.ctl.deploy(job))
+    _forget_port(model_lab, "s1", 2)  # w1's
+    model_lab.net.send(W1, _frame_from_w1(model_lab, kind))
+    assert switch_stat(model_lab, "s1", SwitchStat.DROP_UNDECLARED_PORT) == 1
+    assert not any(model_lab.net.inbox.values())
+    assert not model_lab.net.packet_ins("s1")
+    status = asyncio.run(model_lab.ctl.status())
+    assert sum(v.packets for s in status.values() for v in s.switch_stats.values()) == 1
+
+
+def test_plain_ipv4_from_a_declared_host_port_is_forwarded(model_lab: ModelLab) -> None:
+    model_lab.net.send(W1, _frame_from_w1(model_lab, "ipv4"))
+    assert len(model_lab.net.inbox["w8"]) == 1
+
+
+def _spoofed(lab: ModelLab, payload: bytes, src: str = "10.0.0.5") -> bytes:
+    h = lab.topology.hosts[W1]
+    return ina_frame(h.mac, lab.topology.switches["s1"].mac, src, "10.0.100.6", payload)
+
+
+def test_a_sync_from_another_address_is_dropped_at_the_edge(model_lab: ModelLab) -> None:
+    # Its answer would go to w5.
+    job = figure1_job(model_lab.topology)
+    asyncio.run(model_lab.ctl.deploy(job))
+    model_lab.net.send(W1, _spoofed(model_lab, InaHeader(
+        job_id=1, seq=0, pbm=bit_of(1), count=1, flags=Flag.SYNC).pack()))
+    assert switch_stat(model_lab, "s1", SwitchStat.DROP_SPOOFED_SOURCE) == 1
+    assert not model_lab.net.inbox["w5"]
+    assert asyncio.run(model_lab.ctl.status())["s6"].job_stats[1][JobStat.SYNCED].packets == 0
+
+
+def test_a_contribution_from_another_address_is_dropped_at_the_edge(
+        model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    asyncio.run(model_lab.ctl.deploy(job))
+    open_call(model_lab, job)
+    model_lab.net.send(W1, _spoofed(model_lab, ina_payload(1, 0, bit_of(1), [1])))
+    assert switch_stat(model_lab, "s1", SwitchStat.DROP_SPOOFED_SOURCE) == 1
+    assert asyncio.run(model_lab.ctl.status())["s1"].job_stats[1][JobStat.ABSORBED].packets == 0
+
+
+def test_a_server_roots_bier_from_another_address_is_dropped(model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology, root="w5")
+    asyncio.run(model_lab.ctl.deploy(job))
+    w5 = model_lab.topology.hosts["w5"]
+    payload = ina_payload(1, 0, job.abm, [666], flags=Flag.RESULT)
+    model_lab.net.send("w5", bier_frame(w5.mac, "02:00:00:00:00:03", "10.0.0.6",
+                                        Bier(bitstring=job.abm), payload))
+    assert switch_stat(model_lab, "s3", SwitchStat.DROP_SPOOFED_SOURCE) == 1
+    assert all(not model_lab.net.inbox[w] for w in job.workers)
+
+
+def test_a_probe_from_a_switch_port_is_passed_up(model_lab: ModelLab) -> None:
+    s5 = model_lab.topology.switches["s5"].mac
+    probe = mac_bytes("ff:ff:ff:ff:ff:ff") + mac_bytes(s5) + ETHERTYPE_PROBE.to_bytes(2, "big")
+    model_lab.net.inject("s1", 1, probe)
+    assert [port for port, _ in model_lab.net.packet_ins("s1")] == [1]
