@@ -1,7 +1,8 @@
 """What a switch lets in from its ports (reference model and the controller's
 state): the controller declares every port (a host's, with its bit and address,
 or a switch's); an undeclared port carries nothing; a host sends INA only from
-its own address."""
+its own address; and a host's INA packets of each job are policed at the
+topology's rate."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ import asyncio
 import pytest
 
 from ina.control import p4names as n
-from ina.control.entities import TableEntry
-from ina.control.switch_state import base_plan
+from ina.control.allocation import Allocation
+from ina.control.entities import Meter, TableEntry
+from ina.control.switch_state import base_plan, bmv2_rate, job_plan
+from ina.errors import TopologyError
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, ina_payload
 from ina.protocol.constants import (
     ETHERTYPE_PROBE,
+    HOST_BURST,
+    HOST_RATE,
     Flag,
     JobStat,
     SwitchStat,
@@ -135,6 +140,48 @@ def test_a_server_roots_bier_from_another_address_is_dropped(model_lab: ModelLab
                                         Bier(bitstring=job.abm), payload))
     assert switch_stat(model_lab, "s3", SwitchStat.DROP_SPOOFED_SOURCE) == 1
     assert all(not model_lab.net.inbox[w] for w in job.workers)
+
+
+def _member_meters(topology: Topology) -> list[Meter | None]:
+    job = figure1_job(topology, root="w5")
+    plan = job_plan(job, topology, {sw: Allocation(0, 0) for sw in ("s1", "s2", "s3", "s5",
+                                                                   "s6", "s7")}, epoch=1)
+    return [e.meter for es in plan.values() for e in es if e.table == n.JOB_MEMBERS.name]
+
+
+def test_every_hosts_ina_packets_of_a_job_are_policed_at_the_topologys_rate() -> None:
+    # The four workers' entries and the server root's.
+    assert _member_meters(Topology.load(FIGURE1)) == [Meter(HOST_RATE, HOST_BURST)] * 5
+
+
+def test_the_base_state_polices_nothing() -> None:
+    # Plain traffic (TCP of the baselines, say) is not INA's business.
+    assert all(e.meter is None for e in _port_entries(Topology.load(FIGURE1), "s1").values())
+
+
+def _with_policing(policing: object) -> Topology:
+    import yaml
+
+    data = yaml.safe_load(FIGURE1.read_text())
+    data["policing"] = policing
+    return Topology.from_dict(data)
+
+
+def test_the_topology_file_sets_the_rate_or_none() -> None:
+    assert _with_policing({"rate": 500, "burst": 20}).policing.rate == 500
+    assert _member_meters(_with_policing({"rate": 0})) == [None] * 5
+
+
+@pytest.mark.parametrize("policing", [{"rate": -1}, {"burst": 0}, {"rates": 5}, "fast"])
+def test_a_bad_policing_is_refused(policing: object) -> None:
+    with pytest.raises(TopologyError, match="policing"):
+        _with_policing(policing)
+
+
+def test_a_rate_is_one_bmv2_keeps_exactly() -> None:
+    # BMv2 keeps a rate per microsecond as a double: 249 would read back as 248.
+    assert bmv2_rate(249) == 248 and bmv2_rate(HOST_RATE) == HOST_RATE
+    assert all(int(r / 1e6 * 1e6) == r for r in map(bmv2_rate, range(1, 5000)))
 
 
 def test_a_probe_from_a_switch_port_is_passed_up(model_lab: ModelLab) -> None:

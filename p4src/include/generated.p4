@@ -25,6 +25,7 @@ const bit<8> BIER_INITIAL_TTL = 64;
 const bit<8> IPV4_INITIAL_TTL = 64;
 const bit<16> ETHERTYPE_PROBE = 0x88b6;  // link probes
 const bit<9> CPU_PORT = 510;  // packet-in and packet-out (--cpu-port)
+const bit<2> METER_RED = 2;  // a meter's colour over its rate
 const bit<4> OP_SUM = 1;
 const bit<4> OP_MIN = 2;
 const bit<4> OP_MAX = 3;
@@ -48,7 +49,7 @@ const int MAX_PORTS = 64;
 const int BIER_SETS_LOG2 = 4;
 const int JOB_STAT_STRIDE = 32;
 const int JOB_STAT_STRIDE_LOG2 = 5;
-const int SWITCH_STATS = 22;
+const int SWITCH_STATS = 23;
 const bit<16> BIER_MCAST_GROUP = 1;  // one copy per port
 const bit<16> JOB_GROUP_BASE = 256;  // + job index: the ports toward the job's workers
 
@@ -96,6 +97,7 @@ const bit<8> SWITCH_STAT_PROBE_SENT = 18;
 const bit<8> SWITCH_STAT_PROBE_RECEIVED = 19;
 const bit<8> SWITCH_STAT_DROP_UNDECLARED_PORT = 20;
 const bit<8> SWITCH_STAT_DROP_SPOOFED_SOURCE = 21;
+const bit<8> SWITCH_STAT_DROP_POLICED = 22;
 
 // The packet's array: 256 int32 values as 4 lanes.
 header ina_data_h {

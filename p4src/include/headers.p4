@@ -93,6 +93,7 @@ struct headers_t {
 struct metadata_t {
     // edge.p4
     bool        from_host;
+    bit<2>      color;          // the job_members entry's meter: METER_RED over its rate
     bitmap_t    host_bit;
     bit<8>      host_si;
     ipv4_addr_t host_ip;

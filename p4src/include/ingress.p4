@@ -80,7 +80,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
             return;
         }
         init_metadata();
-        edge.apply(hdr, std.ingress_port, meta);  // may refuse: an undeclared port
+        edge.apply(hdr, std.ingress_port, meta);  // may refuse: undeclared port, policed
         if (meta.from_host && meta.membership == MEMBER_WORKER) {
             if ((hdr.ina.flags & FLAG_SYNC) != 0) {
                 to_root();
@@ -94,7 +94,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
             jobs.apply(hdr.ina.job_id, hdr.ina.si, hdr.ipv4.dst_addr, meta);
         }
         if (meta.drop_reason != SWITCH_STAT_NONE) {
-            // Refused at the edge: an undeclared port.
+            // Refused at the edge: an undeclared port, or a host over its rate.
         } else if (std.parser_error != error.NoError) {
             meta.drop_reason = SWITCH_STAT_DROP_PARSER_ERROR;
         } else if (hdr.ipv4.isValid() && std.checksum_error == 1) {

@@ -21,11 +21,26 @@ MatchValue = int | Lpm
 
 
 @dataclass(frozen=True)
+class Meter:
+    """A direct meter's configuration, in packets: at most ``rate`` per second, and
+    ``burst`` back to back beyond it (P4Runtime MeterConfig with CIR = PIR and
+    CBurst = PBurst: a packet over the rate is red)."""
+
+    rate: int
+    burst: int
+
+    def __post_init__(self) -> None:
+        if self.rate < 1 or self.burst < 1:
+            raise ValueError(f"meter rate {self.rate} and burst {self.burst} must be positive")
+
+
+@dataclass(frozen=True)
 class TableEntry:
     table: str
     match: tuple[tuple[str, MatchValue], ...]
     action: str
     params: tuple[tuple[str, int], ...] = ()
+    meter: Meter | None = None  # of a table with a direct meter (p4names.TableSpec.metered)
 
     def __post_init__(self) -> None:
         spec = n.TABLE_BY_NAME.get(self.table)
@@ -43,6 +58,8 @@ class TableEntry:
         for (pname, value), (_, width) in zip(self.params, action.params, strict=True):
             if not 0 <= value < 1 << width:
                 raise ValueError(f"{self.action}: {pname}={value} does not fit {width} bits")
+        if self.meter is not None and not spec.metered:
+            raise ValueError(f"{self.table} has no meter")
 
     @property
     def key(self) -> tuple[str, tuple[tuple[str, MatchValue], ...]]:

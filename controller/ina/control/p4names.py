@@ -29,6 +29,8 @@ class TableSpec:
     keys: tuple[tuple[str, str, int], ...]  # (name, match kind, bitwidth)
     actions: tuple[ActionSpec, ...]
     default: ActionSpec  # the program's default action, not writable by the controller
+    #: The table has a direct meter (in packets): its entries may carry a MeterConfig.
+    metered: bool = False
 
     @property
     def key_names(self) -> tuple[str, ...]:
@@ -107,6 +109,7 @@ BIER_PORTS = TableSpec(
 # Ingress: which host ports may contribute to which job, or inject its results.
 # A worker's edge switch steers its contributions to its parent VAT node and its
 # SYNCs to the root, in the plan's generation; on hosts: no switch aggregates the job.
+# Each entry's meter polices the host's INA packets of the job.
 MEMBER = ActionSpec("InaIngress.edge.member",
                     (("parent_ip", 32), ("root_ip", 32), ("gen", 8), ("slots", 16)))
 MEMBER_ON_HOSTS = ActionSpec("InaIngress.edge.member_on_hosts", (("gen", 8), ("slots", 16)))
@@ -115,7 +118,7 @@ NOT_MEMBER = ActionSpec("InaIngress.edge.not_member")
 JOB_MEMBERS = TableSpec(
     "InaIngress.edge.job_members",
     (("job_id", "exact", 16), ("ingress_port", "exact", 9)),
-    (MEMBER, MEMBER_ON_HOSTS, BIER_SOURCE), NOT_MEMBER,
+    (MEMBER, MEMBER_ON_HOSTS, BIER_SOURCE), NOT_MEMBER, metered=True,
 )
 
 TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, VAT_JOBS, VAT_SETS, JOB_MEMBERS,
@@ -158,6 +161,9 @@ def check_p4info(path: str | Path) -> list[str]:
         )
         if got_keys != spec.keys:
             problems.append(f"table {spec.name}: keys {got_keys}, expected {spec.keys}")
+        if spec.metered != (table.direct_meter is not None):
+            problems.append(f"table {spec.name}: direct meter "
+                            f"{'missing' if spec.metered else 'unexpected'}")
         got_actions = {ref.name for ref in table.actions}
         expected = {a.name for a in spec.actions} | {spec.default.name}
         if got_actions != expected:

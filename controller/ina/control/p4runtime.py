@@ -17,7 +17,7 @@ from typing import Any
 import finsy as fy
 
 from ina.control import p4names as n
-from ina.control.entities import Entity, Lpm, MatchValue, McastGroup, TableEntry
+from ina.control.entities import Entity, Lpm, MatchValue, McastGroup, Meter, TableEntry
 from ina.control.switch import CounterValue
 from ina.errors import SwitchError
 from ina.spec.topology import SwitchSpec, Topology
@@ -72,8 +72,13 @@ class P4RuntimeSwitch:
         match: dict[str, Any] = {}
         for key, value in e.match:
             match[key] = (value.value, value.prefix_len) if isinstance(value, Lpm) else value
+        meter = None
+        if e.meter is not None:  # a packet over the rate is red (CIR = PIR)
+            meter = fy.P4MeterConfig(cir=e.meter.rate, cburst=e.meter.burst,
+                                     pir=e.meter.rate, pburst=e.meter.burst)
         return fy.P4TableEntry(
-            e.table, match=fy.Match(match), action=fy.Action(e.action, **dict(e.params))
+            e.table, match=fy.Match(match), action=fy.Action(e.action, **dict(e.params)),
+            meter_config=meter,
         )
 
     def _from_fy(self, e: fy.P4TableEntry) -> TableEntry:
@@ -94,7 +99,9 @@ class P4RuntimeSwitch:
         action = schema.actions[e.action.name].name
         aspec = n.ACTION_BY_NAME[action]
         params = tuple((p, int(e.action.args[p])) for p in aspec.param_names)
-        return TableEntry(table.name, tuple(match), action, params)
+        config = e.meter_config
+        meter = Meter(config.cir, config.cburst) if config is not None else None
+        return TableEntry(table.name, tuple(match), action, params, meter)
 
     # --- SwitchClient -------------------------------------------------------------------
 
@@ -124,8 +131,11 @@ class P4RuntimeSwitch:
     # attr-defined ignores below.
 
     async def read_table(self, table: str) -> list[TableEntry]:
+        # A direct meter's configuration is sent back only if the request has one.
+        ask = fy.P4MeterConfig(cir=0, cburst=0, pir=0, pburst=0) \
+            if n.TABLE_BY_NAME[table].metered else None
         try:
-            entries = self._switch.read(fy.P4TableEntry(table))
+            entries = self._switch.read(fy.P4TableEntry(table, meter_config=ask))
             return [self._from_fy(e) async for e in entries]  # type: ignore[attr-defined]
         except fy.P4ClientError as exc:
             raise SwitchError(self.name, f"reading {table} failed: {exc}") from exc

@@ -13,10 +13,11 @@ feeds P4Runtime and the model.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from ina.control import p4names as n
 from ina.control.allocation import Allocation
-from ina.control.entities import Entity, Lpm, McastGroup, TableEntry, entry
+from ina.control.entities import Entity, Lpm, McastGroup, Meter, TableEntry, entry
 from ina.protocol.bitmaps import one_set, split_sets
 from ina.protocol.constants import BIER_MCAST_GROUP, JOB_GROUP_BASE
 from ina.protocol.frames import ip_int, mac_bytes
@@ -27,6 +28,22 @@ from ina.spec.topology import Topology
 
 def _mac(mac: str) -> int:
     return int.from_bytes(mac_bytes(mac), "big")
+
+
+def bmv2_rate(rate: int) -> int:
+    """``rate``, or the next lower rate that BMv2 keeps exactly: it holds a meter's
+    rate per microsecond as a double and gives back ``int(rate / 1e6 * 1e6)``,
+    sometimes 1 less, which would make every ``init`` rewrite the entry."""
+    while rate > 1 and int(rate / 1e6 * 1e6) != rate:
+        rate -= 1
+    return rate
+
+
+def _policed(e: TableEntry, topology: Topology) -> TableEntry:
+    """A job_members entry with the topology's policing of the host's INA packets
+    of the job (none if its rate is 0)."""
+    p = topology.policing
+    return replace(e, meter=Meter(bmv2_rate(p.rate), p.burst)) if p.rate else e
 
 
 def base_plan(topology: Topology, switch: str) -> list[Entity]:
@@ -122,14 +139,16 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
     root_ip = ip_int(topology.address(job.root))
     for worker in job.workers:
         edge, port = topology.host_attachment(worker)
-        result[edge].append(entry(n.JOB_MEMBERS, {"job_id": job.job_id, "ingress_port": port},
-                                  n.MEMBER, parent_ip=ip_int(job.target_of(worker, topology)),
-                                  root_ip=root_ip, gen=gen, slots=job.slots))
+        result[edge].append(_policed(entry(
+            n.JOB_MEMBERS, {"job_id": job.job_id, "ingress_port": port}, n.MEMBER,
+            parent_ip=ip_int(job.target_of(worker, topology)), root_ip=root_ip, gen=gen,
+            slots=job.slots), topology))
     if job.root in topology.hosts:
         # A server root finishes the aggregation and starts the BIER delivery itself.
         edge, port = topology.host_attachment(job.root)
-        result[edge].append(entry(n.JOB_MEMBERS, {"job_id": job.job_id, "ingress_port": port},
-                                  n.BIER_SOURCE))
+        result[edge].append(_policed(entry(
+            n.JOB_MEMBERS, {"job_id": job.job_id, "ingress_port": port}, n.BIER_SOURCE),
+            topology))
     return result
 
 
@@ -141,9 +160,9 @@ def on_hosts_plan(job_id: int, workers: Sequence[str], slots: int, topology: Top
     result: dict[str, list[TableEntry]] = {}
     for worker in workers:
         edge, port = topology.host_attachment(worker)
-        result.setdefault(edge, []).append(entry(
+        result.setdefault(edge, []).append(_policed(entry(
             n.JOB_MEMBERS, {"job_id": job_id, "ingress_port": port}, n.MEMBER_ON_HOSTS,
-            gen=gen, slots=slots))
+            gen=gen, slots=slots), topology))
     return result
 
 

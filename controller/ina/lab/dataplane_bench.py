@@ -16,6 +16,9 @@ comes out:
   contribution of each sequence number leaves as a BIER result to both workers
   (after a SYNC, as a call starts: a root takes contributions within its window).
 
+Each host's contributions are policed, at a rate far above what the loop sends:
+the meter costs what it costs, and drops nothing.
+
 Rounds alternate the paths (median of the rounds), so a change in the machine's
 load hits all of them alike. Packets per second are input packets the switch
 processed; values per second count ELEMS_PER_PACKET aggregated values per
@@ -55,6 +58,11 @@ PACKET_OUTGOING = 4  # socket.PACKET_OUTGOING: our own transmissions, seen by ra
 ETH_P_ALL = 0x0003
 
 
+#: INA packets per second each host of the rig may send of a job: far above what
+#: the loop sends, so that the meter runs on every contribution and drops none.
+RIG_HOST_RATE = 1_000_000
+
+
 def rig_topology() -> Topology:
     """One switch, four hosts on ports 1..4."""
     return Topology.from_dict({
@@ -64,6 +72,7 @@ def rig_topology() -> Topology:
         "hosts": {h: {"ip": f"10.0.0.{i}", "mac": f"00:00:00:00:00:0{i}", "bfr_id": i}
                   for i, h in enumerate(HOSTS, start=1)},
         "links": [[f"{SWITCH}:{i}", h] for i, h in enumerate(HOSTS, start=1)],
+        "policing": {"rate": RIG_HOST_RATE, "burst": RIG_HOST_RATE // 100},
     })
 
 

@@ -218,6 +218,8 @@ class ModelSwitch:
             meta.host_si = edge.param("host_si")
             meta.host_ip = ip_str(edge.param("host_ip"))
             if frame.ina is not None:
+                # (Its meter polices the host's packets of the job on BMv2; the model
+                # has no clock and does not.)
                 member = self._exact(n.JOB_MEMBERS, job_id=frame.ina.job_id, ingress_port=in_port)
                 meta.membership = member.action if member is not None else None
                 if member is not None and member.action == n.MEMBER.name:

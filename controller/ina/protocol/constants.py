@@ -107,6 +107,18 @@ ETHERTYPE_PROBE = 0x88B6
 JOB_GROUP_BASE = 0x100
 #: Counter slots reserved per job in the job_stats counter (a power of two).
 JOB_STAT_STRIDE = 32
+#: INA packets per second the controller lets a host send of each of its jobs by
+#: default (a BMv2 meter, in packets, on its job_members entry; the topology
+#: file's ``policing`` changes it): above the fastest worker measured (1,600/s,
+#: README "Benchmark"), below what a VAT node absorbs from one port while a busy
+#: leaf-spine fabric shares this machine's two cores (about 3,000/s: at 4,000/s a
+#: one-port flood still cost a link's probes, one run in three).
+HOST_RATE = 2000
+#: INA packets a host may send back to back above HOST_RATE (the meter's burst):
+#: a whole window of a job of 256 slots (16 by default) at once.
+HOST_BURST = 256
+#: The colour a v1model meter gives a packet over its rate (BMv2: 0 green, 1 yellow, 2 red).
+METER_RED = 2
 
 
 class JobStat(enum.IntEnum):
@@ -161,6 +173,7 @@ class SwitchStat(enum.IntEnum):
     PROBE_RECEIVED = 19  # a link probe from a neighbour passed to the controller (packet-in)
     DROP_UNDECLARED_PORT = 20  # from a port the controller declared neither a host's nor a switch's
     DROP_SPOOFED_SOURCE = 21  # an INA packet from a host port whose IPv4 source is not the host's
+    DROP_POLICED = 22  # a host's INA packet of a job over the rate the controller set for it
 
 
 SWITCH_STATS = len(SwitchStat)

@@ -83,6 +83,7 @@ def render_constants() -> str:
         f"const bit<8> IPV4_INITIAL_TTL = {c.IPV4_INITIAL_TTL};",
         f"const bit<16> ETHERTYPE_PROBE = {c.ETHERTYPE_PROBE:#06x};  // link probes",
         f"const bit<9> CPU_PORT = {c.CPU_PORT};  // packet-in and packet-out (--cpu-port)",
+        f"const bit<2> METER_RED = {c.METER_RED};  // a meter's colour over its rate",
     ]
     lines += [f"const bit<4> OP_{op.name} = {int(op)};" for op in c.Op]
     lines += [f"const bit<8> FLAG_{f.name} = {int(f)};" for f in c.Flag if f.name and f.value]

@@ -13,8 +13,12 @@ Format (YAML)::
       - [s1:2, w1]       # a host end has no port
 
 A switch's ``loopback`` is the address INA packets for its VAT nodes are sent to;
-``mac`` is optional (default 02:00:00:00:xx:xx from the device id). Every switch
-drops what arrives on a port that no link of the file names.
+``mac`` is optional (default 02:00:00:00:xx:xx from the device id). Optional too::
+
+    policing: {rate: 2000, burst: 256}   # INA packets a host may send per job (per
+                                         # second, and back to back beyond); 0: no limit
+
+Every switch drops what arrives on a port that no link of the file names.
 Routing is shortest path with one deterministic tree per destination, so that
 every switch agrees on the next hop toward each host (what BIER needs).
 """
@@ -31,7 +35,7 @@ from typing import Any
 
 from ina.errors import TopologyError, Unreachable, YamlFileError
 from ina.protocol.bitmaps import bit_of
-from ina.protocol.constants import MAX_BFR_ID, MAX_PORTS
+from ina.protocol.constants import HOST_BURST, HOST_RATE, MAX_BFR_ID, MAX_PORTS
 from ina.spec.yamlfile import load_yaml
 
 
@@ -105,6 +109,16 @@ class Failures:
         return ", ".join(parts) or "nothing"
 
 
+@dataclass(frozen=True)
+class Policing:
+    """What an edge switch lets a host send of each of its jobs: ``rate`` INA
+    packets per second and ``burst`` back to back beyond it (the rest is dropped
+    and counted, DROP_POLICED); ``rate`` 0: no limit."""
+
+    rate: int = HOST_RATE
+    burst: int = HOST_BURST
+
+
 _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 _GRPC = re.compile(r"[\w.\-\[\]:]+:\d+", re.ASCII)
 _NAME = re.compile(r"[A-Za-z_][\w.-]*", re.ASCII)
@@ -126,6 +140,7 @@ class Topology:
     #: What is down: ``without`` leaves the failed switches and links out, and
     #: hosts may then be cut off and switches unreachable from each other.
     failures: Failures = field(default_factory=Failures)
+    policing: Policing = field(default_factory=Policing)
     _ports: dict[str, dict[int, Neighbor]] = field(default_factory=dict, repr=False)
     #: Every port of the file's links, failed or not (``ports`` has the live ones).
     _declared: dict[str, dict[int, Neighbor]] = field(default_factory=dict, repr=False)
@@ -150,7 +165,7 @@ class Topology:
         if not isinstance(data, dict):
             raise TopologyError(["expected a mapping with name, switches, hosts, links, got "
                                  + _show(data)], where)
-        unknown = set(data) - {"name", "switches", "hosts", "links"}
+        unknown = set(data) - {"name", "switches", "hosts", "links", "policing"}
         if unknown:
             problems.append(f"unknown top-level keys: {sorted(map(str, unknown))}")
         name = data.get("name", Path(source).stem)
@@ -162,9 +177,10 @@ class Topology:
         for both in set(switches) & set(hosts):
             problems.append(f"{both!r} is both a switch and a host")
         links = _parse_links(data.get("links"), problems)
+        policing = _parse_policing(data.get("policing", {}), problems)
         if problems:
             raise TopologyError(problems, where)
-        topo = cls(name, switches, hosts, links)
+        topo = cls(name, switches, hosts, links, policing=policing)
         topo._validate(problems)
         if problems:
             raise TopologyError(problems, where)
@@ -189,7 +205,7 @@ class Topology:
                  and link.a.node not in failures.switches
                  and link.b.node not in failures.switches]
         switches = {n: s for n, s in self.switches.items() if n not in failures.switches}
-        topo = Topology(self.name, switches, dict(self.hosts), links, failures)
+        topo = Topology(self.name, switches, dict(self.hosts), links, failures, self.policing)
         problems: list[str] = []
         topo._validate(problems)
         assert not problems, problems  # a part of a valid topology is valid
@@ -507,6 +523,15 @@ def _parse_hosts(value: Any, problems: list[str]) -> dict[str, HostSpec]:
             bfr_id=_int(f"{name}.bfr_id", f["bfr_id"], 1, MAX_BFR_ID, problems),
         )
     return result
+
+
+def _parse_policing(value: Any, problems: list[str]) -> Policing:
+    f = _fields("policing", value, set(), {"rate", "burst"}, problems)
+    if f is None:
+        return Policing()
+    return Policing(rate=_int("policing.rate", f.get("rate", HOST_RATE), 0, 2**32 - 1, problems),
+                    burst=_int("policing.burst", f.get("burst", HOST_BURST), 1, 2**31 - 1,
+                               problems))
 
 
 def _parse_links(value: Any, problems: list[str]) -> list[Link]:
