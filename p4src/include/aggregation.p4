@@ -300,15 +300,16 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         }
         if (meta.job_role == ROLE_ROOT) {
             open_root_cell();
+            // In the window: seq - P + 2W in 0..3W + 1, one test on the common path.
             if (done_up_to[63:32] != meta.epoch
-                    || (int<32>)(hdr.ina.seq - done_up_to[31:0])
-                       > (int<32>)((bit<32>)meta.slot_mask + 2)) {
-                refuse(JOB_STAT_DROP_AHEAD);  // past the window, or no call of this plan
-                return;
-            }
-            if ((int<32>)(done_up_to[31:0] - hdr.ina.seq)
-                    > (int<32>)(((bit<32>)meta.slot_mask << 1) + 2)) {
-                refuse(JOB_STAT_DROP_STALE);  // before the window: every worker has it
+                    || hdr.ina.seq - done_up_to[31:0] + ((bit<32>)meta.slot_mask << 1) + 2
+                       > ((bit<32>)meta.slot_mask << 1) + (bit<32>)meta.slot_mask + 4) {
+                if (done_up_to[63:32] != meta.epoch
+                        || (int<32>)(hdr.ina.seq - done_up_to[31:0]) > 0) {
+                    refuse(JOB_STAT_DROP_AHEAD);  // past the window, or no call of this plan
+                } else {
+                    refuse(JOB_STAT_DROP_STALE);  // before it: every worker has the result
+                }
                 return;
             }
         } else {
