@@ -1,4 +1,4 @@
-"""The subpackages depend on each other one way (README, "Architecture"):
+"""The subpackages depend on each other one way (docs/design.md, "Layering"):
 protocol <- spec <- control <- model; host uses protocol and spec; lab and cli on
 top. Checked on every import statement, those inside functions included."""
 
