@@ -19,10 +19,10 @@ ALLOWED = {
     "control": {"protocol", "spec", "control"},
     "host": {"protocol", "spec", "host"},
     "model": {"protocol", "spec", "control", "model", "host"},
-    "lab": {"protocol", "spec", "control", "model", "host", "lab"},
+    "lab": {"protocol", "spec", "control", "model", "host", "torch", "lab"},
     # The torch backend: the host side, and the embedded network it may start.
     "torch": {"protocol", "spec", "host", "model", "torch"},
-    "cli": {"protocol", "spec", "control", "model", "host", "lab", "cli"},
+    "cli": {"protocol", "spec", "control", "model", "host", "torch", "lab", "cli"},
 }
 #: The reference data plane itself: the controller and the host side only through the
 #: harness.
