@@ -213,8 +213,8 @@ def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...],
     return result
 
 
-def bucket_conversion(rate_mbit: float, workers: int = 4,
-                      nbytes: int = DDP_BUCKET_BYTES) -> BucketConversion:
+def bucket_conversion(rate_mbit: float, workers: int = 4, nbytes: int = DDP_BUCKET_BYTES,
+                      window: int = 32) -> BucketConversion:
     """One worker's host-side work for a float32 bucket of ``nbytes``: block
     exponents, quantization, the packets' bytes, the results read back from them and
     dequantized (what a worker does besides waiting), timed; and the least time the
@@ -227,16 +227,18 @@ def bucket_conversion(rate_mbit: float, workers: int = 4,
 
     size = nbytes // 4
     x = np.random.default_rng(0).standard_normal(size).astype(np.float32)
-    config = WorkerConfig(job_id=1, op=Op.SUM, pbm=1, target="127.0.0.1",
-                          window=1 << 30, workers=workers)
+    config = WorkerConfig(job_id=1, op=Op.SUM, pbm=1, target="127.0.0.1", window=window,
+                          workers=workers)
     started = time.perf_counter()
     exponents = quantize.block_exponents(x)
     session = AllreduceSession(config, quantize.quantize(x, exponents, Op.SUM, workers))
-    for payload in session.packets_to_send():
-        result = bytearray(payload)
-        result[1] |= Flag.RESULT
-        session.accept(bytes(result))
-    quantize.dequantize(session.outcome().values, exponents, Op.SUM, workers)
+    while not session.done:  # a window's packets out, their results in, as a worker does
+        for payload in session.packets_to_send():
+            result = bytearray(payload)
+            result[1] |= Flag.RESULT
+            session.accept(bytes(result))
+    values = quantize.dequantize(session.outcome().values, exponents, Op.SUM, workers)
+    quantize.bound(values, exponents, Op.SUM, workers)
     seconds = time.perf_counter() - started
     link_bound = size * INA_WIRE_PER_VALUE * 8 / (rate_mbit * 1e6)
     return BucketConversion(size, seconds, link_bound, rate_mbit)
@@ -297,7 +299,7 @@ class TrainFigures:
                              f"{'loss':>7} {'accuracy':>9}")
                 for run in g.runs:
                     lines.append(f"    {run.backend:<8} {run.step_median * 1000:>8.1f} "
-                                 f"{run.steps_per_second:>8.2f} {run.comm_share:>6.0%} "
+                                 f"{run.steps_per_second:>8.2f} {run.comm_share:>6.1%} "
                                  f"{run.final_loss:>7.4f} {run.test_accuracy:>9.1%}")
                 acc = g.run("ina").test_accuracy - g.run("gloo").test_accuracy
                 lines.append(f"    ina vs gloo (same run): {g.speedup:.2f}x gloo's speed per "
