@@ -157,6 +157,14 @@ class AllreduceError(InaError, RuntimeError):
     exit_code = 3
 
 
+class RingError(InaError, ConnectionError):
+    """A peer of the ring on hosts broke its protocol (a message of the wrong size,
+    one that fails authentication, a port answering without the ring's key): the
+    call ends with this error, never with values from it."""
+
+    exit_code = 3
+
+
 class AllreduceTimeout(AllreduceError):
     """No progress within the worker's timeout; the message says what was observed."""
 
