@@ -1,13 +1,16 @@
 """inactl's offline commands and exit codes (the switch commands run in tests/bmv2)."""
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from ina.cli import inactl
 from ina.errors import InputError
+from ina.protocol.constants import AGG_SLOTS, Op
+from ina.spec.job import JobSpec
 
-from inatest import FIGURE1, FIGURE1_JOB
+from inatest import FIGURE1, FIGURE1_JOB, ModelLab
 
 
 def test_check_prints_the_vat(capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,3 +42,15 @@ def test_bift_lists_a_row_per_bfer(capsys: pytest.CaptureFixture[str]) -> None:
     assert inactl.main(["-t", str(FIGURE1), "bift"]) == 0
     out = capsys.readouterr().out
     assert "bfr-id   5 -> port 2 (s6) F-BM 00001111" in out
+
+
+def test_deploy_says_loudly_when_a_job_lands_on_its_hosts(
+        model_lab: ModelLab, capsys: pytest.CaptureFixture[str]) -> None:
+    for i, sw in enumerate(sorted(model_lab.topology.switches)):  # every slot taken
+        asyncio.run(model_lab.ctl.deploy(JobSpec(100 + i, Op.SUM, ("w1", "w2"), sw, {},
+                                                 AGG_SLOTS)))
+    spec = JobSpec.load(FIGURE1_JOB)
+    assert asyncio.run(inactl._deploy(model_lab.ctl, spec, None, fallback=True)) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("WARNING: job 1 runs on its hosts, not in the network")
+    assert "WARNING: job 1 runs on its hosts" in err

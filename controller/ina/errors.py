@@ -124,6 +124,11 @@ class ControllerError(InaError, RuntimeError):
     exit_code = 3
 
 
+class LockTimeout(ControllerError):
+    """A lock of the run directory (ina.control.localstate) that another command
+    holds was not released in time; the message names the holder."""
+
+
 class DeployError(ControllerError):
     """A job was not deployed; what had been written was removed, or says where not."""
 

@@ -11,8 +11,9 @@
     inactl -t topologies/leaf-spine-2x4.yaml up switch spine1
 
 An invalid topology or job is refused before anything is written. Switches and
-links declared down (``down``) or detected down (``watch``) are recorded next to
-the running lab (ina.lab.labstate) and left out of the topology by every command.
+links declared down (``down``, until ``up``) or detected down (``watch``) are
+recorded next to the running lab (ina.lab.labstate), apart, and both left out of
+the topology by every command.
 """
 
 from __future__ import annotations
@@ -29,14 +30,8 @@ from typing import Any
 from ina.cli import common, inactl_watch
 from ina.control import p4names
 from ina.control.controller import Controller, SwitchStatus
-from ina.control.repair import (
-    ON_HOSTS,
-    load_failures,
-    read_jobs,
-    repair,
-    repair_switches,
-    save_failures,
-)
+from ina.control.localstate import RecordedFailures, load_failures, update_failures
+from ina.control.repair import ON_HOSTS, read_jobs, repair, repair_switches
 from ina.control.report import render_status
 from ina.control.switch import SwitchClient
 from ina.control.vat_planner import resolve, root_only, stream_cost
@@ -101,9 +96,13 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     full = Topology.load(args.topology)
     failures_file = LabRecord(full.name).failures_file
-    failures = load_failures(failures_file)
     if args.command in ("down", "up"):
-        failures = _declared(args, full, failures)
+        element = _element(args, full)
+        # Recorded first, under the file's lock: the failure is real whether or not
+        # the repair completes (``inactl repair`` finishes an interrupted one).
+        failures = update_failures(failures_file, lambda r: _declared(args, element, r)).all
+    else:
+        failures = load_failures(failures_file).all
     topology = full.without(failures) if failures else full
     if args.command in ("check", "plan"):
         return _check(topology, args.job, getattr(args, "output", None))
@@ -129,23 +128,30 @@ def _main(args: argparse.Namespace) -> int:
     if args.command == "watch":
         return asyncio.run(inactl_watch.run(args, full, _repair_on_change(args, full,
                                                                           failures_file)))
-    if args.command in ("down", "up", "repair"):
-        # Recorded first: the failure is real whether or not the repair completes
-        # (``inactl repair`` finishes an interrupted one).
-        save_failures(failures_file, failures)
     return asyncio.run(_run(args, full, topology, spec))
 
 
-def _declared(args: argparse.Namespace, full: Topology, failures: Failures) -> Failures:
-    """The failures after ``inactl down|up switch NAME`` or ``link A B``."""
-    down = args.command == "down"
+def _element(args: argparse.Namespace, full: Topology) -> tuple[str, ...]:
+    """The switch or link of ``down|up switch NAME`` or ``link A B``, checked against
+    the topology."""
     element = common.element_of(args)
     if element[0] == "switch":
-        failures = failures.with_switch(element[1], down)
+        full.without(Failures().with_switch(element[1]))
     else:
-        failures = failures.with_link(element[1], element[2], down)
-    full.without(failures)  # names a switch or link the topology does not have
-    return failures
+        full.without(Failures().with_link(element[1], element[2]))
+    return element
+
+
+def _declared(args: argparse.Namespace, element: tuple[str, ...],
+              recorded: RecordedFailures) -> RecordedFailures:
+    """The failures after ``inactl down|up``: only the declared ones change."""
+    down = args.command == "down"
+    declared = recorded.declared
+    if element[0] == "switch":
+        declared = declared.with_switch(element[1], down)
+    else:
+        declared = declared.with_link(element[1], element[2], down)
+    return RecordedFailures(declared, recorded.detected)
 
 
 async def _run(args: argparse.Namespace, full: Topology, topology: Topology,
@@ -171,12 +177,16 @@ async def _run(args: argparse.Namespace, full: Topology, topology: Topology,
 
 def _repair_on_change(args: argparse.Namespace, full: Topology,
                       failures_file: Path) -> Callable[[Failures], Awaitable[None]]:
-    """What ``inactl watch`` does on each change it detects: record it, as ``inactl
-    down|up`` does, and repair over one-shot connections (whose election id is
-    above the watcher's, so they may write)."""
-    async def on_change(failures: Failures) -> None:
-        save_failures(failures_file, failures)
-        report = await repair_switches(full, failures, args.p4info, args.p4blob, args.timeout)
+    """What ``inactl watch`` does on each change it detects: record it as its own
+    verdict (what was declared with ``inactl down`` stays), and repair for every
+    failure recorded, declared or detected, over one-shot connections (whose
+    election id is above the watcher's, so they may write)."""
+    async def on_change(detected: Failures) -> None:
+        recorded = await asyncio.to_thread(
+            update_failures, failures_file,
+            lambda r: RecordedFailures(r.declared, detected))
+        report = await repair_switches(full, recorded.all, args.p4info, args.p4blob,
+                                       args.timeout)
         for line in report.describe().splitlines():
             LOG.warning("repair: %s", line)
 
@@ -205,8 +215,11 @@ async def _deploy(ctl: Controller, spec: JobSpec | None, save_plan: Path | None,
     assert spec is not None
     d = await ctl.deploy(spec, fallback=fallback)
     if d.job is None:
-        print(f"job {spec.job_id} deployed on its hosts: no switch can aggregate it "
-              f"({d.fallback}); its workers reduce among themselves")
+        warning = (f"WARNING: job {spec.job_id} runs on its hosts, not in the network: no "
+                   f"switch can aggregate it ({d.fallback}); its workers reduce among "
+                   "themselves over TCP (inactl deploy --no-fallback refuses such a job)")
+        print(f"{PROG}: {warning}", file=sys.stderr)
+        print(warning)
         if save_plan is not None:
             raise UsageError(f"job {spec.job_id} runs on its hosts: it has no VAT to save "
                              f"in {save_plan}")

@@ -288,8 +288,9 @@ class Controller:
 
     async def _deploy_on_hosts(self, spec: JobSpec | Job, reason: InputError) -> Deployment:
         why = "; ".join(reason.problems)
-        LOG.warning("job %d: no switch can aggregate it (%s): it runs on its hosts",
-                    spec.job_id, why)
+        # The caller gets the reason (Deployment.fallback) and says it loudly (inactl).
+        LOG.info("job %d: no switch can aggregate it (%s): it runs on its hosts",
+                 spec.job_id, why)
         plan = on_hosts_plan(spec.job_id, spec.workers, spec.slots, self.topology, 0)
         results = await self._each(lambda sw, c: c.insert(plan[sw]), list(plan))
         failures = {sw: r for sw, r in results.items() if isinstance(r, BaseException)}

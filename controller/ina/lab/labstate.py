@@ -11,7 +11,7 @@ In the run directory (``$INA_RUN_DIR``, default ``.run``):
   once the switches are up and initialised;
 - ``<topology>.failures.yaml``: the switches and links declared or detected down
   (``inactl down``/``up``, ``inactl watch``), which every ``inactl`` command
-  leaves out of the topology.
+  leaves out of the topology (ina.control.localstate).
 
 ``inalab run`` removes both when its lab ends. A run killed with SIGKILL cannot:
 its files are then stale, which every reader detects (the recorded process is gone,
@@ -26,6 +26,8 @@ import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from ina.control.localstate import atomic_write
 
 LOG = logging.getLogger(__name__)
 #: An argument of every sandbox's ``unshare`` command line (see ina.lab.sandbox.command).
@@ -180,7 +182,4 @@ class LabRecord:
 
     @staticmethod
     def _write(path: Path, text: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(path)  # readers see the whole file or none
+        atomic_write(path, text + "\n")  # readers see the whole file or none
