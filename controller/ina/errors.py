@@ -109,13 +109,15 @@ class Unreachable(InaError, LookupError):
 
 
 class SwitchError(InaError, RuntimeError):
-    """A switch refused or failed an operation."""
+    """A switch refused or failed an operation. ``written``: of the entities a
+    failed write carried, those the switch did write, when it says (None: unknown)."""
 
     exit_code = 3
 
-    def __init__(self, switch: str, message: str):
+    def __init__(self, switch: str, message: str, written: Sequence[object] | None = None):
         super().__init__(f"{switch}: {message}")
         self.switch = switch
+        self.written = None if written is None else tuple(written)
 
 
 class ControllerError(InaError, RuntimeError):

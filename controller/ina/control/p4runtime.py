@@ -3,6 +3,14 @@
 ``connect`` opens every switch of a topology at once. With ``push=True`` it
 also installs the pipeline (P4Info + BMv2 JSON) when the switch runs another
 one; otherwise it only checks that the switch runs the P4Info it was given.
+
+Writers and election ids. Every connection asks for election id 10 (finsy's
+default); the watcher's long-lived ones (ina.control.watch) hold 1, so a one-shot
+command is the primary while it runs and the watcher is again once it has gone
+(the watcher itself writes only through one-shot connections, like any command).
+A second client asking for 10 is refused the id and stays backup: a writer then
+waits for the role (``P4RuntimeSwitch.claim``: the other finishes and leaves) up to
+its timeout and gives up saying so, never taking a higher id to preempt it.
 """
 
 from __future__ import annotations
@@ -15,12 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import finsy as fy
+from finsy.grpcutil import GRPCStatusCode
 
 from ina.control import p4names as n
 from ina.control.entities import Entity, Lpm, MatchValue, McastGroup, TableEntry
 from ina.control.switch import CounterValue
 from ina.errors import SwitchError
 from ina.spec.topology import SwitchSpec, Topology
+
+LOG = logging.getLogger(__name__)
+#: Errors of a whole write request: none of its updates was applied.
+_NOTHING_WRITTEN = {GRPCStatusCode.PERMISSION_DENIED, GRPCStatusCode.UNAUTHENTICATED,
+                    GRPCStatusCode.FAILED_PRECONDITION, GRPCStatusCode.INVALID_ARGUMENT}
 
 
 def _not_noise(record: logging.LogRecord) -> bool:
@@ -98,6 +112,32 @@ class P4RuntimeSwitch:
 
     # --- SwitchClient -------------------------------------------------------------------
 
+    async def claim(self, writer: object, timeout: float) -> None:
+        """Wait until this connection is the switch's primary client (another one-shot
+        client holding the role leaves when it is done); SwitchError after
+        ``timeout`` seconds, naming the primary's election id."""
+        sw = self._switch
+        if sw.is_primary:
+            return
+        LOG.info("%s: waiting to become its primary client (the primary has election id "
+                 "%d)", self.name, sw.primary_id)
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    # finsy readies the channel again after every change of role.
+                    ready = sw.ee.event_future(fy.SwitchEvent.CHANNEL_READY)
+                    if sw.is_primary:
+                        return
+                    await ready
+        except TimeoutError:
+            raise SwitchError(
+                self.name, f"another P4Runtime client stayed its primary for {timeout:g}s "
+                f"(election id {sw.primary_id}; ours {sw.election_id}): not writing (is "
+                "another controller writing, from another machine?)") from None
+
+    async def release(self, writer: object) -> None:
+        pass  # the role ends with the connection (``close``)
+
     async def _write(self, what: str, coro: Any) -> None:
         try:
             await coro
@@ -105,8 +145,18 @@ class P4RuntimeSwitch:
             raise SwitchError(self.name, f"{what} failed: {exc}") from exc
 
     async def insert(self, entities: Sequence[Entity]) -> None:
-        if entities:
-            await self._write("insert", self._switch.insert([self._to_fy(e) for e in entities]))
+        if not entities:
+            return
+        try:
+            await self._switch.insert([self._to_fy(e) for e in entities])
+        except fy.P4ClientError as exc:
+            # A batch that failed in part lists the updates that failed, in order.
+            written: list[Entity] | None = None
+            if exc.details:
+                written = [e for i, e in enumerate(entities) if i not in exc.details]
+            elif exc.code in _NOTHING_WRITTEN:
+                written = []
+            raise SwitchError(self.name, f"insert failed: {exc}", written) from exc
 
     async def modify(self, entities: Sequence[Entity]) -> None:
         # P4Runtime MODIFY: the entry keeps its key and gets new action data (a

@@ -204,17 +204,19 @@ async def repair(full: Topology, failures: Failures,
     topology = full.without(failures)
     controller = Controller(topology, {sw: clients[sw] for sw in topology.switches})
     report = RepairReport(failures)
-    report.base = await controller.init()
-    entries, groups = await controller.read_job_state()
-    records = read_jobs(topology, entries, groups)
-    for job_id, record in sorted(records.items()):
-        others = {sw: [e for e in es if e.match_value("job_id") != job_id]
-                  for sw, es in entries.items()}
-        outcome = await _repair_job(controller, topology, record, others)
-        LOG.info("%s", outcome.describe())
-        report.jobs.append(outcome)
-        # What the next job sees as taken: this job's entries as they are now.
-        entries, _ = await controller.read_job_state()
+    # The only writer from here to the end: what it reads is what it changes.
+    async with controller.writing():
+        report.base = await controller.init()
+        entries, groups = await controller.read_job_state()
+        records = read_jobs(topology, entries, groups)
+        for job_id, record in sorted(records.items()):
+            others = {sw: [e for e in es if e.match_value("job_id") != job_id]
+                      for sw, es in entries.items()}
+            outcome = await _repair_job(controller, topology, record, others)
+            LOG.info("%s", outcome.describe())
+            report.jobs.append(outcome)
+            # What the next job sees as taken: this job's entries as they are now.
+            entries, _ = await controller.read_job_state()
     return report
 
 
