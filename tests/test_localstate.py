@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ina.cli import inactl
+from ina.control.access import Access
 from ina.control.localstate import (
     FileLock,
     RecordedFailures,
@@ -78,7 +79,7 @@ def _on_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(inactl, "repair_switches", repair_switches)
     full = Topology.load(LEAF_SPINE)
     on_change = inactl._repair_on_change(_watch_args(tmp_path), full,
-                                         LabRecord(full.name).failures_file)
+                                         LabRecord(full.name).failures_file, Access.insecure())
 
     async def call(detected: Failures) -> None:
         await on_change(detected)

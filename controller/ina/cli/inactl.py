@@ -14,6 +14,11 @@ An invalid topology or job is refused before anything is written. Switches and
 links declared down (``down``, until ``up``) or detected down (``watch``) are
 recorded next to the running lab (ina.lab.labstate), apart, and both left out of
 the topology by every command.
+
+Every command connects over TLS with the lab's credentials (made by ``inalab
+run``, in the run directory: $INA_RUN_DIR/<topology>.tls, default .run);
+``--insecure`` connects in plaintext, to switches started without TLS. Commands
+that write take turns: see ina.control.p4runtime.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any
 
 from ina.cli import common, inactl_watch
 from ina.control import p4names
+from ina.control.access import Access
 from ina.control.controller import Controller, SwitchStatus
 from ina.control.localstate import RecordedFailures, load_failures, update_failures
 from ina.control.repair import ON_HOSTS, read_jobs, repair, repair_switches
@@ -54,7 +60,12 @@ def parser() -> argparse.ArgumentParser:
                    help="P4Info of the compiled program (default: BUILD/ina.p4info.txtpb)")
     p.add_argument("--p4blob", type=Path,
                    help="BMv2 JSON of the compiled program, for init (default: BUILD/ina.json)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach each switch")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to reach each switch, and to wait for another controller "
+                        "writing to it")
+    p.add_argument("--insecure", action="store_true",
+                   help="connect without TLS (to switches started without it: inalab run "
+                        "--insecure); default: TLS with the lab's credentials")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("init", help="install the pipeline if needed and the base state (routes, BIER)")
     d = sub.add_parser("deploy", help="validate (or plan) a job and install it on every "
@@ -95,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     full = Topology.load(args.topology)
-    failures_file = LabRecord(full.name).failures_file
+    record = LabRecord(full.name)
+    failures_file = record.failures_file
     if args.command in ("down", "up"):
         element = _element(args, full)
         # Recorded first, under the file's lock: the failure is real whether or not
@@ -125,10 +137,11 @@ def _main(args: argparse.Namespace) -> int:
                           + "\n  ".join(problems))
     if args.command in ("init", "watch", "up", "repair") and not args.p4blob.exists():
         raise P4InfoError(f"{args.p4blob} not found: compile the P4 program first (make build)")
+    access = record.access(args.insecure)
     if args.command == "watch":
-        return asyncio.run(inactl_watch.run(args, full, _repair_on_change(args, full,
-                                                                          failures_file)))
-    return asyncio.run(_run(args, full, topology, spec))
+        return asyncio.run(inactl_watch.run(args, full, _repair_on_change(
+            args, full, failures_file, access), access))
+    return asyncio.run(_run(args, full, topology, spec, access))
 
 
 def _element(args: argparse.Namespace, full: Topology) -> tuple[str, ...]:
@@ -155,14 +168,14 @@ def _declared(args: argparse.Namespace, element: tuple[str, ...],
 
 
 async def _run(args: argparse.Namespace, full: Topology, topology: Topology,
-               spec: JobSpec | None) -> int:
+               spec: JobSpec | None, access: Access) -> int:
     from ina.control.p4runtime import connect
 
     # A switch that is back (or restarted empty) gets the pipeline again.
     push = args.command in ("init", "up", "repair")
-    async with connect(topology, args.p4info, args.p4blob, push=push,
-                       timeout=args.timeout) as clients:
-        ctl = Controller(topology, clients)
+    async with connect(topology, args.p4info, args.p4blob, access=access, push=push,
+                       timeout=args.timeout, write=args.command != "status") as clients:
+        ctl = Controller(topology, clients, claim_timeout=args.timeout)
         handlers: dict[str, Callable[[], Awaitable[int]]] = {
             "init": lambda: _init(ctl),
             "deploy": lambda: _deploy(ctl, spec, args.save_plan, not args.no_fallback),
@@ -175,17 +188,18 @@ async def _run(args: argparse.Namespace, full: Topology, topology: Topology,
         return await handlers[args.command]()
 
 
-def _repair_on_change(args: argparse.Namespace, full: Topology,
-                      failures_file: Path) -> Callable[[Failures], Awaitable[None]]:
+def _repair_on_change(args: argparse.Namespace, full: Topology, failures_file: Path,
+                      access: Access) -> Callable[[Failures], Awaitable[None]]:
     """What ``inactl watch`` does on each change it detects: record it as its own
     verdict (what was declared with ``inactl down`` stays), and repair for every
     failure recorded, declared or detected, over one-shot connections (whose
-    election id is above the watcher's, so they may write)."""
+    election id is above the watcher's, so they may write; taking turns with the
+    other commands, see ina.control.p4runtime)."""
     async def on_change(detected: Failures) -> None:
         recorded = await asyncio.to_thread(
             update_failures, failures_file,
             lambda r: RecordedFailures(r.declared, detected))
-        report = await repair_switches(full, recorded.all, args.p4info, args.p4blob,
+        report = await repair_switches(full, recorded.all, args.p4info, args.p4blob, access,
                                        args.timeout)
         for line in report.describe().splitlines():
             LOG.warning("repair: %s", line)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ina.control import p4names as n
+from ina.control.access import Access
 from ina.control.allocation import Allocation, allocate, capacity
 from ina.control.controller import BaseChanges, Controller
 from ina.control.entities import Entity, McastGroup, TableEntry
@@ -221,12 +222,13 @@ async def repair(full: Topology, failures: Failures,
 
 
 async def repair_switches(full: Topology, failures: Failures, p4info: Path,
-                          p4blob: Path | None, timeout: float = 10.0) -> RepairReport:
-    """``repair`` over fresh P4Runtime connections to the live switches; a switch that
-    is back (restarted empty) gets the pipeline again."""
+                          p4blob: Path | None, access: Access,
+                          timeout: float = 10.0) -> RepairReport:
+    """``repair`` over fresh P4Runtime connections to the live switches (``access``:
+    how); a switch that is back (restarted empty) gets the pipeline again."""
     from ina.control.p4runtime import connect  # grpc is slow to import
 
-    async with connect(full.without(failures), p4info, p4blob, push=True,
+    async with connect(full.without(failures), p4info, p4blob, access=access, push=True,
                        timeout=timeout) as clients:
         return await repair(full, failures, clients)
 
