@@ -154,7 +154,14 @@ class Rig:
         self.tls_dir: Path | None = None  # the switch's and the controller's credentials
 
     def __enter__(self) -> Rig:
-        from ina.lab.mininet import bmv2_command, port_open, wait_until
+        from ina.lab.mininet import (
+            bmv2_command,
+            port_open,
+            run_in_lab,
+            thrift_guard_command,
+            thrift_port,
+            wait_until,
+        )
 
         if not sandbox.inside():
             raise RuntimeError("the data-plane rig runs only inside the sandbox")
@@ -170,6 +177,7 @@ class Rig:
         spec = self.topology.switches[SWITCH]
         self.tls_dir = Path(tempfile.mkdtemp(prefix="ina-rig-")) / "tls"
         make_lab_pki(self.tls_dir, self.topology)
+        run_in_lab(thrift_guard_command([thrift_port(spec.device_id)], on=True))
         self.proc = subprocess.Popen(
             bmv2_command(spec.device_id, spec.grpc, interfaces,
                          tls_args=switch_tls_args(self.tls_dir, SWITCH)),

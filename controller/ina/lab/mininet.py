@@ -247,7 +247,7 @@ def link_state_command(intf: str, up: bool) -> str:
             f"{intf} {{ type filter hook egress device {intf} priority -10; policy drop; }}'")
 
 
-def _in_lab(cmd: str) -> str:
+def run_in_lab(cmd: str) -> str:
     """Run a shell command in the sandbox's root namespace (where the switches'
     interfaces are); its output."""
     done = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
@@ -349,7 +349,7 @@ class Lab:
             LOG.warning("%s: insecure lab: plaintext P4Runtime and Thrift, any client that "
                         "reaches a switch may write to it", self.topology.name)
         ports = [thrift_port(spec.device_id) for spec in self.topology.switches.values()]
-        out = _in_lab(thrift_guard_command(ports, on=secure) + "; echo rc=$?")
+        out = run_in_lab(thrift_guard_command(ports, on=secure) + "; echo rc=$?")
         if not out.strip().endswith("rc=0"):
             raise LabError(f"cannot refuse the switches' Thrift ports with nftables: "
                            f"{out.strip()}")
@@ -416,7 +416,7 @@ class Lab:
             raise LabError(f"no link between {a} and {b} in topology {self.topology.name}")
         for end in ends:
             if end.node in self.topology.switches:
-                intf, run = f"{end.node}-eth{end.port}", _in_lab
+                intf, run = f"{end.node}-eth{end.port}", run_in_lab
             else:
                 host = self.net[end.node]
                 intf, run = host.defaultIntf().name, host.cmd
@@ -473,7 +473,7 @@ class Lab:
         result: list[tuple[str, str, Callable[[str], str]]] = []
         for sw in sorted(self.topology.switches):
             for port in self.topology.ports(sw):
-                result.append((sw, f"{sw}-eth{port}", _in_lab))
+                result.append((sw, f"{sw}-eth{port}", run_in_lab))
         for name in sorted(self.topology.hosts):
             host = self.net[name]
             result.append((name, host.defaultIntf().name, host.cmd))
