@@ -131,13 +131,15 @@ class Ring:
       number is random), so this keeps out every other host of the network.
     - Both ends then prove that they hold the ring's key (HMAC-SHA256 over a fresh
       nonce from each end, for its role and ranks), the connecting end second, so
-      neither end learns anything it could replay; every message after that carries
-      a tag of that key, this connection's nonces and its position in the stream.
-      The key derives from ``secret`` (``WorkerConfig.ring_secret``: what the job's
-      launcher handed its workers, $INA_RING_SECRET) and from the ring itself (tag,
-      addresses). Without a secret, the key is known to anyone who knows the job:
-      the proof then stops nothing the address check does not, and a process on a
-      worker's own host, or on the path, could still take its place.
+      neither end learns anything it could replay. The key derives from ``secret``
+      (``WorkerConfig.ring_secret``: what the job's launcher handed its workers,
+      $INA_RING_SECRET) and from the ring itself (tag, addresses). With a secret,
+      every message also carries a tag of a key of this connection and its position
+      in the stream, so nothing can be injected into it either. Without one, the
+      key is known to anyone who knows the job: the proof then stops nothing the
+      address check does not (and messages carry no tag, which would cost CPU and
+      protect nothing), so a process on a worker's own host, or on the path, could
+      still take its place.
     - Every message's size is checked against what the protocol allows before it
       is read: the handshake's are fixed, and a segment's is exactly its values
       (every rank splits an array of the same length the same way).
@@ -162,6 +164,7 @@ class Ring:
         ring = b"|".join(f"{host}:{port}".encode() for host, port in self.addresses)
         self._key = hmac.digest(secret, b"ina ring v1|" + struct.pack("!I", tag) + b"|" + ring,
                                 hashlib.sha256)
+        self._tagged = bool(secret)  # messages tagged (see above)
 
     @property
     def size(self) -> int:
@@ -205,7 +208,9 @@ class Ring:
         conn.settimeout(self.timeout)
         return _Channel(conn, self._session_key(nonces))
 
-    def _session_key(self, nonces: bytes) -> bytes:
+    def _session_key(self, nonces: bytes) -> bytes | None:
+        if not self._tagged:
+            return None
         return hmac.digest(self._key, b"session" + nonces, hashlib.sha256)
 
     def _join(self, conn: socket.socket, succ_rank: int) -> _Channel:
@@ -325,16 +330,18 @@ class Ring:
 class _Channel:
     """One authenticated ring connection; data flows one way on it (the connecting
     rank sends, the accepting one receives). Each message is its header, its
-    payload and a tag: HMAC-SHA256 with the connection's key over the message's
-    number in the stream, header and payload (so none can be forged, dropped,
-    repeated or reordered unnoticed)."""
+    payload and, with a ``key``, a tag: HMAC-SHA256 with the connection's key over
+    the message's number in the stream, header and payload (so none can be forged,
+    dropped, repeated or reordered unnoticed)."""
 
-    def __init__(self, sock: socket.socket, key: bytes):
+    def __init__(self, sock: socket.socket, key: bytes | None):
         self.sock = sock
         self._key = key
         self._count = 0
 
     def _tag(self, header: bytes, payload: bytes) -> bytes:
+        if self._key is None:
+            return b""
         mac = hmac.new(self._key, struct.pack("!Q", self._count) + header, hashlib.sha256)
         mac.update(payload)
         self._count += 1
@@ -361,7 +368,7 @@ class _Channel:
                             f"{values} values ({4 * values} bytes): not the same array, or "
                             "not a ring peer")
         payload = _recv_exact(self.sock, nbytes)
-        tag = _recv_exact(self.sock, _TAG_BYTES)
+        tag = _recv_exact(self.sock, _TAG_BYTES) if self._key is not None else b""
         if not hmac.compare_digest(tag, self._tag(header, payload)):
             raise RingError("a message from the predecessor failed authentication: the "
                             "connection was tampered with")
