@@ -80,6 +80,3 @@ class Access:
     @classmethod
     def tls_in(cls, directory: Path, lock_file: Path | None = None) -> Access:
         return cls(TlsFiles.in_directory(directory), lock_file)
-
-    def describe(self) -> str:
-        return "plaintext (insecure)" if self.tls is None else f"TLS ({self.tls.ca.parent})"

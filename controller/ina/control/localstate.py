@@ -25,7 +25,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,14 +116,6 @@ class FileLock:
     @contextlib.contextmanager
     def holding(self, timeout: float) -> Iterator[None]:
         self.acquire(timeout)
-        try:
-            yield
-        finally:
-            self.release()
-
-    @contextlib.asynccontextmanager
-    async def holding_async(self, timeout: float) -> AsyncIterator[None]:
-        await self.acquire_async(timeout)
         try:
             yield
         finally:
