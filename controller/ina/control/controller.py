@@ -174,8 +174,9 @@ class Controller:
                 try:
                     await self.clients[sw].claim(self, max(0.0, deadline - loop.time()))
                 except SwitchError as exc:
-                    raise ControllerError(f"not writing: another controller is writing to "
-                                          f"{sw}:\n  {exc}") from exc
+                    raise ControllerError(
+                        f"not writing: another controller was still writing to {sw} after "
+                        f"{self.claim_timeout:g}s:\n  {exc}") from exc
             self._writing = 1
             try:
                 yield

@@ -47,8 +47,7 @@ class MemorySwitch:
             try:
                 await asyncio.wait_for(turn, max(0.0, deadline - loop.time()))
             except TimeoutError:
-                raise SwitchError(self.name, f"another controller kept writing to it for "
-                                             f"{timeout:g}s") from None
+                raise SwitchError(self.name, "another controller is writing to it") from None
             finally:
                 self._waiting.remove(turn)
         self.writer = writer

@@ -145,9 +145,9 @@ class P4RuntimeSwitch:
                     await ready
         except TimeoutError:
             raise SwitchError(
-                self.name, f"another P4Runtime client stayed its primary for {timeout:g}s "
-                f"(election id {sw.primary_id}; ours {sw.election_id}): not writing (is "
-                "another controller writing, from another machine?)") from None
+                self.name, f"another P4Runtime client is its primary (election id "
+                f"{sw.primary_id}; ours {sw.election_id}): is another controller writing, "
+                "from another machine?") from None
 
     async def release(self, writer: object) -> None:
         pass  # the role ends with the connection (``close``)
