@@ -6,6 +6,7 @@ edge switch and a root in memory (``Fabric``)."""
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -328,7 +329,7 @@ def test_an_impostor_at_a_workers_ring_port_is_refused_counted_and_logged(
             assert time.monotonic() < deadline, f"w2 never listened on {address}"
             time.sleep(0.01)
     with impostor:
-        impostor.sendall(b"\0" * 64)
+        impostor.sendall(struct.pack("!IH", JOB, 0) + b"\0" * 64)  # "job 9, rank 0 (w1)"
         for r in (0, 2):
             threads[r].start()
         for t in threads:
