@@ -51,13 +51,12 @@ class TlsFiles:
     def in_directory(cls, directory: Path, name: str = CONTROLLER) -> TlsFiles:
         """``name``'s files in ``directory``; UsageError naming what is missing."""
         files = cls(directory / CA_FILE, cert_file(directory, name), key_file(directory, name))
-        missing = [str(p) for p in (files.ca, files.cert, files.key) if not p.is_file()]
+        missing = [p.name for p in (files.ca, files.cert, files.key) if not p.is_file()]
         if missing:
             raise UsageError(
-                f"no TLS credentials for the switches in {directory} (missing "
-                f"{', '.join(missing)}): they are made by `inalab run`, which keeps them "
-                "while the lab runs; give --insecure only to reach switches started "
-                "without TLS")
+                f"no TLS credentials for the switches in {directory} ({', '.join(missing)} "
+                "missing): `inalab run` makes them and keeps them while its lab runs; give "
+                "--insecure only to reach switches started without TLS")
         return files
 
 
