@@ -144,6 +144,16 @@ class Ring:
       is read: the handshake's are fixed, and a segment's is exactly its values
       (every rank splits an array of the same length the same way).
 
+    Why not a secret agreed through the switches (each worker adding a random value
+    to a reduction of the call, whose result BIER delivers to the job's workers
+    only): a job that no switch can take runs on hosts from its first call, with no
+    reduction on switches before its ring, so there is nothing to agree through
+    them; and a call moved to hosts midway can leave some workers without the last
+    result (lost with the switch that failed), who could then not prove the key,
+    failing a call that can succeed. The address check already keeps out every host
+    that is not on the path; the rest needs a secret the workers get from outside
+    the network (their launcher), which no observer of the switches' traffic has.
+
     A connection refused (not from the predecessor's address, a wrong or missing
     proof, a malformed hello) is counted in ``refused``, logged, closed, and the
     rank keeps waiting for its predecessor; a connection that stalls is closed
