@@ -519,7 +519,7 @@ def run_deploy_bench(build_dir: Path, topology_path: Path = DEPLOY_TOPOLOGY,
         lab.init_switches_sync()
 
         async def measure() -> None:
-            async with connect(topology, lab.p4info) as clients:
+            async with connect(topology, lab.p4info, access=lab.access) as clients:
                 for _ in range(repeat):
                     for concurrent in (True, False):
                         ctl = Controller(topology, clients, concurrent=concurrent)
