@@ -13,6 +13,7 @@ import yaml
 
 from ina.cli import inactl
 from ina.errors import InputError, UsageError
+from ina.lab.labstate import LabRecord
 from ina.protocol.constants import AGG_SLOTS, Op
 from ina.spec.job import JobSpec
 
@@ -65,7 +66,7 @@ def deployed(model_lab: ModelLab, monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 
     monkeypatch.setattr(inactl, "_switches", in_memory)
     monkeypatch.setattr(inactl, "_check_program", lambda args: None)
-    monkeypatch.setattr(inactl.LabRecord, "access", lambda self, insecure: None)  # no TLS
+    monkeypatch.setattr(LabRecord, "access", lambda self, insecure: None)  # no TLS
     monkeypatch.setenv("INA_RUN_DIR", str(tmp_path / "run"))  # no failures recorded
     return model_lab
 
