@@ -665,6 +665,13 @@ class CallStats:
     replans: int = 0  # calls run again from their start under a new plan of the job
     on_hosts: int = 0  # calls reduced among the workers (no switch aggregated the job)
     ring_refused: int = 0  # connections to the ring on hosts refused: not the job's workers
+    #: Seconds spent in each phase of the calls on switches, summed over the calls:
+    #: "starting" (the SYNC's round trip), "agreeing on the call" (the descriptor),
+    #: "agreeing on exponents" (float calls), "reducing" (the array). A profile.
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def spent(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
 
 
 #: A reduction backend: (values, op, first sequence number, phase) -> the result.
@@ -890,6 +897,14 @@ class Worker:
     # --- the call on switches --------------------------------------------------------
 
     def _start(self, proposal: int | None = None) -> SyncReply:
+        """The call's start from the job's root (``_sync``), its time counted."""
+        began = time.monotonic()
+        try:
+            return self._sync(proposal)
+        finally:
+            self.stats.spent("starting", time.monotonic() - began)
+
+    def _sync(self, proposal: int | None) -> SyncReply:
         """Ask the job's root for the call's first sequence number (SYNC), proposing
         ``proposal`` (default: the continuation, or 0); learn the plan's generation
         from the answer."""
@@ -957,7 +972,7 @@ class Worker:
         """One reduction in the network; PlanChanged if the edge switch turns a
         contribution back with news."""
         session = AllreduceSession(self.config, values, seq_base, self.rto, op, self.gen)
-        last_progress = time.monotonic()
+        last_progress = began = time.monotonic()
         give_up_at = last_progress + self.timeout
         try:
             while not session.done:
@@ -992,6 +1007,7 @@ class Worker:
             if session.next and seq_diff(session.seq_of(session.next - 1),
                                          self.highest_sent) > 0:
                 self.highest_sent = session.seq_of(session.next - 1)
+            self.stats.spent(phase, time.monotonic() - began)
             self.stats.packets += session.next
             self.stats.retransmissions += session.retransmissions
             self.stats.early_retransmissions += session.early_retransmissions

@@ -63,6 +63,8 @@ class TrainRun:
     loss: list[float]
     clock: list[float]
     collectives: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: ina: seconds per all_reduce in each phase of the call (the profile).
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -161,7 +163,8 @@ def _train(lab: Lab, topology: Topology, topology_path: Path, workers: list[str]
     data = json.loads(report.read_text())
     return TrainRun(backend, data["seconds"], data["step_median"], data["steps_per_second"],
                     data["comm_share"], data["final_loss"], data["test_accuracy"],
-                    data["loss"], data["clock"], data.get("collectives", {}))
+                    data["loss"], data["clock"], data.get("collectives", {}),
+                    data.get("phases", {}))
 
 
 def _bucket(lab: Lab, topology: Topology, topology_path: Path, workers: list[str],
@@ -301,6 +304,10 @@ class TrainFigures:
                     lines.append(f"    {run.backend:<8} {run.step_median * 1000:>8.1f} "
                                  f"{run.steps_per_second:>8.2f} {run.comm_share:>6.1%} "
                                  f"{run.final_loss:>7.4f} {run.test_accuracy:>9.1%}")
+                phases = g.run("ina").phases
+                if phases:
+                    lines.append("    ina, an all_reduce's phases (ms): " + ", ".join(
+                        f"{name} {seconds * 1000:.1f}" for name, seconds in phases.items()))
                 acc = g.run("ina").test_accuracy - g.run("gloo").test_accuracy
                 lines.append(f"    ina vs gloo (same run): {g.speedup:.2f}x gloo's speed per "
                              f"step; accuracy {acc * 100:+.1f} points; largest parameter "

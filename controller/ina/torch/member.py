@@ -186,7 +186,10 @@ class Heartbeat:
         return dead
 
     def close(self) -> None:
+        """Stop, and wait for the thread: one left inside a store call while the
+        process group is destroyed makes torch abort the process."""
         self._stop.set()
+        self._thread.join(HEARTBEAT_PERIOD + 5.0)
 
 
 class CallQueue:
@@ -216,8 +219,14 @@ class CallQueue:
             else:
                 done(result, None)
 
-    def close(self) -> None:
+    def close(self, wait: float = 60.0) -> None:
+        """No more calls; wait up to ``wait`` seconds for those under way to end (a
+        thread still running when the process exits aborts it in torch's C++)."""
         self._queue.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(wait)
+            if self._thread.is_alive():
+                LOG.warning("calls still under way after %gs at close", wait)
 
 
 @dataclass
