@@ -29,7 +29,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ina.lab.bench import CASES, INA_WIRE_PER_VALUE, ROOT, Case, _bench_on_lab, describe_vat
+from ina.lab.bench import (
+    CASES,
+    INA_WIRE_PER_VALUE,
+    ROOT,
+    Case,
+    _bench_on_lab,
+    describe_regime,
+    describe_vat,
+)
 from ina.lab.mininet import Lab
 from ina.lab.ranks import Rank, rank_env
 from ina.spec.topology import Topology
@@ -295,9 +303,7 @@ class TrainFigures:
                          f"gradients a step), {s.steps} steps of {s.batch} per rank; INA VAT "
                          f"(planned): {r.vat}.")
             for g in r.regimes:
-                regime = ("links unlimited (CPU-bound)" if g.rate_mbit is None
-                          else f"every link limited to {g.rate_mbit:g} Mbit/s (htb)")
-                lines.append(f"  {regime}:")
+                lines.append(f"  {describe_regime(g.rate_mbit)}:")
                 lines.append(f"    {'backend':<8} {'ms/step':>8} {'steps/s':>8} {'comm':>6} "
                              f"{'loss':>7} {'accuracy':>9}")
                 for run in g.runs:
