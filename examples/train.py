@@ -143,6 +143,9 @@ def main() -> None:
         }
         if args.backend == "ina" and not args.hook:
             report["collectives"] = ina.torch.stats()
+            calls = report["collectives"].get("allreduce", {}).get("switches", 0)
+            # Seconds per call in each phase (start, agreement, exponents, values).
+            report["phases"] = {k: v / max(calls, 1) for k, v in ina.torch.profile().items()}
         print(f"{report['backend']}: {args.steps} steps in {total:.1f}s "
               f"({median * 1000:.1f} ms/step median), loss {report['final_loss']:.4f}, "
               f"test accuracy {accuracy:.3f}", flush=True)

@@ -4,6 +4,7 @@ hypothesis profile."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
@@ -27,3 +28,16 @@ def figure1() -> Topology:
 @pytest.fixture
 def model_lab(figure1: Topology) -> ModelLab:
     return make_model_lab(figure1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The run directory of every lab and command the tests start (their credentials,
+    locks and failures files): never the one of a lab running beside the tests."""
+    before = os.environ.get("INA_RUN_DIR")
+    os.environ["INA_RUN_DIR"] = str(tmp_path_factory.mktemp("run"))
+    yield
+    if before is None:
+        del os.environ["INA_RUN_DIR"]
+    else:
+        os.environ["INA_RUN_DIR"] = before

@@ -162,3 +162,33 @@ def test_inanet_refuses_a_bad_job_file_with_one_message(tmp_path: Path) -> None:
                            "--job", str(bad)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "w99" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_inaworker_runs_on_the_embedded_network(tmp_path: Path) -> None:
+    ports = tmp_path / "ports.json"
+    net = subprocess.Popen([sys.executable, "-m", "ina.cli.inanet", "-t", str(FIGURE1),
+                            "--job", str(FIGURE1_JOB), "--endpoints", str(ports)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert net.stdout is not None and net.stdout.readline()  # up: the ports are written
+        workers = {w: subprocess.Popen(
+            [sys.executable, "-m", "ina.cli.inaworker", "-t", str(FIGURE1), "--job",
+             str(FIGURE1_JOB), "--worker", w, "--values", f"{i},{10 * i}", "--embedded",
+             str(ports)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i, w in enumerate(SPEC.workers, start=1)}
+        for w, proc in workers.items():
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, (w, err)
+            assert json.loads(out.splitlines()[-1])["values"] == 2
+    finally:
+        net.send_signal(signal.SIGTERM)
+        net.communicate(timeout=20)
+    assert not ports.exists()  # removed when inanet ends
+
+
+def test_inaworker_off_its_host_says_how_to_run_it_on_the_embedded_network() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ina.cli.inaworker", "-t", str(FIGURE1),
+                           "--job", str(FIGURE1_JOB), "--worker", "w1", "--values", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "inalab" in proc.stderr and "--embedded ports.json" in proc.stderr

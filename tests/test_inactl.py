@@ -13,6 +13,8 @@ import yaml
 
 from ina.cli import inactl
 from ina.errors import InputError, UsageError
+from ina.lab.labstate import LabRecord
+from ina.protocol.constants import AGG_SLOTS, Op
 from ina.spec.job import JobSpec
 
 from inatest import FIGURE1, FIGURE1_JOB, FIGURE1_SPEC, ModelLab
@@ -58,11 +60,13 @@ def deployed(model_lab: ModelLab, monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     asyncio.run(model_lab.ctl.deploy(JobSpec.load(FIGURE1_JOB)))
 
     @contextlib.asynccontextmanager
-    async def in_memory(args: Any, topology: Any, push: bool) -> AsyncIterator[Any]:
+    async def in_memory(args: Any, topology: Any, push: bool, access: Any
+                        ) -> AsyncIterator[Any]:
         yield model_lab.stores
 
     monkeypatch.setattr(inactl, "_switches", in_memory)
     monkeypatch.setattr(inactl, "_check_program", lambda args: None)
+    monkeypatch.setattr(LabRecord, "access", lambda self, insecure: None)  # no TLS
     monkeypatch.setenv("INA_RUN_DIR", str(tmp_path / "run"))  # no failures recorded
     return model_lab
 
@@ -156,3 +160,15 @@ def test_bift_json_has_a_row_per_bfer(capsys: pytest.CaptureFixture[str]) -> Non
     rows = json.loads(capsys.readouterr().out)["s7"]
     assert [r for r in rows if r["bfr_id"] == 5] == [
         {"bfr_id": 5, "port": 2, "neighbor": "s6", "fbm": "00001111", "fbm_hex": "0xf0"}]
+
+
+def test_deploy_says_loudly_when_a_job_lands_on_its_hosts(
+        model_lab: ModelLab, capsys: pytest.CaptureFixture[str]) -> None:
+    for i, sw in enumerate(sorted(model_lab.topology.switches)):  # every slot taken
+        asyncio.run(model_lab.ctl.deploy(JobSpec(100 + i, Op.SUM, ("w1", "w2"), sw, {},
+                                                 AGG_SLOTS)))
+    spec = JobSpec.load(FIGURE1_JOB)
+    assert asyncio.run(inactl._deploy(model_lab.ctl, spec, None, fallback=True)) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("WARNING: job 1 runs on its hosts, not in the network")
+    assert "WARNING: job 1 runs on its hosts" in err

@@ -1,4 +1,4 @@
-"""The subpackages depend on each other one way (README, "Architecture"):
+"""The subpackages depend on each other one way (docs/design.md, "Layering"):
 protocol <- spec <- control <- model; host uses protocol and spec; lab and cli on
 top. Checked on every import statement, those inside functions included."""
 
@@ -19,10 +19,10 @@ ALLOWED = {
     "control": {"protocol", "spec", "control"},
     "host": {"protocol", "spec", "host"},
     "model": {"protocol", "spec", "control", "model", "host"},
-    "lab": {"protocol", "spec", "control", "model", "host", "lab"},
+    "lab": {"protocol", "spec", "control", "model", "host", "torch", "lab"},
     # The torch backend: the host side, and the embedded network it may start.
     "torch": {"protocol", "spec", "host", "model", "torch"},
-    "cli": {"protocol", "spec", "control", "model", "host", "lab", "cli"},
+    "cli": {"protocol", "spec", "control", "model", "host", "torch", "lab", "cli"},
 }
 #: The reference data plane itself: the controller and the host side only through the
 #: harness.

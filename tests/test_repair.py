@@ -4,7 +4,6 @@ the controller writes when a switch or link goes down and comes back."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
@@ -16,12 +15,10 @@ from ina.control.repair import (
     ON_HOSTS,
     ON_SWITCHES,
     RepairReport,
-    load_failures,
     read_jobs,
     repair,
-    save_failures,
 )
-from ina.errors import PlanError, TopologyError
+from ina.errors import PlanError
 from ina.protocol.constants import AGG_SLOTS, Op
 from ina.protocol.frames import ip_int
 from ina.spec.job import JobSpec
@@ -227,18 +224,3 @@ def test_the_switches_record_where_each_job_runs() -> None:
     assert records[1].mode == ON_HOSTS and records[1].workers == set(SPREAD.workers)
     assert records[100].mode == ON_SWITCHES and records[100].slots == AGG_SLOTS
 
-
-def test_the_failures_file_keeps_what_was_declared(tmp_path: Path) -> None:
-    path = tmp_path / "x.failures.yaml"
-    down = Failures(frozenset({"spine1"}), frozenset({frozenset({"leaf1", "spine2"})}))
-    save_failures(path, down)
-    assert load_failures(path) == down
-    save_failures(path, Failures())
-    assert not path.exists() and load_failures(path) == Failures()
-
-
-def test_a_malformed_failures_file_is_an_error_naming_it(tmp_path: Path) -> None:
-    path = tmp_path / "x.failures.yaml"
-    path.write_text("links: [[a, b, c]]\n")
-    with pytest.raises(TopologyError, match="x.failures.yaml"):
-        load_failures(path)

@@ -141,7 +141,15 @@ def test_the_ddp_hook_on_a_gloo_group_matches_gloo(ranks: RankPool) -> None:
         assert r["stats"]["ddp_hook_allreduce"]["switches"] >= 30
 
 
-# --- Failures: ranks of their own ---------------------------------------------------
+# --- Ranks of their own: the end of a process group, failures ------------------------
+
+
+def test_every_rank_ends_cleanly_after_destroy_process_group() -> None:
+    # A heartbeat thread left inside a store call when the group is destroyed made
+    # torch abort one rank in three (SIGABRT): twice, to catch it.
+    for _ in range(2):
+        results = run_once(4, "repeated", JOB_ENV, timeout=90, params={"calls": 3})
+        assert [code for code, _, _ in results] == [0] * 4, [err[-500:] for *_, err in results]
 
 
 def _errors(results: list[tuple[int | None, str, str]]) -> list[str]:

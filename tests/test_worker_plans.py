@@ -6,7 +6,9 @@ edge switch and a root in memory (``Fabric``)."""
 from __future__ import annotations
 
 import socket
+import struct
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -299,6 +301,42 @@ def test_a_job_on_hosts_is_reduced_on_a_ring_with_the_switches_semantics(op: Op)
     assert all(r.on_hosts for r in results)
     assert [w.stats.on_hosts for w in workers] == [1, 1, 1]
     assert not any(r.overflow for r in results) or op == Op.SUM
+
+
+def test_an_impostor_at_a_workers_ring_port_is_refused_counted_and_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    fabric = Fabric(3)
+    fabric.on_hosts = True
+    workers = _workers(fabric)
+    arrays = _arrays(3, 2 * P)
+    outcomes: dict[int, AllreduceResult | Exception] = {}
+
+    def call(rank: int) -> None:
+        try:
+            outcomes[rank] = workers[rank].allreduce(arrays[rank])
+        except Exception as exc:  # noqa: BLE001 (checked below)
+            outcomes[rank] = exc
+
+    threads = [threading.Thread(target=call, args=(r,)) for r in range(3)]
+    threads[1].start()  # w2 first: the impostor reaches its ring port before w1 does
+    address = workers[1].config.ring_address(1)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            impostor = socket.create_connection(address, 10, ("127.0.0.99", 0))
+            break
+        except ConnectionRefusedError:  # w2 is still starting its call
+            assert time.monotonic() < deadline, f"w2 never listened on {address}"
+            time.sleep(0.01)
+    with impostor:
+        impostor.sendall(struct.pack("!IH", JOB, 0) + b"\0" * 64)  # "job 9, rank 0 (w1)"
+        for r in (0, 2):
+            threads[r].start()
+        for t in threads:
+            t.join(30)
+    _exact([outcomes[r] for r in range(3)], Op.SUM, arrays)
+    assert [w.stats.ring_refused for w in workers] == [0, 1, 0]
+    assert "w2: the ring on hosts refused a connection (127.0.0.99" in caplog.text
 
 
 def test_a_sum_on_hosts_flags_an_overflow_as_the_switches_do() -> None:

@@ -11,7 +11,7 @@ The worker API in one call::
 The subpackages, each depending only on those before it: protocol (the wire),
 spec (topology, jobs), control (the controller), host (workers, server roots),
 model (the reference data plane), lab (emulation, benchmarks), cli (the
-commands); errors holds every exception class. README.md, "Architecture".
+commands); errors holds every exception class. docs/design.md, "Layering".
 """
 
 from ina.errors import AllreduceError, AllreduceTimeout

@@ -109,19 +109,26 @@ class Unreachable(InaError, LookupError):
 
 
 class SwitchError(InaError, RuntimeError):
-    """A switch refused or failed an operation."""
+    """A switch refused or failed an operation. ``written``: of the entities a
+    failed write carried, those the switch did write, when it says (None: unknown)."""
 
     exit_code = 3
 
-    def __init__(self, switch: str, message: str):
+    def __init__(self, switch: str, message: str, written: Sequence[object] | None = None):
         super().__init__(f"{switch}: {message}")
         self.switch = switch
+        self.written = None if written is None else tuple(written)
 
 
 class ControllerError(InaError, RuntimeError):
     """An operation failed on one or more switches."""
 
     exit_code = 3
+
+
+class LockTimeout(ControllerError):
+    """A lock of the run directory (ina.control.localstate) that another command
+    holds was not released in time; the message names the holder."""
 
 
 class DeployError(ControllerError):
@@ -153,6 +160,14 @@ class LabError(InaError, RuntimeError):
 
 class AllreduceError(InaError, RuntimeError):
     """The AllReduce could not complete."""
+
+    exit_code = 3
+
+
+class RingError(InaError, ConnectionError):
+    """A peer of the ring on hosts broke its protocol (a message of the wrong size,
+    one that fails authentication, a port answering without the ring's key): the
+    call ends with this error, never with values from it."""
 
     exit_code = 3
 

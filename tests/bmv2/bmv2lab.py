@@ -21,6 +21,7 @@ import yaml
 from ina.control.controller import Controller
 from ina.host.arrays import random_array
 from ina.lab.deploy import controller_call, deploy
+from ina.lab.labstate import run_dir
 from ina.lab.mininet import Lab, LabOptions, wait_until
 from ina.model.harness import reduce_arrays
 from ina.protocol.bitmaps import one_set
@@ -46,9 +47,10 @@ class NetLab:
     workdir: Path
     reports: dict[str, Any] = field(default_factory=dict)
 
-    def controller_call(self, fn: Callable[[Controller], Awaitable[T]]) -> T:
+    def controller_call(self, fn: Callable[[Controller], Awaitable[T]],
+                        write: bool = True) -> T:
         """Run ``fn(controller)`` over fresh P4Runtime connections."""
-        return controller_call(self.lab, fn)
+        return controller_call(self.lab, fn, write)
 
     def write_job(self, **spec: Any) -> Path:
         path = self.workdir / f"job{spec['job_id']}.yaml"
@@ -170,7 +172,10 @@ class Labs:
         topology = Topology.load(topology_path)
         log_dir = Path(os.environ["INA_TEST_BMV2_LOGS"]) \
             if "INA_TEST_BMV2_LOGS" in os.environ else None
-        lab = Lab(topology, LabOptions(build_dir=self.compiled, log_dir=log_dir))
+        # In the run directory (the tests' own), as `inalab run` does: the commands the
+        # tests run beside it find its credentials there.
+        lab = Lab(topology, LabOptions(build_dir=self.compiled, log_dir=log_dir,
+                                       run_dir=run_dir()))
         lab.start()
         try:
             lab.init_switches_sync()

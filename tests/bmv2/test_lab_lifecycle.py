@@ -104,6 +104,7 @@ def running(compiled_alone: Path, tmp_path: Path) -> Iterator[RunningLab]:
 def _assert_all_gone(lab: RunningLab) -> None:
     wait_until(lambda: not lab.processes(), 60.0, "every process of the lab to end")
     assert not lab.record.pid_file.exists() and not lab.record.state_file.exists()
+    assert not lab.record.tls_dir.exists()  # its private keys with it
 
 
 # A SIGINT that no terminal sent reaches the lab as SIGTERM (see sandbox_init.py).
@@ -129,7 +130,7 @@ def test_sigkill_of_inalab_run_ends_its_lab_by_itself_and_blocks_nothing(
                    stderr=subprocess.PIPE)
     _, err = done.communicate(timeout=30)
     assert done.returncode == 2 and b"no lab of figure1 is running" in err
-    assert not running.record.pid_file.exists()
+    assert not running.record.pid_file.exists() and not running.record.tls_dir.exists()
 
 
 def test_a_second_run_of_a_running_topology_is_refused(

@@ -50,12 +50,13 @@ def run_on_lab(lab: NetLab, deployed: Deployed, scenario: str, timeout: float,
 
 def test_ddp_through_the_switches_matches_gloo_through_the_same_switches(
         figure1_lab: NetLab, deployed: Deployed) -> None:
-    for r in run_on_lab(figure1_lab, deployed, "train", 600, steps=30):
+    for r in run_on_lab(figure1_lab, deployed, "train", 600, steps=20):
         assert r["max_param_diff"] < 1e-4  # type: ignore[operator]
-        assert r["stats"]["allreduce"]["switches"] >= 30  # type: ignore[index]
+        assert r["stats"]["allreduce"]["switches"] >= 20  # type: ignore[index]
 
 
-def test_a_25_mib_bucket_lies_within_its_bound_of_gloos(
+def test_ddps_first_bucket_lies_within_its_bound_of_gloos(
         figure1_lab: NetLab, deployed: Deployed) -> None:
-    for r in run_on_lab(figure1_lab, deployed, "bucket", 900, mib=25):
+    # DDP's first bucket is 1 MiB (its 25 MiB default: `make train` measures one).
+    for r in run_on_lab(figure1_lab, deployed, "bucket", 300, mib=1):
         assert r["within_bound_of_gloo"] is True

@@ -12,9 +12,15 @@
     inactl -t topologies/leaf-spine-2x4.yaml up switch spine1
 
 -t can be left out with INA_TOPOLOGY=FILE in the environment. An invalid
-topology or job is refused before anything is written. Switches and
-links declared down (``down``) or detected down (``watch``) are recorded next to
-the running lab (ina.lab.labstate) and left out of the topology by every command.
+topology or job is refused before anything is written. Switches and links
+declared down (``down``, until ``up``) or detected down (``watch``) are recorded
+next to the running lab (ina.lab.labstate), apart, and both left out of the
+topology by every command.
+
+Every command connects over TLS with the lab's credentials (made by ``inalab
+run``, in the run directory: $INA_RUN_DIR/<topology>.tls, default .run);
+``--insecure`` connects in plaintext, to switches started without TLS. Commands
+that write take turns: see ina.control.p4runtime.
 """
 
 from __future__ import annotations
@@ -31,15 +37,10 @@ from typing import Any
 
 from ina.cli import common, inactl_watch
 from ina.control import p4names
+from ina.control.access import Access
 from ina.control.controller import Controller, SwitchStatus
-from ina.control.repair import (
-    ON_HOSTS,
-    load_failures,
-    read_jobs,
-    repair,
-    repair_switches,
-    save_failures,
-)
+from ina.control.localstate import RecordedFailures, load_failures, update_failures
+from ina.control.repair import ON_HOSTS, read_jobs, repair, repair_switches
 from ina.control.report import render_status
 from ina.control.switch import SwitchClient
 from ina.control.vat_planner import resolve, root_only, stream_cost
@@ -64,7 +65,11 @@ def parser() -> argparse.ArgumentParser:
                    help="BMv2 JSON of the compiled program, for init, up, repair and watch "
                         "(default: BUILD/ina.json)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                   help="seconds to reach each switch")
+                   help="seconds to reach each switch, and to wait for another controller "
+                        "writing to it")
+    p.add_argument("--insecure", action="store_true",
+                   help="connect without TLS (to switches started without it: inalab run "
+                        "--insecure); default: TLS with the lab's credentials")
     sub = common.commands(p)
     common.command(sub, "init", "install the pipeline if needed and the base state "
                                 "(routes, BIER)")
@@ -114,10 +119,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     full = Topology.load(args.topology)
-    failures_file = LabRecord(full.name).failures_file
-    failures = load_failures(failures_file)
+    record = LabRecord(full.name)
+    failures_file = record.failures_file
     if args.command in ("down", "up"):
-        failures = _declared(args, full, failures)
+        element = _element(args, full)
+        # Recorded first, under the file's lock: the failure is real whether or not
+        # the repair completes (``inactl repair`` finishes an interrupted one).
+        failures = update_failures(failures_file, lambda r: _declared(args, element, r)).all
+    else:
+        failures = load_failures(failures_file).all
     topology = full.without(failures) if failures else full
     if args.command in ("check", "plan"):
         return _check(topology, args.job, getattr(args, "output", None), args.json)
@@ -136,14 +146,11 @@ def _main(args: argparse.Namespace) -> int:
             if args.no_fallback:
                 raise
     _check_program(args)
+    access = record.access(args.insecure)
     if args.command == "watch":
-        return asyncio.run(inactl_watch.run(args, full, _repair_on_change(args, full,
-                                                                          failures_file)))
-    if args.command in ("down", "up", "repair"):
-        # Recorded first: the failure is real whether or not the repair completes
-        # (``inactl repair`` finishes an interrupted one).
-        save_failures(failures_file, failures)
-    return asyncio.run(_run(args, full, topology, spec))
+        return asyncio.run(inactl_watch.run(args, full, _repair_on_change(
+            args, full, failures_file, access), access))
+    return asyncio.run(_run(args, full, topology, spec, access))
 
 
 def _check_program(args: argparse.Namespace) -> None:
@@ -158,24 +165,32 @@ def _check_program(args: argparse.Namespace) -> None:
         raise P4InfoError(f"{args.p4blob} not found: compile the P4 program first (make build)")
 
 
-def _declared(args: argparse.Namespace, full: Topology, failures: Failures) -> Failures:
-    """The failures after ``inactl down|up switch NAME`` or ``link A B``."""
-    down = args.command == "down"
+def _element(args: argparse.Namespace, full: Topology) -> tuple[str, ...]:
+    """The switch or link of ``down|up switch NAME`` or ``link A B``, checked against
+    the topology."""
     element = common.element_of(args)
     common.check_element(full, element)
+    return element
+
+
+def _declared(args: argparse.Namespace, element: tuple[str, ...],
+              recorded: RecordedFailures) -> RecordedFailures:
+    """The failures after ``inactl down|up``: only the declared ones change."""
+    down = args.command == "down"
+    declared = recorded.declared
     if element[0] == "switch":
-        failures = failures.with_switch(element[1], down)
+        declared = declared.with_switch(element[1], down)
     else:
-        failures = failures.with_link(element[1], element[2], down)
-    return failures
+        declared = declared.with_link(element[1], element[2], down)
+    return RecordedFailures(declared, recorded.detected)
 
 
 async def _run(args: argparse.Namespace, full: Topology, topology: Topology,
-               spec: JobSpec | None) -> int:
+               spec: JobSpec | None, access: Access) -> int:
     # A switch that is back (or restarted empty) gets the pipeline again.
     push = args.command in ("init", "up", "repair")
-    async with _switches(args, topology, push) as clients:
-        ctl = Controller(topology, clients)
+    async with _switches(args, topology, push, access) as clients:
+        ctl = Controller(topology, clients, claim_timeout=args.timeout)
         handlers: dict[str, Callable[[], Awaitable[int]]] = {
             "init": lambda: _init(ctl),
             "deploy": lambda: _deploy(ctl, spec, args.save_plan, not args.no_fallback),
@@ -188,22 +203,29 @@ async def _run(args: argparse.Namespace, full: Topology, topology: Topology,
         return await handlers[args.command]()
 
 
-def _switches(args: argparse.Namespace, topology: Topology,
-              push: bool) -> AbstractAsyncContextManager[Mapping[str, SwitchClient]]:
-    """A client of every switch of the topology, over P4Runtime."""
+def _switches(args: argparse.Namespace, topology: Topology, push: bool,
+              access: Access) -> AbstractAsyncContextManager[Mapping[str, SwitchClient]]:
+    """A client of every switch of the topology, over P4Runtime: writers take turns
+    (ina.control.p4runtime); ``status`` only reads, and waits for nobody."""
     from ina.control.p4runtime import connect
 
-    return connect(topology, args.p4info, args.p4blob, push=push, timeout=args.timeout)
+    return connect(topology, args.p4info, args.p4blob, access=access, push=push,
+                   timeout=args.timeout, write=args.command != "status")
 
 
-def _repair_on_change(args: argparse.Namespace, full: Topology,
-                      failures_file: Path) -> Callable[[Failures], Awaitable[None]]:
-    """What ``inactl watch`` does on each change it detects: record it, as ``inactl
-    down|up`` does, and repair over one-shot connections (whose election id is
-    above the watcher's, so they may write)."""
-    async def on_change(failures: Failures) -> None:
-        save_failures(failures_file, failures)
-        report = await repair_switches(full, failures, args.p4info, args.p4blob, args.timeout)
+def _repair_on_change(args: argparse.Namespace, full: Topology, failures_file: Path,
+                      access: Access) -> Callable[[Failures], Awaitable[None]]:
+    """What ``inactl watch`` does on each change it detects: record it as its own
+    verdict (what was declared with ``inactl down`` stays), and repair for every
+    failure recorded, declared or detected, over one-shot connections (whose
+    election id is above the watcher's, so they may write; taking turns with the
+    other commands, see ina.control.p4runtime)."""
+    async def on_change(detected: Failures) -> None:
+        recorded = await asyncio.to_thread(
+            update_failures, failures_file,
+            lambda r: RecordedFailures(r.declared, detected))
+        report = await repair_switches(full, recorded.all, args.p4info, args.p4blob, access,
+                                       args.timeout)
         for line in report.describe().splitlines():
             LOG.warning("repair: %s", line)
 
@@ -232,8 +254,11 @@ async def _deploy(ctl: Controller, spec: JobSpec | None, save_plan: Path | None,
     assert spec is not None
     d = await ctl.deploy(spec, fallback=fallback)
     if d.job is None:
-        print(f"job {spec.job_id} deployed on its hosts: no switch can aggregate it "
-              f"({d.fallback}); its workers reduce among themselves")
+        warning = (f"WARNING: job {spec.job_id} runs on its hosts, not in the network: no "
+                   f"switch can aggregate it ({d.fallback}); its workers reduce among "
+                   "themselves over TCP (inactl deploy --no-fallback refuses such a job)")
+        print(f"{PROG}: {warning}", file=sys.stderr)
+        print(warning)
         if save_plan is not None:
             raise UsageError(f"job {spec.job_id} runs on its hosts: it has no VAT to save "
                              f"in {save_plan}")

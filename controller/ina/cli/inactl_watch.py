@@ -1,10 +1,10 @@
 """``inactl watch``: detect failed switches and links until stopped (SIGINT or SIGTERM).
 
 inactl wires it with two lines: ``inactl_watch.add_parser(sub)`` in its parser, and
-``inactl_watch.run(args, topology, on_change)`` for the command (outside the one-shot
-connections of the other commands: the watcher keeps its own). ``args`` carries
-inactl's ``p4info`` and ``p4blob`` (the watcher installs the pipeline on a switch
-that comes back empty) besides the options below.
+``inactl_watch.run(args, topology, on_change, access)`` for the command (outside the
+one-shot connections of the other commands: the watcher keeps its own). ``args``
+carries inactl's ``p4info`` and ``p4blob`` (the watcher installs the pipeline on a
+switch that comes back empty) besides the options below.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import signal
 from pathlib import Path
 
 from ina.cli import common
+from ina.control.access import Access
 from ina.control.watch import OnChange, Watcher, WatchOptions
 from ina.errors import UsageError
 from ina.spec.topology import Topology
@@ -53,9 +54,11 @@ def options(args: argparse.Namespace) -> WatchOptions:
         raise UsageError(str(exc)) from exc
 
 
-async def run(args: argparse.Namespace, topology: Topology, on_change: OnChange) -> int:
+async def run(args: argparse.Namespace, topology: Topology, on_change: OnChange,
+              access: Access) -> int:
     """Watch until SIGINT or SIGTERM; 0. The connections are closed on the way out."""
-    watcher = Watcher(topology, args.p4info, args.p4blob, on_change, options(args))
+    watcher = Watcher(topology, args.p4info, args.p4blob, on_change, options(args),
+                      access=access)
     task = asyncio.create_task(watcher.run(), name="watch")
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)

@@ -63,7 +63,8 @@ def _run(args: argparse.Namespace, topology: Topology) -> int:
     # The CLI keeps Mininet's Ctrl-C (interrupt the command running on a host).
     sandbox.stop_on((signal.SIGTERM, signal.SIGHUP) if not args.no_cli
              else (signal.SIGTERM, signal.SIGHUP, signal.SIGINT))
-    options = LabOptions(build_dir=args.build, log_dir=args.logs, pcap_dir=args.pcap)
+    options = LabOptions(build_dir=args.build, log_dir=args.logs, pcap_dir=args.pcap,
+                         run_dir=LabRecord(topology.name).directory, insecure=args.insecure)
     with Lab(topology, options) as lab:
         lab.init_switches_sync()
         # PIDs as the sandbox sees them; `inalab exec/host` map them to the machine's.
@@ -130,6 +131,10 @@ def _paths(args: argparse.Namespace) -> list[Path]:
     """What the command reads or writes: it must stay visible in the sandbox, even
     under /tmp (which the sandbox replaces)."""
     paths = [args.topology, args.build]
+    if args.cmd == "run":  # its credentials, for the commands beside it
+        record = LabRecord(Topology.load(args.topology).name)
+        record.directory.mkdir(parents=True, exist_ok=True)
+        paths.append(record.directory)
     for directory in (args.logs, getattr(args, "pcap", None)):  # pcap: only `run` has it
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
@@ -189,7 +194,8 @@ def _fault(args: argparse.Namespace, topology: Topology) -> int:
             print(f"{name} stopped (process {pid}); tell the controller: inactl down switch "
                   f"{name} (inactl watch finds out by itself)")
         else:
-            faults.recover_switch(init, topology, name)
+            tls_dir = LabRecord(topology.name).tls_dir
+            faults.recover_switch(init, topology, name, tls_dir if tls_dir.is_dir() else None)
             print(f"{name} started again, empty; tell the controller: inactl up switch {name}")
         return 0
     a, b = element[1:]
@@ -242,6 +248,9 @@ def parser() -> argparse.ArgumentParser:
                    help="write every switch port's frames here, DIR/<switch>-eth<port>_in.pcap "
                         "and _out.pcap (see docs/inspect.md) (default: none written)")
     r.add_argument("--no-cli", action="store_true", help="no CLI; run until killed")
+    r.add_argument("--insecure", action="store_true",
+                   help="P4Runtime without TLS (and BMv2's Thrift port open): anyone who "
+                        "reaches a switch may write to it; commands then need --insecure")
     e = common.command(sub, "exec", "run a command in the running lab's network (where the "
                                     "switches' gRPC ports are)")
     e.add_argument("command", nargs=argparse.REMAINDER,

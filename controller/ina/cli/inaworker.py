@@ -28,6 +28,7 @@ import numpy.typing as npt
 from ina.cli import common
 from ina.errors import InaError, UsageError
 from ina.host.arrays import digest, random_array, random_floats
+from ina.host.link import LinkTransport, on_loopback
 from ina.host.worker import (
     DEFAULT_RTO,
     MIN_RTO,
@@ -37,7 +38,9 @@ from ina.host.worker import (
     WorkerConfig,
     is_local_address,
 )
+from ina.model.embedded import Endpoints
 from ina.protocol.constants import Op
+from ina.spec.topology import Topology
 
 PROG = "inaworker"
 
@@ -109,6 +112,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ring-port", type=int, metavar="PORT",
                    help="if no switch aggregates the job, the workers reduce on a TCP ring, "
                         "rank r listening on PORT + r (default: ina.host.worker.ring_port)")
+    p.add_argument("--embedded", type=Path, metavar="FILE",
+                   help="no lab: reach the worker's host link on the embedded network whose "
+                        "endpoints FILE holds (inanet --endpoints FILE) (default: this "
+                        "machine's own network, on the worker's lab host)")
     p.add_argument("--wait-go", action="store_true",
                    help="once set up, say 'ready' on stdout and wait for a line on stdin "
                         "before the AllReduce starts (benchmarks start every worker at once)")
@@ -123,7 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         config = WorkerConfig.from_files(args.topology, args.job, args.worker,
                                          ring_port=args.ring_port)
         values = _values(args)
-        _on_the_workers_host(args, argv, config.addresses[config.rank])
+        if args.embedded is None:
+            _on_the_workers_host(args, argv, config.addresses[config.rank])
+        else:
+            config = on_loopback(config)
     except InaError as exc:
         return common.fail(PROG, exc)
     # A stop signal ends the call the way a failure does: the worker tells the root
@@ -149,7 +159,10 @@ def _on_the_workers_host(args: argparse.Namespace, argv: list[str], address: str
         f"{args.worker} is not on this machine: no interface here has its address "
         f"{address}, so this is not {args.worker}'s host in a lab of {args.topology}. "
         f"Run it there:\n  inalab -t {shlex.quote(str(args.topology))} host "
-        f"{shlex.quote(args.worker)} -- {shlex.join([*here, *argv])}")
+        f"{shlex.quote(args.worker)} -- {shlex.join([*here, *argv])}\nor, without a lab, "
+        f"on the embedded network (the reference model on this machine's loopback):\n"
+        f"  inanet -t {shlex.quote(str(args.topology))} --job {shlex.quote(str(args.job))} "
+        f"--endpoints ports.json &\n  {shlex.join([*here, *argv, '--embedded', 'ports.json'])}")
 
 
 def _values(args: argparse.Namespace) -> npt.NDArray[Any]:
@@ -167,10 +180,23 @@ def _values(args: argparse.Namespace) -> npt.NDArray[Any]:
         random_array(args.random, args.seed)
 
 
+def _transport(args: argparse.Namespace, config: WorkerConfig) -> UdpTransport | LinkTransport:
+    """The host's own UDP socket, or its link on the embedded network."""
+    if args.embedded is None:
+        return UdpTransport(config.target)
+    try:
+        endpoints = Endpoints.from_json(args.embedded.read_text())
+    except (OSError, ValueError, KeyError) as exc:
+        raise UsageError(f"{args.embedded} holds no embedded network's endpoints: {exc}"
+                         ) from exc
+    return LinkTransport(Topology.load(args.topology), args.worker,
+                         endpoints.of(args.worker), config.target)
+
+
 def _call(args: argparse.Namespace, config: WorkerConfig, values: npt.NDArray[Any]) -> int:
     """The AllReduce, and its report on stdout."""
     try:
-        with UdpTransport(config.target) as transport:
+        with _transport(args, config) as transport:
             progress: Callable[[int, int], None] | None = \
                 _Progress(args.worker) if args.progress else None
             timeline = _Timeline(progress) if args.timeline else None

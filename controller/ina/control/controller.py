@@ -4,15 +4,24 @@ Every operation reads what the switches hold before it writes, so the switches
 are the only record of what is deployed: ``inactl`` keeps no state of its own
 and a restarted controller sees the same jobs. Writes go to all switches at
 once. A job is either on every switch of its plan or on none: when a write
-fails, what was written is removed again before the error is raised.
+fails, what this write inserted is removed again before the error is raised
+(never what another writer holds, even if it looks the same).
+
+One writer at a time: every operation that writes first makes this controller
+the only writer of every switch (``writing``: ``SwitchClient.claim``, over
+P4Runtime the primary client of each), and only then reads what it will change.
+Another controller's read-allocate-write can then never interleave with ours:
+two deploys choosing the same job index and slots, or one's rollback removing
+what the other wrote, cannot happen.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -35,6 +44,7 @@ from ina.errors import (
     InputError,
     JobError,
     PlanError,
+    SwitchError,
 )
 from ina.protocol.bitmaps import bfr_ids_of, join_set
 from ina.protocol.constants import JOB_GROUP_BASE, JOB_STAT_STRIDE, JobStat, SwitchStat
@@ -44,6 +54,9 @@ from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
+#: Seconds a controller waits to become the only writer of a switch (another
+#: controller finishing its operation) before it gives up.
+CLAIM_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -128,7 +141,7 @@ class SwitchStatus:
 
 class Controller:
     def __init__(self, topology: Topology, clients: Mapping[str, SwitchClient],
-                 concurrent: bool = True):
+                 concurrent: bool = True, claim_timeout: float = CLAIM_TIMEOUT):
         """``concurrent=False`` talks to one switch after another (for comparison)."""
         missing = sorted(set(topology.switches) - set(clients))
         if missing:
@@ -136,6 +149,41 @@ class Controller:
         self.topology = topology
         self.clients = dict(clients)
         self.concurrent = concurrent
+        self.claim_timeout = claim_timeout
+        self._writing = 0  # depth of nested ``writing`` blocks
+
+    @contextlib.asynccontextmanager
+    async def writing(self) -> AsyncIterator[None]:
+        """Be the only writer of every switch while the block runs (re-entrant):
+        each switch is claimed first, so what the block reads next is what it
+        changes. ControllerError, with nothing written, if another controller
+        keeps a switch for ``claim_timeout`` seconds."""
+        if self._writing:
+            self._writing += 1
+            try:
+                yield
+            finally:
+                self._writing -= 1
+            return
+        try:
+            # One switch after another, in one order for every controller: two that
+            # start at once cannot each hold a switch the other waits for.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.claim_timeout
+            for sw in sorted(self.clients):
+                try:
+                    await self.clients[sw].claim(self, max(0.0, deadline - loop.time()))
+                except SwitchError as exc:
+                    raise ControllerError(
+                        f"not writing: another controller was still writing to {sw} after "
+                        f"{self.claim_timeout:g}s:\n  {exc}") from exc
+            self._writing = 1
+            try:
+                yield
+            finally:
+                self._writing = 0
+        finally:
+            await self._each(lambda sw, c: c.release(self))
 
     async def _each(self, fn: Callable[[str, SwitchClient], Awaitable[T]],
                     switches: Sequence[str] | None = None) -> dict[str, T | BaseException]:
@@ -197,7 +245,8 @@ class Controller:
             LOG.info("%s: base state: %s", sw, changes.describe())
             return changes
 
-        results = await self._each(reconcile)
+        async with self.writing():
+            results = await self._each(reconcile)
         self._raise_failures("initialising switches", results)
         return {sw: r for sw, r in results.items() if not isinstance(r, BaseException)}
 
@@ -241,7 +290,12 @@ class Controller:
         With ``fallback``, a job that no switch can take (no capacity, or no path)
         is deployed on its hosts instead (R2): its workers' edge switches tell them
         to reduce among themselves (``Deployment.job`` is None)."""
-        existing = await self._read_jobs()
+        async with self.writing():
+            return await self._deploy(spec, epoch, fallback)
+
+    async def _deploy(self, spec: JobSpec | Job, epoch: int | None,
+                      fallback: bool) -> Deployment:
+        existing, held_groups = await self.read_job_state()
         job_id = spec.job_id
         holders = sorted(sw for sw, entries in existing.items()
                          if any(_job_id(e) == job_id for e in entries))
@@ -261,7 +315,7 @@ class Controller:
             if not fallback:
                 raise
             await self._check_initialised()
-            return await self._deploy_on_hosts(spec, exc)
+            return await self._deploy_on_hosts(spec, exc, existing)
         await self._check_initialised()
         epoch = epoch if epoch is not None else secrets.randbits(32) | 1
         plan = job_plan(job, self.topology, alloc, epoch)
@@ -271,33 +325,55 @@ class Controller:
             sw: ([groups[sw]] if sw in groups else []) + list(entries)
             for sw, entries in plan.items()}
 
+        held: dict[str, set[object]] = {
+            sw: {_key(e) for e in [*existing.get(sw, ()), *held_groups.get(sw, ())]}
+            for sw in writes}
+
         async def write(sw: str, client: SwitchClient) -> None:
             await _reset_job_counters(client, alloc[sw].job_index)
             await client.insert(writes[sw])
 
-        results = await self._each(write, list(writes))
-        failures = {sw: r for sw, r in results.items() if isinstance(r, BaseException)}
-        if failures:
-            rollback = await self._each(lambda sw, c: self._remove_exact(c, writes[sw]),
-                                        list(writes))
-            rollback_failures = {sw: r for sw, r in rollback.items()
-                                 if isinstance(r, BaseException)}
-            raise DeployError(job.job_id, failures, rollback_failures)
+        await self._insert_all(job.job_id, writes, held, write)
         LOG.info("job %d deployed on %s", job.job_id, ", ".join(plan))
         return Deployment(job, alloc, epoch, plan, groups)
 
-    async def _deploy_on_hosts(self, spec: JobSpec | Job, reason: InputError) -> Deployment:
-        why = "; ".join(reason.problems)
-        LOG.warning("job %d: no switch can aggregate it (%s): it runs on its hosts",
-                    spec.job_id, why)
-        plan = on_hosts_plan(spec.job_id, spec.workers, spec.slots, self.topology, 0)
-        results = await self._each(lambda sw, c: c.insert(plan[sw]), list(plan))
+    async def _insert_all(self, job_id: int, writes: Mapping[str, Sequence[Entity]],
+                          held: Mapping[str, set[object]],
+                          write: Callable[[str, SwitchClient], Awaitable[None]]) -> None:
+        """``write`` on each switch of ``writes``; if one fails, remove again what
+        this write inserted, and only that, then raise DeployError.
+
+        What was inserted: all of ``writes[sw]`` where ``write`` succeeded; where it
+        failed, what the switch says it wrote (``SwitchError.written``), or, if it
+        cannot say, what it holds now exactly as written whose key it did not hold
+        before (``held``: the keys read before writing, as the only writer)."""
+        results = await self._each(write, list(writes))
         failures = {sw: r for sw, r in results.items() if isinstance(r, BaseException)}
-        if failures:
-            rollback = await self._each(lambda sw, c: self._remove_exact(c, plan[sw]),
-                                        list(plan))
-            raise DeployError(spec.job_id, failures, {sw: r for sw, r in rollback.items()
-                                                      if isinstance(r, BaseException)})
+        if not failures:
+            return
+
+        def inserted(sw: str) -> list[Entity]:
+            err = failures.get(sw)
+            if err is None:
+                return list(writes[sw])
+            if isinstance(err, SwitchError) and err.written is not None:
+                return [e for e in writes[sw] if e in err.written]
+            return [e for e in writes[sw] if _key(e) not in held.get(sw, set())]
+
+        rollback = await self._each(lambda sw, c: self._remove_exact(c, inserted(sw)),
+                                    list(writes))
+        raise DeployError(job_id, failures, {sw: r for sw, r in rollback.items()
+                                             if isinstance(r, BaseException)})
+
+    async def _deploy_on_hosts(self, spec: JobSpec | Job, reason: InputError,
+                               existing: Mapping[str, Sequence[TableEntry]]) -> Deployment:
+        why = "; ".join(reason.problems)
+        # The caller gets the reason (Deployment.fallback) and says it loudly (inactl).
+        LOG.info("job %d: no switch can aggregate it (%s): it runs on its hosts",
+                 spec.job_id, why)
+        plan = on_hosts_plan(spec.job_id, spec.workers, spec.slots, self.topology, 0)
+        held = {sw: {_key(e) for e in existing.get(sw, ())} for sw in plan}
+        await self._insert_all(spec.job_id, plan, held, lambda sw, c: c.insert(plan[sw]))
         return Deployment(None, {}, 0, plan, {}, why)
 
     async def rewrite_job(self, job_id: int, current: Mapping[str, Sequence[Entity]],
@@ -324,7 +400,15 @@ class Controller:
         member_state = {sw: changes(sw, members=True) for sw in switches}
         stale = {sw: sorted((e for k, e in have.get(sw, {}).items() if k not in want.get(sw, {})),
                             key=lambda e: isinstance(e, McastGroup)) for sw in switches}
+        async with self.writing():
+            return await self._rewrite(job_id, switches, new_state, member_state, stale,
+                                       new_indices)
 
+    async def _rewrite(self, job_id: int, switches: Sequence[str],
+                       new_state: Mapping[str, tuple[list[Entity], list[Entity]]],
+                       member_state: Mapping[str, tuple[list[Entity], list[Entity]]],
+                       stale: Mapping[str, list[Entity]],
+                       new_indices: Mapping[str, int]) -> bool:
         async def write_new(sw: str, client: SwitchClient) -> None:
             if sw in new_indices:
                 await _reset_job_counters(client, new_indices[sw])
@@ -374,6 +458,10 @@ class Controller:
 
     async def teardown(self, job_id: int) -> list[str]:
         """Remove every entry of the job; the switches it was removed from."""
+        async with self.writing():
+            return await self._teardown(job_id)
+
+    async def _teardown(self, job_id: int) -> list[str]:
         existing = await self._read_jobs()
         mine: dict[str, list[Entity]] = {
             sw: [e for e in entries if _job_id(e) == job_id] for sw, entries in existing.items()}

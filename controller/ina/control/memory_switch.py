@@ -5,6 +5,7 @@ and the controller's tests run against it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
@@ -23,7 +24,8 @@ Write = tuple[str, Entity]  # ("insert" | "modify" | "delete", what was written)
 class MemorySwitch:
     """A switch held in memory. ``fail_insert`` lets tests make a write fail;
     ``writes`` records every insert, modify and delete, in order, so tests can
-    assert what the controller wrote."""
+    assert what the controller wrote. Controllers take turns writing to it
+    (``claim``), as P4Runtime's primary client does on a real switch."""
 
     name: str
     tables: dict[str, dict[object, TableEntry]] = field(default_factory=dict)
@@ -32,10 +34,35 @@ class MemorySwitch:
     registers: dict[str, dict[int, object]] = field(default_factory=dict)
     fail_insert: Callable[[Entity], bool] | None = None
     writes: list[Write] = field(default_factory=list)
+    #: The controller writing to it now, and those waiting for their turn.
+    writer: object | None = field(default=None, repr=False)
+    _waiting: list[asyncio.Future[None]] = field(default_factory=list, repr=False)
+
+    async def claim(self, writer: object, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.writer is not None and self.writer is not writer:
+            turn = loop.create_future()
+            self._waiting.append(turn)
+            try:
+                await asyncio.wait_for(turn, max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                raise SwitchError(self.name, "another controller is writing to it") from None
+            finally:
+                self._waiting.remove(turn)
+        self.writer = writer
+
+    async def release(self, writer: object) -> None:
+        if self.writer is writer:
+            self.writer = None
+            for turn in self._waiting:
+                if not turn.done():
+                    turn.set_result(None)
 
     async def insert(self, entities: Sequence[Entity]) -> None:
         # Like a P4Runtime batch: every update is tried, failures are reported together.
         errors = []
+        written: list[Entity] = []
         for ent in entities:
             if self.fail_insert is not None and self.fail_insert(ent):
                 errors.append(f"injected failure on {ent}")
@@ -44,16 +71,17 @@ class MemorySwitch:
                     errors.append(f"multicast group {ent.group_id} already exists")
                 else:
                     self.groups[ent.group_id] = ent
-                    self.writes.append(("insert", ent))
+                    written.append(ent)
             else:
                 table = self.tables.setdefault(ent.table, {})
                 if ent.match in table:
                     errors.append(f"{ent.table} entry {ent.match} already exists")
                 else:
                     table[ent.match] = ent
-                    self.writes.append(("insert", ent))
+                    written.append(ent)
+        self.writes += [("insert", ent) for ent in written]
         if errors:
-            raise SwitchError(self.name, "; ".join(errors))
+            raise SwitchError(self.name, "; ".join(errors), written)
 
     async def modify(self, entities: Sequence[Entity]) -> None:
         errors = []

@@ -1,8 +1,21 @@
 """SwitchClient over P4Runtime, with finsy.
 
-``connect`` opens every switch of a topology at once. With ``push=True`` it
-also installs the pipeline (P4Info + BMv2 JSON) when the switch runs another
-one; otherwise it only checks that the switch runs the P4Info it was given.
+``connect`` opens every switch of a topology at once, over TLS with the
+controller's certificate unless its ``Access`` is the insecure one. With
+``push=True`` it also installs the pipeline (P4Info + BMv2 JSON) when the switch
+runs another one; otherwise it only checks that the switch runs the P4Info it was
+given.
+
+Writers and election ids. Every connection asks for election id 10 (finsy's
+default); the watcher's long-lived ones (ina.control.watch) hold 1, so a one-shot
+command is the primary while it runs and the watcher is again once it has gone
+(the watcher itself writes only through one-shot connections, like any command).
+A second client asking for 10 is refused the id and stays backup: a writer then
+waits for the role (``P4RuntimeSwitch.claim``: the other finishes and leaves) up to
+its timeout and gives up saying so, never taking a higher id to preempt it. On
+one machine, writers also take the access's lock file before they connect and
+keep it until they have disconnected: two commands starting at once cannot split
+the switches' primary roles between them and wait for each other.
 """
 
 from __future__ import annotations
@@ -15,12 +28,20 @@ from pathlib import Path
 from typing import Any
 
 import finsy as fy
+from finsy.grpcutil import GRPCStatusCode
 
 from ina.control import p4names as n
+from ina.control.access import Access, TlsFiles
 from ina.control.entities import Entity, Lpm, MatchValue, McastGroup, Meter, TableEntry
+from ina.control.localstate import FileLock
 from ina.control.switch import CounterValue
 from ina.errors import SwitchError
 from ina.spec.topology import SwitchSpec, Topology
+
+LOG = logging.getLogger(__name__)
+#: Errors of a whole write request: none of its updates was applied.
+_NOTHING_WRITTEN = {GRPCStatusCode.PERMISSION_DENIED, GRPCStatusCode.UNAUTHENTICATED,
+                    GRPCStatusCode.FAILED_PRECONDITION, GRPCStatusCode.INVALID_ARGUMENT}
 
 
 def _not_noise(record: logging.LogRecord) -> bool:
@@ -35,15 +56,22 @@ def _not_noise(record: logging.LogRecord) -> bool:
 logging.getLogger("finsy").addFilter(_not_noise)
 
 
+def tls_credentials(tls: TlsFiles, switch: str) -> fy.GRPCCredentialsTLS:
+    """The controller's credentials for ``switch``, whose certificate must name it."""
+    return fy.GRPCCredentialsTLS(cacert=tls.ca, cert=tls.cert, private_key=tls.key,
+                                 target_name_override=switch)
+
+
 class P4RuntimeSwitch:
-    """One switch over P4Runtime (primary connection, as the only controller)."""
+    """One switch over P4Runtime (TLS unless ``tls`` is None)."""
 
     def __init__(self, spec: SwitchSpec, p4info: Path, p4blob: Path | None = None,
-                 push: bool = False):
+                 push: bool = False, tls: TlsFiles | None = None):
         self.name = spec.name
         self.spec = spec
         options = fy.SwitchOptions(
             p4info=p4info, p4blob=p4blob if push else None, device_id=spec.device_id,
+            channel_credentials=None if tls is None else tls_credentials(tls, spec.name),
         )
         self._switch = fy.Switch(spec.name, spec.grpc, options)
         self._open = False
@@ -105,6 +133,32 @@ class P4RuntimeSwitch:
 
     # --- SwitchClient -------------------------------------------------------------------
 
+    async def claim(self, writer: object, timeout: float) -> None:
+        """Wait until this connection is the switch's primary client (another one-shot
+        client holding the role leaves when it is done); SwitchError after
+        ``timeout`` seconds, naming the primary's election id."""
+        sw = self._switch
+        if sw.is_primary:
+            return
+        LOG.info("%s: waiting to become its primary client (the primary has election id "
+                 "%d)", self.name, sw.primary_id)
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    # finsy readies the channel again after every change of role.
+                    ready = sw.ee.event_future(fy.SwitchEvent.CHANNEL_READY)
+                    if sw.is_primary:
+                        return
+                    await ready
+        except TimeoutError:
+            raise SwitchError(
+                self.name, f"another P4Runtime client is its primary (election id "
+                f"{sw.primary_id}; ours {sw.election_id}): is another controller writing, "
+                "from another machine?") from None
+
+    async def release(self, writer: object) -> None:
+        pass  # the role ends with the connection (``close``)
+
     async def _write(self, what: str, coro: Any) -> None:
         try:
             await coro
@@ -112,8 +166,18 @@ class P4RuntimeSwitch:
             raise SwitchError(self.name, f"{what} failed: {exc}") from exc
 
     async def insert(self, entities: Sequence[Entity]) -> None:
-        if entities:
-            await self._write("insert", self._switch.insert([self._to_fy(e) for e in entities]))
+        if not entities:
+            return
+        try:
+            await self._switch.insert([self._to_fy(e) for e in entities])
+        except fy.P4ClientError as exc:
+            # A batch that failed in part lists the updates that failed, in order.
+            written: list[Entity] | None = None
+            if exc.details:
+                written = [e for i, e in enumerate(entities) if i not in exc.details]
+            elif exc.code in _NOTHING_WRITTEN:
+                written = []
+            raise SwitchError(self.name, f"insert failed: {exc}", written) from exc
 
     async def modify(self, entities: Sequence[Entity]) -> None:
         # P4Runtime MODIFY: the entry keeps its key and gets new action data (a
@@ -171,11 +235,30 @@ class P4RuntimeSwitch:
 
 
 @contextlib.asynccontextmanager
-async def connect(topology: Topology, p4info: Path, p4blob: Path | None = None,
-                  push: bool = False, timeout: float = 10.0,
-                  ) -> AsyncIterator[dict[str, P4RuntimeSwitch]]:
-    """Open every switch of the topology concurrently; close them all on exit."""
-    clients = {name: P4RuntimeSwitch(spec, p4info, p4blob, push)
+async def connect(topology: Topology, p4info: Path, p4blob: Path | None = None, *,
+                  access: Access, push: bool = False, timeout: float = 10.0,
+                  write: bool = True) -> AsyncIterator[dict[str, P4RuntimeSwitch]]:
+    """Open every switch of the topology concurrently, as ``access`` says; close them
+    all on exit. A writer (``write``) holds the access's lock file from before it
+    connects until every connection is closed (see the module's docstring); a
+    reader (``status``) needs no lock: it never waits for a role."""
+    lock = None
+    if write and access.lock_file is not None:
+        lock = FileLock(access.lock_file, f"writing to the switches of {topology.name}")
+        await lock.acquire_async(access.lock_timeout)
+    try:
+        async with _connected(topology, p4info, p4blob, access.tls, push, timeout) as clients:
+            yield clients
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+@contextlib.asynccontextmanager
+async def _connected(topology: Topology, p4info: Path, p4blob: Path | None,
+                     tls: TlsFiles | None, push: bool, timeout: float,
+                     ) -> AsyncIterator[dict[str, P4RuntimeSwitch]]:
+    clients = {name: P4RuntimeSwitch(spec, p4info, p4blob, push, tls)
                for name, spec in sorted(topology.switches.items())}
     results = await asyncio.gather(*(c.open(timeout) for c in clients.values()),
                                    return_exceptions=True)

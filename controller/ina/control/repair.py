@@ -38,16 +38,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from ina.control import p4names as n
+from ina.control.access import Access
 from ina.control.allocation import Allocation, allocate, capacity
 from ina.control.controller import BaseChanges, Controller
 from ina.control.entities import Entity, McastGroup, TableEntry
 from ina.control.switch import SwitchClient
 from ina.control.switch_state import job_group_id, job_groups, job_plan, on_hosts_plan
 from ina.control.vat_planner import plan_job
-from ina.errors import CapacityError, InputError, PlanError, TopologyError
+from ina.errors import CapacityError, InputError, PlanError
 from ina.protocol.bitmaps import bfr_ids_of, join_set
 from ina.protocol.constants import Op
 from ina.protocol.frames import ip_str
@@ -58,37 +57,6 @@ LOG = logging.getLogger(__name__)
 
 #: Where a job's calls run.
 ON_SWITCHES, ON_HOSTS = "switches", "hosts"
-
-
-# --- The failures file: what inactl down/up and inactl watch declared --------------
-
-
-def load_failures(path: Path) -> Failures:
-    """The failures recorded in ``path`` (none if it does not exist)."""
-    if not path.exists():
-        return Failures()
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-        switches = frozenset(str(s) for s in data.get("switches", []))
-        links = frozenset(frozenset(str(x) for x in pair) for pair in data.get("links", []))
-    except (OSError, yaml.YAMLError, AttributeError, TypeError) as exc:
-        raise TopologyError([f"cannot read the failures file: {exc}"], str(path)) from exc
-    if any(len(pair) != 2 for pair in links):
-        raise TopologyError(["a link is two different nodes"], str(path))
-    return Failures(switches, links)
-
-
-def save_failures(path: Path, failures: Failures) -> None:
-    """Record ``failures`` in ``path``; no failures: no file."""
-    if not failures:
-        path.unlink(missing_ok=True)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"switches": sorted(failures.switches),
-            "links": sorted(sorted(pair) for pair in failures.links)}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(data))
-    tmp.replace(path)
 
 
 # --- A deployed job, as the switches record it -------------------------------------
@@ -237,27 +205,30 @@ async def repair(full: Topology, failures: Failures,
     topology = full.without(failures)
     controller = Controller(topology, {sw: clients[sw] for sw in topology.switches})
     report = RepairReport(failures)
-    report.base = await controller.init()
-    entries, groups = await controller.read_job_state()
-    records = read_jobs(topology, entries, groups)
-    for job_id, record in sorted(records.items()):
-        others = {sw: [e for e in es if e.match_value("job_id") != job_id]
-                  for sw, es in entries.items()}
-        outcome = await _repair_job(controller, topology, record, others)
-        LOG.info("%s", outcome.describe())
-        report.jobs.append(outcome)
-        # What the next job sees as taken: this job's entries as they are now.
-        entries, _ = await controller.read_job_state()
+    # The only writer from here to the end: what it reads is what it changes.
+    async with controller.writing():
+        report.base = await controller.init()
+        entries, groups = await controller.read_job_state()
+        records = read_jobs(topology, entries, groups)
+        for job_id, record in sorted(records.items()):
+            others = {sw: [e for e in es if e.match_value("job_id") != job_id]
+                      for sw, es in entries.items()}
+            outcome = await _repair_job(controller, topology, record, others)
+            LOG.info("%s", outcome.describe())
+            report.jobs.append(outcome)
+            # What the next job sees as taken: this job's entries as they are now.
+            entries, _ = await controller.read_job_state()
     return report
 
 
 async def repair_switches(full: Topology, failures: Failures, p4info: Path,
-                          p4blob: Path | None, timeout: float = 10.0) -> RepairReport:
-    """``repair`` over fresh P4Runtime connections to the live switches; a switch that
-    is back (restarted empty) gets the pipeline again."""
+                          p4blob: Path | None, access: Access,
+                          timeout: float = 10.0) -> RepairReport:
+    """``repair`` over fresh P4Runtime connections to the live switches (``access``:
+    how); a switch that is back (restarted empty) gets the pipeline again."""
     from ina.control.p4runtime import connect  # grpc is slow to import
 
-    async with connect(full.without(failures), p4info, p4blob, push=True,
+    async with connect(full.without(failures), p4info, p4blob, access=access, push=True,
                        timeout=timeout) as clients:
         return await repair(full, failures, clients)
 

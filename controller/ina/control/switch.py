@@ -24,8 +24,19 @@ class CounterValue:
 class SwitchClient(Protocol):
     name: str
 
+    async def claim(self, writer: object, timeout: float) -> None:
+        """Make ``writer`` the only one that writes to this switch, waiting up to
+        ``timeout`` seconds for another to finish; SwitchError saying who holds it
+        after that. Over P4Runtime: this connection must be the switch's primary
+        client (the switch refuses writes from any other)."""
+
+    async def release(self, writer: object) -> None:
+        """``writer`` is done writing (over P4Runtime: the role ends with the
+        connection)."""
+
     async def insert(self, entities: Sequence[Entity]) -> None:
-        """Insert entities; raises SwitchError (some may have been written)."""
+        """Insert entities; raises SwitchError, whose ``written`` says which were
+        inserted if the switch says so."""
 
     async def modify(self, entities: Sequence[Entity]) -> None:
         """Replace entities that exist (matched by key) with these: a table entry's

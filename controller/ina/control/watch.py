@@ -46,7 +46,9 @@ from finsy.p4client import P4RpcStatus
 from finsy.proto import U128, p4r
 
 from ina.control import p4names as n
+from ina.control.access import Access
 from ina.control.detect import Detector, Probe
+from ina.control.p4runtime import tls_credentials
 from ina.protocol.constants import ETHERTYPE_PROBE
 from ina.protocol.frames import mac_bytes
 from ina.spec.topology import Failures, SwitchSpec, Topology
@@ -231,13 +233,16 @@ class _Link:
 @dataclass
 class Watcher:
     """Watch every switch and link between switches of ``topology`` until cancelled
-    (``run``); verdict changes go to ``on_change``."""
+    (``run``); verdict changes go to ``on_change``. ``access``: how to reach the
+    switches (its lock is for writers: the watcher's own connections never write
+    entries; ``on_change`` writes through one-shot connections)."""
 
     topology: Topology
     p4info: Path
     p4blob: Path | None
     on_change: OnChange
     options: WatchOptions = field(default_factory=WatchOptions)
+    access: Access = field(kw_only=True)
     clock: Callable[[], float] = time.monotonic
     #: Every verdict change so far (also logged, and written to options.events).
     events: list[Event] = field(default_factory=list)
@@ -249,9 +254,12 @@ class Watcher:
         self._links: dict[str, _Link] = {}
         for name, spec in sorted(self.topology.switches.items()):
             ports = sorted(p for p, nb in self.topology.ports(name).items() if not nb.is_host)
+            tls = self.access.tls
             opts = fy.SwitchOptions(p4info=self.p4info, p4blob=self.p4blob,
                                     device_id=spec.device_id,
-                                    initial_election_id=self.options.election_id)
+                                    initial_election_id=self.options.election_id,
+                                    channel_credentials=None if tls is None
+                                    else tls_credentials(tls, name))
             self._links[name] = _Link(spec, opts, ports)
         #: Probes heard, by receiving (switch, port): what a test or a status shows.
         self.heard: dict[tuple[str, int], int] = {}
@@ -436,6 +444,7 @@ class Watcher:
 
 
 async def watch(topology: Topology, p4info: Path, p4blob: Path | None, on_change: OnChange,
-                options: WatchOptions | None = None) -> None:
+                options: WatchOptions | None = None, *, access: Access) -> None:
     """Watch until cancelled."""
-    await Watcher(topology, p4info, p4blob, on_change, options or WatchOptions()).run()
+    await Watcher(topology, p4info, p4blob, on_change, options or WatchOptions(),
+                  access=access).run()

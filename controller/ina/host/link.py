@@ -11,10 +11,12 @@ receive (IPv4 to the host's address, UDP to the INA port, a whole INA packet).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import time
 
+from ina.host.worker import WorkerConfig
 from ina.protocol.constants import ETHERTYPE_IPV4, INA_HEADER_BYTES, INA_UDP_PORT, IP_PROTO_UDP
 from ina.protocol.frames import ina_frame, ip_int
 from ina.spec.topology import Topology
@@ -82,3 +84,10 @@ class LinkTransport:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def on_loopback(config: WorkerConfig) -> WorkerConfig:
+    """``config`` for a worker on the embedded network: the ring on hosts (a job no
+    switch takes) joins its peers on this machine's loopback, not at their lab
+    addresses."""
+    return dataclasses.replace(config, addresses=("127.0.0.1",) * len(config.addresses))

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import secrets
 import socket
 import struct
@@ -53,7 +54,14 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch, JobError, PlanChanged
+from ina.errors import (
+    AllreduceError,
+    AllreduceTimeout,
+    CallMismatch,
+    JobError,
+    PlanChanged,
+    RingError,
+)
 from ina.host import quantize
 from ina.host.baselines import Ring
 from ina.protocol.arith import INT32_MAX, INT32_MIN, seq_add, seq_diff
@@ -101,11 +109,19 @@ MAX_REPLANS = 8
 RING_PORT_BASE = INA_UDP_PORT + 1000
 RING_RANKS = 32
 RING_JOBS = 256
+#: The environment variable that holds the secret a job's launcher gives its workers
+#: (any string): the ring on hosts admits only peers that hold it (ina.host.baselines.Ring).
+RING_SECRET_ENV = "INA_RING_SECRET"
 #: Seconds between two questions to a Worker's ``patience`` while a call waits on.
 PATIENCE_RECHECK = 1.0
 #: Timeouts double the RTO up to this many times (and never beyond its cap) until a
 #: new result arrives.
 MAX_BACKOFF_DOUBLINGS = 2
+
+
+def ring_secret_from_environment() -> bytes:
+    """The job's ring secret from $INA_RING_SECRET (empty if unset)."""
+    return os.environ.get(RING_SECRET_ENV, "").encode()
 
 
 def ring_port(job_id: int, rank: int, base: int | None = None) -> int:
@@ -124,7 +140,8 @@ class WorkerConfig:
     SYNCs included, to its edge switch, which steers them (to the job's root, to
     the worker's parent VAT node) in the job's current plan: so the VAT may change
     under the worker. If no switch aggregates the job, the workers reduce among
-    themselves on a ring (``addresses``, ``rank``, ``ring_port``)."""
+    themselves on a ring (``addresses``, ``rank``, ``ring_port``), whose peers prove
+    that they hold ``ring_secret`` (see ina.host.baselines.Ring)."""
 
     job_id: int
     op: Op
@@ -138,6 +155,7 @@ class WorkerConfig:
     addresses: tuple[str, ...] = ()  # their IP addresses (the ring on hosts)
     rank: int = 0  # this worker's index in peers
     ring_port: int | None = None  # the ring's port base (None: see ring_port())
+    ring_secret: bytes = field(default=b"", repr=False)  # shared by the job's workers only
 
     @property
     def sync_target(self) -> str:
@@ -175,7 +193,7 @@ class WorkerConfig:
         edge_ip = topology.address(edge)
         return cls(job_id, op, topology.hosts[worker].bit, edge_ip, slots, len(workers),
                    edge_ip, worker, tuple(workers), tuple(topology.address(w) for w in workers),
-                   list(workers).index(worker), ring_port)
+                   list(workers).index(worker), ring_port, ring_secret_from_environment())
 
 
 @dataclass(frozen=True)
@@ -646,6 +664,14 @@ class CallStats:
     syncs: int = 0
     replans: int = 0  # calls run again from their start under a new plan of the job
     on_hosts: int = 0  # calls reduced among the workers (no switch aggregated the job)
+    ring_refused: int = 0  # connections to the ring on hosts refused: not the job's workers
+    #: Seconds spent in each phase of the calls on switches, summed over the calls:
+    #: "starting" (the SYNC's round trip), "agreeing on the call" (the descriptor),
+    #: "agreeing on exponents" (float calls), "reducing" (the array). A profile.
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def spent(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
 
 
 #: A reduction backend: (values, op, first sequence number, phase) -> the result.
@@ -811,20 +837,31 @@ class Worker:
         self.stats.on_hosts += 1
         peers = ", ".join(c.peers) or "every worker"
         ring = Ring(c.rank, [c.ring_address(r) for r in range(len(c.addresses))],
-                    self.timeout, tag=c.job_id)
+                    self.timeout, tag=c.job_id, secret=c.ring_secret)
         try:
             ring.open()
+        except RingError as exc:
+            raise AllreduceError(f"job {c.job_id}: {c.name} could not join the ring on "
+                                 f"hosts: {exc}") from exc
         except OSError as exc:
             raise AllreduceTimeout(
                 f"job {c.job_id}: {c.name} could not join the ring on hosts (port "
                 f"{c.ring_address(c.rank)[1]}): {exc}; is every worker of the job "
                 f"({peers}) in this call? (a limit: a worker that finished the call on "
                 "switches before the job moved to hosts does not join)") from exc
+        finally:
+            self.stats.ring_refused += len(ring.refused)
+            for why in ring.refused:
+                LOG.warning("job %d: %s: the ring on hosts refused a connection (%s)",
+                            c.job_id, c.name, why)
         try:
             def reduce(values: npt.NDArray[Any], op: Op, seq: int,
                        phase: str) -> AllreduceResult:
                 try:
                     reduced, overflow = ring.allreduce(values, op)
+                except RingError as exc:
+                    raise AllreduceError(f"job {c.job_id}: {c.name}: the ring on hosts "
+                                         f"broke off while {phase}: {exc}") from exc
                 except OSError as exc:
                     raise AllreduceTimeout(
                         f"job {c.job_id}: {c.name} lost the ring on hosts while {phase}: "
@@ -860,6 +897,14 @@ class Worker:
     # --- the call on switches --------------------------------------------------------
 
     def _start(self, proposal: int | None = None) -> SyncReply:
+        """The call's start from the job's root (``_sync``), its time counted."""
+        began = time.monotonic()
+        try:
+            return self._sync(proposal)
+        finally:
+            self.stats.spent("starting", time.monotonic() - began)
+
+    def _sync(self, proposal: int | None) -> SyncReply:
         """Ask the job's root for the call's first sequence number (SYNC), proposing
         ``proposal`` (default: the continuation, or 0); learn the plan's generation
         from the answer."""
@@ -927,7 +972,7 @@ class Worker:
         """One reduction in the network; PlanChanged if the edge switch turns a
         contribution back with news."""
         session = AllreduceSession(self.config, values, seq_base, self.rto, op, self.gen)
-        last_progress = time.monotonic()
+        last_progress = began = time.monotonic()
         give_up_at = last_progress + self.timeout
         try:
             while not session.done:
@@ -962,6 +1007,7 @@ class Worker:
             if session.next and seq_diff(session.seq_of(session.next - 1),
                                          self.highest_sent) > 0:
                 self.highest_sent = session.seq_of(session.next - 1)
+            self.stats.spent(phase, time.monotonic() - began)
             self.stats.packets += session.next
             self.stats.retransmissions += session.retransmissions
             self.stats.early_retransmissions += session.early_retransmissions

@@ -136,6 +136,12 @@ class HostRate:
     values_per_s: float
 
 
+def describe_regime(rate_mbit: float | None) -> str:
+    """A benchmark's regime in words: links unlimited, or every link's rate."""
+    return ("links unlimited (CPU-bound)" if rate_mbit is None
+            else f"every link limited to {rate_mbit:g} Mbit/s (htb)")
+
+
 def describe_vat(job: Job) -> str:
     below = [f"{sw} aggregates {', '.join(n.covers)}" for sw, n in sorted(job.nodes.items())
              if not n.is_root]
@@ -414,9 +420,7 @@ def render_allreduce(results: list[CaseResult], host: HostRate | None, bmv2: str
                      f"({', '.join(r.workers)}), {r.size} int32 values each, PS on "
                      f"{r.ps_host}; INA VAT (planned): {r.vat}; {r.slots} slots.")
         for g in r.regimes:
-            regime = ("links unlimited (CPU-bound)" if g.rate_mbit is None
-                      else f"every link limited to {g.rate_mbit:g} Mbit/s (htb)")
-            lines.append(f"  {regime}:")
+            lines.append(f"  {describe_regime(g.rate_mbit)}:")
             lines.append(f"    {'method':<6} {'seconds':>8} {'values/s':>12}   busiest link, "
                          "bytes per value | all links")
             for m in g.runs:
@@ -519,7 +523,7 @@ def run_deploy_bench(build_dir: Path, topology_path: Path = DEPLOY_TOPOLOGY,
         lab.init_switches_sync()
 
         async def measure() -> None:
-            async with connect(topology, lab.p4info) as clients:
+            async with connect(topology, lab.p4info, access=lab.access) as clients:
                 for _ in range(repeat):
                     for concurrent in (True, False):
                         ctl = Controller(topology, clients, concurrent=concurrent)

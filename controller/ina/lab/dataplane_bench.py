@@ -30,18 +30,22 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import shutil
 import socket
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ina.control.access import Access
 from ina.control.controller import Controller
 from ina.lab import sandbox
 from ina.lab.mininet import bmv2_build
+from ina.lab.pki import make_lab_pki, switch_tls_args
 from ina.protocol.codec import InaHeader, ina_payload
 from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, INA_UDP_PORT, Flag
 from ina.protocol.frames import ina_frame, udp_frame
@@ -163,9 +167,17 @@ class Rig:
         self.build_dir = build_dir
         self.topology = rig_topology()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.tls_dir: Path | None = None  # the switch's and the controller's credentials
 
     def __enter__(self) -> Rig:
-        from ina.lab.mininet import bmv2_command, port_open, wait_until
+        from ina.lab.mininet import (
+            bmv2_command,
+            port_open,
+            run_in_lab,
+            thrift_guard_command,
+            thrift_port,
+            wait_until,
+        )
 
         if not sandbox.inside():
             raise RuntimeError("the data-plane rig runs only inside the sandbox")
@@ -179,8 +191,12 @@ class Rig:
                 _ip("link", "set", intf, "up")
             interfaces[i] = sw_if
         spec = self.topology.switches[SWITCH]
+        self.tls_dir = Path(tempfile.mkdtemp(prefix="ina-rig-")) / "tls"
+        make_lab_pki(self.tls_dir, self.topology)
+        run_in_lab(thrift_guard_command([thrift_port(spec.device_id)], on=True))
         self.proc = subprocess.Popen(
-            bmv2_command(spec.device_id, spec.grpc, 9090, interfaces),
+            bmv2_command(spec.device_id, spec.grpc, interfaces,
+                         tls_args=switch_tls_args(self.tls_dir, SWITCH)),
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         wait_until(lambda: port_open(spec.grpc), 30, "simple_switch_grpc to listen")
         asyncio.run(self._configure())
@@ -189,8 +205,10 @@ class Rig:
     async def _configure(self) -> None:
         from ina.control.p4runtime import connect
 
+        assert self.tls_dir is not None
         async with connect(self.topology, self.build_dir / "ina.p4info.txtpb",
-                           self.build_dir / "ina.json", push=True) as clients:
+                           self.build_dir / "ina.json", access=Access.tls_in(self.tls_dir),
+                           push=True) as clients:
             ctl = Controller(self.topology, clients)
             await ctl.init()
             for spec in (ABSORB_JOB, ROOT_JOB):
@@ -204,6 +222,8 @@ class Rig:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.tls_dir is not None:
+            shutil.rmtree(self.tls_dir.parent, ignore_errors=True)
 
 
 def _ip(*args: str) -> None:

@@ -123,6 +123,6 @@ def run_on_bmv2(topology_path: Path, job_path: Path, size: int, seed: int,
             else:
                 results[w] = np.load(out_dir / f"{w}.npy")
         elapsed = time.monotonic() - started
-        status = controller_call(lab, lambda ctl: ctl.status())
+        status = controller_call(lab, lambda ctl: ctl.status(), write=False)
     return DemoResult(job, size, reduce_arrays(job.op, list(arrays.values())), results, status,
                       "BMv2, read over P4Runtime", failures, elapsed=elapsed, events=events)

@@ -21,15 +21,17 @@ from ina.spec.job import Job, JobSpec
 T = TypeVar("T")
 
 
-def controller_call(lab: Lab, fn: Callable[[Controller], Awaitable[T]]) -> T:
+def controller_call(lab: Lab, fn: Callable[[Controller], Awaitable[T]],
+                    write: bool = True) -> T:
     """``fn(controller)`` with the lab's live switches connected over P4Runtime (the
-    topology without what the lab failed)."""
+    topology without what the lab failed); ``write=False`` for a call that only
+    reads (it does not wait for the writers' lock)."""
     from ina.control.p4runtime import connect  # grpc is slow to import
 
     topology = lab.topology.without(lab.failures)
 
     async def call() -> T:
-        async with connect(topology, lab.p4info) as clients:
+        async with connect(topology, lab.p4info, access=lab.access, write=write) as clients:
             return await fn(Controller(topology, clients))
 
     return asyncio.run(call())
@@ -39,7 +41,8 @@ def repair_lab(lab: Lab) -> RepairReport:
     """Tell the controller what the lab failed or recovered (as ``inactl down|up``
     does): routes and jobs repaired on the live switches, a recovered switch given
     its pipeline again."""
-    return asyncio.run(repair_switches(lab.topology, lab.failures, lab.p4info, lab.p4blob))
+    return asyncio.run(repair_switches(lab.topology, lab.failures, lab.p4info, lab.p4blob,
+                                       lab.access))
 
 
 def deploy(lab: Lab, job: JobSpec | Job, job_file: Path | None = None) -> Job:
@@ -61,7 +64,7 @@ def fail_during_allreduce(lab: Lab, job: Job, fail: Sequence[str],
     t0 = time.monotonic() if started is None else started
 
     def multicast() -> int:
-        status = controller_call(lab, lambda ctl: ctl.status())
+        status = controller_call(lab, lambda ctl: ctl.status(), write=False)
         root = status.get(job.root)
         return 0 if root is None else root.job_stats.get(job.job_id, {}).get(
             JobStat.MULTICAST, CounterValue()).packets

@@ -118,7 +118,8 @@ def run_case(case: FailoverCase, build_dir: Path, options: WatchOptions) -> Fail
         repaired: list[tuple[float, str, tuple[str, ...]]] = []
 
         async def on_change(failures: Failures) -> None:
-            report = await repair_switches(topology, failures, lab.p4info, lab.p4blob)
+            report = await repair_switches(topology, failures, lab.p4info, lab.p4blob,
+                                           lab.access)
             repaired.append((time.monotonic(), "; ".join(j.describe() for j in report.jobs),
                              report.jobs[0].switches if report.jobs else ()))
 

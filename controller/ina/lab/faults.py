@@ -19,6 +19,7 @@ from pathlib import Path
 from ina.errors import LabError
 from ina.lab import sandbox
 from ina.lab.mininet import SWITCH_BINARY, bmv2_command, link_state_command, wait_until
+from ina.lab.pki import switch_tls_args
 from ina.spec.topology import SwitchSpec, Topology
 
 LOG = logging.getLogger(__name__)
@@ -74,16 +75,17 @@ def fail_switch(init: int, topology: Topology, name: str) -> int:
     return pid
 
 
-def recover_switch(init: int, topology: Topology, name: str) -> None:
+def recover_switch(init: int, topology: Topology, name: str, tls_dir: Path | None) -> None:
     """Start the switch's BMv2 again in the sandbox (its PID, network and mount
-    namespaces, so it ends with the lab), empty, with the same ports."""
+    namespaces, so it ends with the lab), empty, with the same ports and, if the lab
+    has credentials (``tls_dir``; None for a lab started insecure), the same TLS."""
     spec = topology.switches[name]
     if switch_pid(init, spec) is not None:
         raise LabError(f"{name} is running")
     ports = {port: f"{name}-eth{port}" for port in topology.ports(name)}
-    thrift = 9090 + spec.device_id % 20000
+    tls = [] if tls_dir is None else switch_tls_args(tls_dir, name)
     cmd = ["nsenter", "--target", str(init), "--net", "--pid", "--mount", "--",
-           *bmv2_command(spec.device_id, spec.grpc, thrift, ports)]
+           *bmv2_command(spec.device_id, spec.grpc, ports, tls_args=tls)]
     subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True)
     grpc_port = int(spec.grpc.rsplit(":", 1)[1])

@@ -11,11 +11,15 @@ In the run directory (``$INA_RUN_DIR``, default ``.run``):
   once the switches are up and initialised;
 - ``<topology>.failures.yaml``: the switches and links declared or detected down
   (``inactl down``/``up``, ``inactl watch``), which every ``inactl`` command
-  leaves out of the topology.
+  leaves out of the topology (ina.control.localstate);
+- ``<topology>.tls/``: the lab's CA certificate, each switch's certificate and key
+  and the controller's (ina.lab.pki), which every command connects with;
+- ``<topology>.lock``: held by each command that writes to the switches, from
+  before it connects until it has disconnected (ina.control.p4runtime.connect).
 
-``inalab run`` removes both when its lab ends. A run killed with SIGKILL cannot:
-its files are then stale, which every reader detects (the recorded process is gone,
-or is another one) and removes.
+``inalab run`` removes them (the lock file aside) when its lab ends. A run killed
+with SIGKILL cannot: its files are then stale, which every reader detects (the
+recorded process is gone, or is another one) and removes.
 """
 
 from __future__ import annotations
@@ -24,8 +28,12 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from ina.control.access import Access
+from ina.control.localstate import atomic_write
 
 LOG = logging.getLogger(__name__)
 #: An argument of every sandbox's ``unshare`` command line (see ina.lab.sandbox.command).
@@ -125,6 +133,21 @@ class LabRecord:
     def failures_file(self) -> Path:
         return self.directory / f"{self.topology}.failures.yaml"
 
+    @property
+    def tls_dir(self) -> Path:
+        return self.directory / f"{self.topology}.tls"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.directory / f"{self.topology}.lock"
+
+    def access(self, insecure: bool = False) -> Access:
+        """How a command reaches the lab's switches: with the lab's TLS credentials
+        (UsageError if there are none), or in plaintext if ``insecure``."""
+        if insecure:
+            return Access.insecure(self.lock_file)
+        return Access.tls_in(self.tls_dir, self.lock_file)
+
     def lock(self) -> DirectoryLock:
         """Exclusive use of the run directory, while a caller checks and claims it."""
         return DirectoryLock(self.directory)
@@ -175,12 +198,10 @@ class LabRecord:
 
     def _remove(self) -> None:
         self.failures_file.unlink(missing_ok=True)
+        shutil.rmtree(self.tls_dir, ignore_errors=True)
         self.state_file.unlink(missing_ok=True)
         self.pid_file.unlink(missing_ok=True)
 
     @staticmethod
     def _write(path: Path, text: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(path)  # readers see the whole file or none
+        atomic_write(path, text + "\n")  # readers see the whole file or none

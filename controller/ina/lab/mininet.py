@@ -5,6 +5,19 @@
 address and port numbers, one Mininet host per host with its IP and MAC, a
 default route through its edge switch's loopback (static ARP: the switches
 answer no ARP). ``Lab.init_switches`` pushes the pipeline and the base state.
+
+The control channel. Unless ``LabOptions.insecure``, the lab first makes a CA and
+a certificate per switch and for the controller (ina.lab.pki), in its state
+directory (``LabOptions.run_dir``, or a private temporary one), and starts every
+switch with TLS and client authentication: only a client with a certificate of
+this lab's CA gets a P4Runtime connection. ``Lab.access`` is how its own calls and
+the commands connect. The switches run in the sandbox's own network namespace,
+whose only addresses are its loopback's (the switches' ports carry no address),
+and their gRPC servers listen on the topology's addresses there: only processes in
+that namespace (the lab's, ``inalab exec``'s) reach them, never the hosts, which
+have namespaces of their own. BMv2's Thrift server (built in, listening on every
+address of that namespace, with no option to bind one) is refused by an nftables
+rule in the namespace: nothing can configure a switch around P4Runtime.
 """
 
 from __future__ import annotations
@@ -15,15 +28,19 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ina.control.access import Access
 from ina.control.controller import Controller
 from ina.errors import LabError
 from ina.lab import sandbox
+from ina.lab.labstate import LabRecord
+from ina.lab.pki import make_lab_pki, switch_tls_args
 from ina.protocol.constants import CPU_PORT
 from ina.spec.topology import Failures, Topology
 
@@ -111,12 +128,31 @@ def port_open(address: str) -> bool:
         return False
 
 
-def bmv2_command(device_id: int, grpc: str, thrift_port: int, interfaces: dict[int, str],
-                 log_file: Path | None = None, pcap_dir: Path | None = None) -> list[str]:
+def thrift_port(device_id: int) -> int:
+    """The TCP port of the switch's Thrift server (refused: see the module's docstring)."""
+    return 9090 + device_id % 20000
+
+
+def thrift_guard_command(ports: Sequence[int], on: bool) -> str:
+    """The shell command that makes the lab's namespace refuse TCP connections to
+    ``ports`` (the switches' Thrift servers), or stop refusing them."""
+    off = "nft delete table inet ina_thrift 2>/dev/null; true"
+    if not on:
+        return off
+    listed = ", ".join(str(p) for p in sorted(set(ports)))
+    return (f"{off}; nft 'add table inet ina_thrift; add chain inet ina_thrift input "
+            "{ type filter hook input priority -10; policy accept; }; "
+            f"add rule inet ina_thrift input tcp dport {{ {listed} }} reject with tcp reset'")
+
+
+def bmv2_command(device_id: int, grpc: str, interfaces: dict[int, str],
+                 log_file: Path | None = None, pcap_dir: Path | None = None,
+                 tls_args: Sequence[str] = ()) -> list[str]:
     """The simple_switch_grpc command line of a switch with no program yet (the
-    controller pushes it) and these ports."""
+    controller pushes it) and these ports; ``tls_args``: its gRPC server's TLS
+    options (ina.lab.pki.switch_tls_args), none for plaintext."""
     args = [SWITCH_BINARY, "--device-id", str(device_id), "--no-p4",
-            "--thrift-port", str(thrift_port)]
+            "--thrift-port", str(thrift_port(device_id))]
     # The controller's packet-out/packet-in (link probes) go through this port.
     for port, intf in sorted(interfaces.items()):
         args += ["-i", f"{port}@{intf}"]
@@ -128,7 +164,7 @@ def bmv2_command(device_id: int, grpc: str, thrift_port: int, interfaces: dict[i
         args += ["--log-level", "off"]
     if pcap_dir is not None:
         args += ["--pcap", str(pcap_dir)]
-    return [*args, "--", "--grpc-server-addr", grpc, "--cpu-port", str(CPU_PORT)]
+    return [*args, "--", "--grpc-server-addr", grpc, "--cpu-port", str(CPU_PORT), *tls_args]
 
 
 @dataclass
@@ -137,6 +173,14 @@ class LabOptions:
     log_dir: Path | None = None  # BMv2 logs (slow) and stdout, one file per switch
     pcap_dir: Path | None = None  # BMv2 per-port pcaps
     startup_timeout: float = 60.0
+    #: Where the lab keeps its TLS credentials and its writers' lock (as
+    #: ina.lab.labstate.LabRecord names them), for commands run beside it (``inalab
+    #: run``: the run directory); None: a private temporary directory, removed
+    #: with the lab.
+    run_dir: Path | None = None
+    #: Plaintext P4Runtime and Thrift reachable (in the lab's namespace): any client
+    #: that reaches a switch may write to it. Only when asked for by name.
+    insecure: bool = False
 
 
 def _bmv2_switch_class() -> type:
@@ -146,13 +190,13 @@ def _bmv2_switch_class() -> type:
     class BMv2Switch(Switch):  # type: ignore[misc]  # Mininet is untyped: Switch is Any
         """simple_switch_grpc started with no program; the controller pushes it."""
 
-        def __init__(self, name: str, device_id: int, grpc: str, thrift_port: int,
+        def __init__(self, name: str, device_id: int, grpc: str, tls_args: list[str],
                      options: LabOptions, **params: Any):
             params["inNamespace"] = False
             super().__init__(name, **params)
             self.device_id = device_id
             self.grpc = grpc
-            self.thrift_port = thrift_port
+            self.tls_args = tls_args
             self.options = options
             self.proc: subprocess.Popen[bytes] | None = None
             self.output: Path | None = None
@@ -168,9 +212,9 @@ def _bmv2_switch_class() -> type:
             if self.options.pcap_dir is not None:
                 self.options.pcap_dir.mkdir(parents=True, exist_ok=True)
             args = bmv2_command(
-                self.device_id, self.grpc, self.thrift_port,
+                self.device_id, self.grpc,
                 {port: intf.name for port, intf in self.intfs.items() if intf.name != "lo"},
-                log_file, self.options.pcap_dir)
+                log_file, self.options.pcap_dir, self.tls_args)
             LOG.info("%s: %s", self.name, " ".join(args))
             # Its own session: a Ctrl-C typed in the Mininet CLI is for the CLI, not
             # for the switches (they stop when the Lab stops, or with the sandbox).
@@ -217,7 +261,7 @@ def link_state_command(intf: str, up: bool) -> str:
             f"{intf} {{ type filter hook egress device {intf} priority -10; policy drop; }}'")
 
 
-def _in_lab(cmd: str) -> str:
+def run_in_lab(cmd: str) -> str:
     """Run a shell command in the sandbox's root namespace (where the switches'
     interfaces are); its output."""
     done = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
@@ -232,6 +276,21 @@ class Lab:
         self.options = options or LabOptions()
         self.net: Any = None
         self.failures = Failures()  # what fail_switch and set_link broke
+        self._private_dir: Path | None = None  # the state directory, if the lab made it
+        self._record: LabRecord | None = None
+        self._made_tls = False
+
+    @property
+    def record(self) -> LabRecord:
+        """Where the lab keeps its credentials and lock (once started)."""
+        if self._record is None:
+            raise LabError("the lab is not started")
+        return self._record
+
+    @property
+    def access(self) -> Access:
+        """How the lab's own calls (and commands beside it) reach its switches."""
+        return self.record.access(self.options.insecure)
 
     @property
     def p4info(self) -> Path:
@@ -269,13 +328,14 @@ class Lab:
         # Quiet the emulation's own network: no IPv6 chatter reaching the switches.
         subprocess.run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
                         "net.ipv6.conf.default.disable_ipv6=1"], check=False)
+        self._secure_control()
         switch_cls = _bmv2_switch_class()
         net = Mininet(topo=None, switch=switch_cls, host=Host, controller=None, build=False,
                       autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
         for name, spec in sorted(self.topology.switches.items()):
             net.addSwitch(name, device_id=spec.device_id, grpc=spec.grpc,
-                          thrift_port=9090 + spec.device_id % 20000, options=self.options)
+                          tls_args=self.tls_args(name), options=self.options)
         for name, host in sorted(self.topology.hosts.items()):
             net.addHost(name, ip=f"{host.ip}/32", mac=host.mac, defaultRoute=None)
         for link in self.topology.links:
@@ -287,6 +347,31 @@ class Lab:
             self._configure_host(name)
         wait_until(lambda: all(sw.connected() for sw in net.switches),
                    self.options.startup_timeout, "every BMv2 switch to open its gRPC port")
+
+    def _secure_control(self) -> None:
+        """The state directory; unless insecure, the lab's credentials in it and the
+        switches' Thrift ports refused."""
+        directory = self.options.run_dir
+        if directory is None:
+            directory = self._private_dir = Path(tempfile.mkdtemp(
+                prefix=f"ina-lab-{self.topology.name}-"))
+        self._record = LabRecord(self.topology.name, directory)
+        secure = not self.options.insecure
+        if secure:
+            make_lab_pki(self.record.tls_dir, self.topology)
+            self._made_tls = True
+        else:
+            LOG.warning("%s: insecure lab: plaintext P4Runtime and Thrift, any client that "
+                        "reaches a switch may write to it", self.topology.name)
+        ports = [thrift_port(spec.device_id) for spec in self.topology.switches.values()]
+        out = run_in_lab(thrift_guard_command(ports, on=secure) + "; echo rc=$?")
+        if not out.strip().endswith("rc=0"):
+            raise LabError(f"cannot refuse the switches' Thrift ports with nftables: "
+                           f"{out.strip()}")
+
+    def tls_args(self, switch: str) -> list[str]:
+        """The switch's TLS options for simple_switch_grpc (none if insecure)."""
+        return [] if self.options.insecure else switch_tls_args(self.record.tls_dir, switch)
 
     def _configure_host(self, name: str) -> None:
         host = self.net[name]
@@ -308,6 +393,12 @@ class Lab:
         if self.net is not None:
             self.net.stop()
             self.net = None
+        if self._made_tls:
+            shutil.rmtree(self.record.tls_dir, ignore_errors=True)
+            self._made_tls = False
+        if self._private_dir is not None:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+            self._private_dir = None
 
     def host(self, name: str) -> Any:
         return self.net[name]
@@ -340,7 +431,7 @@ class Lab:
             raise LabError(f"no link between {a} and {b} in topology {self.topology.name}")
         for end in ends:
             if end.node in self.topology.switches:
-                intf, run = f"{end.node}-eth{end.port}", _in_lab
+                intf, run = f"{end.node}-eth{end.port}", run_in_lab
             else:
                 host = self.net[end.node]
                 intf, run = host.defaultIntf().name, host.cmd
@@ -397,7 +488,7 @@ class Lab:
         result: list[tuple[str, str, Callable[[str], str]]] = []
         for sw in sorted(self.topology.switches):
             for port in self.topology.ports(sw):
-                result.append((sw, f"{sw}-eth{port}", _in_lab))
+                result.append((sw, f"{sw}-eth{port}", run_in_lab))
         for name in sorted(self.topology.hosts):
             host = self.net[name]
             result.append((name, host.defaultIntf().name, host.cmd))
@@ -407,7 +498,8 @@ class Lab:
         """Install the pipeline and the base state on every switch."""
         from ina.control.p4runtime import connect
 
-        async with connect(self.topology, self.p4info, self.p4blob, push=True) as clients:
+        async with connect(self.topology, self.p4info, self.p4blob, access=self.access,
+                           push=True) as clients:
             await Controller(self.topology, clients).init()
 
     def init_switches_sync(self) -> None:

@@ -19,18 +19,27 @@ take on a link of the rate-limited regime.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ina.lab.bench import CASES, INA_WIRE_PER_VALUE, ROOT, Case, _bench_on_lab, describe_vat
+from ina.lab.bench import (
+    CASES,
+    INA_WIRE_PER_VALUE,
+    ROOT,
+    Case,
+    _bench_on_lab,
+    describe_regime,
+    describe_vat,
+)
 from ina.lab.mininet import Lab
+from ina.lab.ranks import Rank, rank_env
 from ina.spec.topology import Topology
 
 TRAIN_SCRIPT = ROOT / "examples" / "train.py"
@@ -62,6 +71,8 @@ class TrainRun:
     loss: list[float]
     clock: list[float]
     collectives: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: ina: seconds per all_reduce in each phase of the call (the profile).
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,6 +92,19 @@ class TrainRegime:
 
 
 @dataclass
+class BucketRun:
+    """One float32 bucket all-reduced through the switches and through gloo, links
+    unlimited: seconds each, and whether the switches' result lies within its
+    error bound of gloo's (plus gloo's own rounding)."""
+
+    mib: int
+    ina_seconds: float
+    gloo_seconds: float
+    within_bound_of_gloo: bool
+    max_difference: float
+
+
+@dataclass
 class TrainCaseResult:
     case: str
     topology: str
@@ -89,6 +113,7 @@ class TrainCaseResult:
     parameters: int
     settings: TrainSettings
     regimes: list[TrainRegime] = field(default_factory=list)
+    bucket: BucketRun | None = None
 
 
 @dataclass
@@ -103,27 +128,18 @@ class BucketConversion:
         return self.seconds / self.link_bound_seconds
 
 
-def _train(lab: Lab, topology: Topology, topology_path: Path, workers: list[str],
-           job_path: Path, backend: str, settings: TrainSettings, out: Path) -> TrainRun:
-    """One training run on the workers' hosts, rank r on the job's r-th worker."""
-    report, params = out / f"{backend}.json", out / f"{backend}.pt"
+def _run_ranks(lab: Lab, topology: Topology, topology_path: Path, workers: list[str],
+               job_path: Path, argv: Callable[[int], list[str]], what: str) -> None:
+    """``argv(rank)`` on every worker's host, rank r on the job's r-th worker, with
+    the environment ``inalab ranks`` gives (ina.lab.ranks.rank_env); until all end."""
     master = topology.hosts[workers[0]].ip
     procs = []
     for rank, w in enumerate(workers):
         host = lab.host(w)
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(len(workers)),
-               "LOCAL_RANK": "0", "MASTER_ADDR": master, "MASTER_PORT": str(MASTER_PORT),
-               "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": host.defaultIntf().name,
-               "INA_TOPOLOGY": str(topology_path), "INA_JOB": str(job_path),
-               "INA_NETWORK": "lab"}
-        argv = [sys.executable, str(TRAIN_SCRIPT), "--backend", backend,
-                "--steps", str(settings.steps), "--batch", str(settings.batch),
-                "--hidden", str(settings.hidden), "--seed", str(settings.seed),
-                "--log-every", "0"]
-        if rank == 0:
-            argv += ["--json", str(report), "--params", str(params)]
-        procs.append(host.popen(argv, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE))
+        env = rank_env(Rank(rank, w, host.pid), len(workers), topology, topology_path,
+                       job_path, master, MASTER_PORT, host.defaultIntf().name)
+        procs.append(host.popen(argv(rank), env={**env, "OMP_NUM_THREADS": "1"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     deadline = time.monotonic() + RUN_TIMEOUT
     failures = []
     for w, proc in zip(workers, procs, strict=True):
@@ -135,11 +151,42 @@ def _train(lab: Lab, topology: Topology, topology_path: Path, workers: list[str]
         if proc.returncode != 0:
             failures.append(f"{w}: exit {proc.returncode}: {err.decode().strip()[-2000:]}")
     if failures:
-        raise RuntimeError(f"training with {backend} failed:\n" + "\n".join(failures))
+        raise RuntimeError(f"{what} failed:\n" + "\n".join(failures))
+
+
+def _train(lab: Lab, topology: Topology, topology_path: Path, workers: list[str],
+           job_path: Path, backend: str, settings: TrainSettings, out: Path) -> TrainRun:
+    """One training run on the workers' hosts."""
+    report, params = out / f"{backend}.json", out / f"{backend}.pt"
+
+    def argv(rank: int) -> list[str]:
+        return [sys.executable, str(TRAIN_SCRIPT), "--backend", backend,
+                "--steps", str(settings.steps), "--batch", str(settings.batch),
+                "--hidden", str(settings.hidden), "--seed", str(settings.seed),
+                "--log-every", "0",
+                *(["--json", str(report), "--params", str(params)] if rank == 0 else [])]
+
+    _run_ranks(lab, topology, topology_path, workers, job_path, argv,
+               f"training with {backend}")
     data = json.loads(report.read_text())
     return TrainRun(backend, data["seconds"], data["step_median"], data["steps_per_second"],
                     data["comm_share"], data["final_loss"], data["test_accuracy"],
-                    data["loss"], data["clock"], data.get("collectives", {}))
+                    data["loss"], data["clock"], data.get("collectives", {}),
+                    data.get("phases", {}))
+
+
+def _bucket(lab: Lab, topology: Topology, topology_path: Path, workers: list[str],
+            job_path: Path, mib: int, out: Path) -> BucketRun:
+    """One float32 bucket of ``mib`` MiB all-reduced through the switches and through
+    gloo, on the workers' hosts (``python -m ina.lab.train_bench bucket``)."""
+    report = out / "bucket.json"
+
+    def argv(rank: int) -> list[str]:
+        return [sys.executable, "-m", "ina.lab.train_bench", "bucket", "--mib", str(mib),
+                *(["--json", str(report)] if rank == 0 else [])]
+
+    _run_ranks(lab, topology, topology_path, workers, job_path, argv, "the bucket")
+    return BucketRun(**json.loads(report.read_text()))
 
 
 def _param_diff(out: Path) -> float:
@@ -155,8 +202,9 @@ def _parameters(settings: TrainSettings) -> int:
 
 
 def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...],
-             settings: TrainSettings) -> TrainCaseResult:
-    """Inside the sandbox: both backends in each regime, on one lab."""
+             settings: TrainSettings, bucket_mib: int = 0) -> TrainCaseResult:
+    """Inside the sandbox: both backends in each regime, on one lab; and, with
+    ``bucket_mib``, one bucket of that size, links unlimited."""
     with _bench_on_lab(case, build_dir) as bench, tempfile.TemporaryDirectory() as tmp:
         job, lab = bench.job, bench.lab
         result = TrainCaseResult(case.name, bench.topology.name, list(job.workers),
@@ -170,11 +218,14 @@ def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...],
                            bench.job_path, backend, settings, out) for backend in BACKENDS]
             result.regimes.append(TrainRegime(regime, rate, runs, _param_diff(out)))
         lab.limit_links(None)
+        if bucket_mib:
+            result.bucket = _bucket(lab, bench.topology, bench.topology_path,
+                                    list(job.workers), bench.job_path, bucket_mib, Path(tmp))
     return result
 
 
-def bucket_conversion(rate_mbit: float, workers: int = 4,
-                      nbytes: int = DDP_BUCKET_BYTES) -> BucketConversion:
+def bucket_conversion(rate_mbit: float, workers: int = 4, nbytes: int = DDP_BUCKET_BYTES,
+                      window: int = 32) -> BucketConversion:
     """One worker's host-side work for a float32 bucket of ``nbytes``: block
     exponents, quantization, the packets' bytes, the results read back from them and
     dequantized (what a worker does besides waiting), timed; and the least time the
@@ -187,16 +238,18 @@ def bucket_conversion(rate_mbit: float, workers: int = 4,
 
     size = nbytes // 4
     x = np.random.default_rng(0).standard_normal(size).astype(np.float32)
-    config = WorkerConfig(job_id=1, op=Op.SUM, pbm=1, target="127.0.0.1",
-                          window=1 << 30, workers=workers)
+    config = WorkerConfig(job_id=1, op=Op.SUM, pbm=1, target="127.0.0.1", window=window,
+                          workers=workers)
     started = time.perf_counter()
     exponents = quantize.block_exponents(x)
     session = AllreduceSession(config, quantize.quantize(x, exponents, Op.SUM, workers))
-    for payload in session.packets_to_send():
-        result = bytearray(payload)
-        result[1] |= Flag.RESULT
-        session.accept(bytes(result))
-    quantize.dequantize(session.outcome().values, exponents, Op.SUM, workers)
+    while not session.done:  # a window's packets out, their results in, as a worker does
+        for payload in session.packets_to_send():
+            result = bytearray(payload)
+            result[1] |= Flag.RESULT
+            session.accept(bytes(result))
+    values = quantize.dequantize(session.outcome().values, exponents, Op.SUM, workers)
+    quantize.bound(values, exponents, Op.SUM, workers)
     seconds = time.perf_counter() - started
     link_bound = size * INA_WIRE_PER_VALUE * 8 / (rate_mbit * 1e6)
     return BucketConversion(size, seconds, link_bound, rate_mbit)
@@ -233,7 +286,7 @@ class TrainFigures:
                        for g in c["regimes"]]
             cases.append(TrainCaseResult(c["case"], c["topology"], c["workers"], c["vat"],
                                          c["parameters"], TrainSettings(**c["settings"]),
-                                         regimes))
+                                         regimes, c["bucket"] and BucketRun(**c["bucket"])))
         return cls(cases, None if conversion is None else BucketConversion(
             conversion["values"], conversion["seconds"], conversion["link_bound_seconds"],
             conversion["rate_mbit"]), doc["bmv2"], doc["torch"])
@@ -250,19 +303,28 @@ class TrainFigures:
                          f"gradients a step), {s.steps} steps of {s.batch} per rank; INA VAT "
                          f"(planned): {r.vat}.")
             for g in r.regimes:
-                regime = ("links unlimited (CPU-bound)" if g.rate_mbit is None
-                          else f"every link limited to {g.rate_mbit:g} Mbit/s (htb)")
-                lines.append(f"  {regime}:")
+                lines.append(f"  {describe_regime(g.rate_mbit)}:")
                 lines.append(f"    {'backend':<8} {'ms/step':>8} {'steps/s':>8} {'comm':>6} "
                              f"{'loss':>7} {'accuracy':>9}")
                 for run in g.runs:
                     lines.append(f"    {run.backend:<8} {run.step_median * 1000:>8.1f} "
-                                 f"{run.steps_per_second:>8.2f} {run.comm_share:>6.0%} "
+                                 f"{run.steps_per_second:>8.2f} {run.comm_share:>6.1%} "
                                  f"{run.final_loss:>7.4f} {run.test_accuracy:>9.1%}")
+                phases = g.run("ina").phases
+                if phases:
+                    lines.append("    ina, an all_reduce's phases (ms): " + ", ".join(
+                        f"{name} {seconds * 1000:.1f}" for name, seconds in phases.items()))
                 acc = g.run("ina").test_accuracy - g.run("gloo").test_accuracy
                 lines.append(f"    ina vs gloo (same run): {g.speedup:.2f}x gloo's speed per "
                              f"step; accuracy {acc * 100:+.1f} points; largest parameter "
                              f"difference {g.max_param_diff:.2e}")
+            b = r.bucket
+            if b is not None:
+                lines.append(f"  one {b.mib} MiB float32 bucket (DDP's default size), links "
+                             f"unlimited: ina {b.ina_seconds:.1f}s, gloo {b.gloo_seconds:.1f}s; "
+                             f"ina's result {'within' if b.within_bound_of_gloo else 'NOT within'}"
+                             f" its error bound of gloo's (largest difference "
+                             f"{b.max_difference:.1e})")
             lines.append("")
         c = self.conversion
         if c is not None:
@@ -318,3 +380,51 @@ def _smooth(values: list[float], n: int) -> list[float]:
 
 
 DEFAULT_CASES = {name: CASES[name] for name in ("figure1", "fat-tree")}
+
+
+# --- On a worker's host: python -m ina.lab.train_bench bucket --mib N [--json FILE] -------
+
+
+def _bucket_rank(mib: int, report: Path | None) -> None:
+    """This rank's part of ``_bucket``: the same seeded bucket through both."""
+    import torch
+    import torch.distributed as dist
+
+    import ina.torch
+
+    dist.init_process_group("ina")
+    gloo = dist.new_group(backend="gloo")
+    assert isinstance(gloo, dist.ProcessGroup)  # every rank is in it
+    rank, world = dist.get_rank(), dist.get_world_size()
+    values = torch.randn(mib * 2**18, generator=torch.Generator().manual_seed(rank))
+    mine, theirs, magnitudes = values.clone(), values.clone(), values.abs().double()
+    dist.barrier()
+    started = time.perf_counter()
+    dist.all_reduce(mine)
+    ina_seconds = time.perf_counter() - started
+    dist.barrier(group=gloo)
+    started = time.perf_counter()
+    dist.all_reduce(theirs, group=gloo)
+    gloo_seconds = time.perf_counter() - started
+    dist.all_reduce(magnitudes, group=gloo)
+    bound = ina.torch.error_bound(mine)
+    assert bound is not None
+    # gloo adds in float32: half an ulp per addition, of at most the sum of magnitudes.
+    gloo_rounding = (world - 1) * torch.finfo(torch.float32).eps / 2 * magnitudes
+    diff = (mine.double() - theirs.double()).abs()
+    if report is not None:
+        report.write_text(json.dumps(asdict(BucketRun(
+            mib, ina_seconds, gloo_seconds, bool((diff <= bound + gloo_rounding).all()),
+            float(diff.max())))))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m ina.lab.train_bench")
+    p.add_argument("role", choices=["bucket"])
+    p.add_argument("--mib", type=int, default=25)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    _bucket_rank(args.mib, args.json)

@@ -27,7 +27,8 @@ class WatcherThread:
             if on_change is not None:
                 await on_change(failures)
 
-        self.watcher = Watcher(lab.topology, lab.p4info, lab.p4blob, record, options)
+        self.watcher = Watcher(lab.topology, lab.p4info, lab.p4blob, record, options,
+                               access=lab.access)
         self._loop = asyncio.new_event_loop()
         self._task: asyncio.Task[None] | None = None
         self._started = threading.Event()

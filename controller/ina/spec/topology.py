@@ -94,6 +94,9 @@ class Failures:
     def __bool__(self) -> bool:
         return bool(self.switches or self.links)
 
+    def __or__(self, other: Failures) -> Failures:
+        return Failures(self.switches | other.switches, self.links | other.links)
+
     def with_switch(self, name: str, down: bool = True) -> Failures:
         switches = self.switches | {name} if down else self.switches - {name}
         return Failures(frozenset(switches), self.links)

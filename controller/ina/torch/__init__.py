@@ -12,11 +12,18 @@ and offers a DDP communication hook for a gloo or NCCL process group::
 See ina.torch.backend, ina.torch.hook and ina.torch.member.
 """
 
-from ina.torch.backend import ProcessGroupIna, backend_of, error_bound, register, stats
+from ina.torch.backend import (
+    ProcessGroupIna,
+    backend_of,
+    error_bound,
+    profile,
+    register,
+    stats,
+)
 from ina.torch.hook import HookState, allreduce_hook, hook_state
 from ina.torch.member import Settings
 
 register()
 
 __all__ = ["HookState", "ProcessGroupIna", "Settings", "allreduce_hook", "backend_of",
-           "error_bound", "hook_state", "register", "stats"]
+           "error_bound", "hook_state", "profile", "register", "stats"]

@@ -85,6 +85,12 @@ class ProcessGroupIna(Backend):
         """Collectives made so far: {name: {"switches" or "gloo": count}}."""
         return {k: dict(v) for k, v in self.member.counts.counts.items()}
 
+    def profile(self) -> dict[str, float]:
+        """Seconds the calls through the switches spent so far in each phase (the
+        worker's CallStats.seconds: starting, agreeing on the call, agreeing on
+        exponents, reducing)."""
+        return dict(self.member.worker.stats.seconds)
+
     # --- through the switches ----------------------------------------------------
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Work:
@@ -203,6 +209,11 @@ def backend_of(group: dist.ProcessGroup | None = None) -> ProcessGroupIna:
 def stats(group: dist.ProcessGroup | None = None) -> dict[str, dict[str, int]]:
     """Collectives made so far by this rank in ``group``, by where they went."""
     return backend_of(group).stats()
+
+
+def profile(group: dist.ProcessGroup | None = None) -> dict[str, float]:
+    """Seconds this rank's calls through the switches spent in each phase so far."""
+    return backend_of(group).profile()
 
 
 def error_bound(tensor: torch.Tensor, group: dist.ProcessGroup | None = None

@@ -18,14 +18,11 @@ No torch here: the store is anything with torch's Store methods used below.
 from __future__ import annotations
 
 import atexit
-import dataclasses
-import errno
 import hashlib
 import json
 import logging
 import os
 import queue
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -35,8 +32,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ina.errors import InaError, UsageError
-from ina.host.link import LinkTransport
-from ina.host.worker import Transport, UdpTransport, Worker, WorkerConfig
+from ina.host.link import LinkTransport, on_loopback
+from ina.host.worker import Transport, UdpTransport, Worker, WorkerConfig, is_local_address
 from ina.model.embedded import Endpoints, SpawnedNetwork, spawn
 from ina.spec.job import JobSpec
 from ina.spec.topology import Topology
@@ -106,18 +103,6 @@ class Settings:
                    environ.get(ENV_WORKER) or None, network, timeout)
 
 
-def is_local(address: str) -> bool:
-    """Whether this machine has ``address`` (a lab host has its worker's)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind((address, 0))
-        except OSError as exc:
-            if exc.errno == errno.EADDRNOTAVAIL:
-                return False
-            raise
-    return True
-
-
 def choose_worker(spec: JobSpec, topology: Topology, rank: int, size: int,
                   settings: Settings) -> tuple[str, str]:
     """(this rank's worker, the network it reaches the job through), or UsageError."""
@@ -131,7 +116,7 @@ def choose_worker(spec: JobSpec, topology: Topology, rank: int, size: int,
         raise UsageError(f"{ENV_WORKER}={worker} is not a worker of {where}")
     network = settings.network
     if network in ("auto", "lab"):
-        local = [w for w in workers if is_local(topology.hosts[w].ip)]
+        local = [w for w in workers if is_local_address(topology.hosts[w].ip)]
         if worker in local:
             return worker, "lab"
         if local:
@@ -201,7 +186,10 @@ class Heartbeat:
         return dead
 
     def close(self) -> None:
+        """Stop, and wait for the thread: one left inside a store call while the
+        process group is destroyed makes torch abort the process."""
         self._stop.set()
+        self._thread.join(HEARTBEAT_PERIOD + 5.0)
 
 
 class CallQueue:
@@ -231,8 +219,14 @@ class CallQueue:
             else:
                 done(result, None)
 
-    def close(self) -> None:
+    def close(self, wait: float = 60.0) -> None:
+        """No more calls; wait up to ``wait`` seconds for those under way to end (a
+        thread still running when the process exits aborts it in torch's C++)."""
         self._queue.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(wait)
+            if self._thread.is_alive():
+                LOG.warning("calls still under way after %gs at close", wait)
 
 
 @dataclass
@@ -279,8 +273,7 @@ class Member:
         else:
             endpoints, spawned = _embedded(store, rank, settings)
             transport = LinkTransport(topology, worker, endpoints.of(worker), config.target)
-            # The ring on hosts (a job no switch takes) runs on this machine too.
-            config = dataclasses.replace(config, addresses=("127.0.0.1",) * size)
+            config = on_loopback(config)
         heartbeat = Heartbeat(store, rank, size)
         member = cls(rank, size, Worker(config, transport, timeout=settings.timeout), topology,
                      spec, network, heartbeat, CallQueue(f"ina-calls-{rank}"),
