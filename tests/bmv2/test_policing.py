@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ina.control import p4names as n
+from ina.control.entities import Meter
 from ina.control.watch import WatchOptions
 from ina.lab.deploy import deploy
 from ina.lab.watching import WatcherThread
@@ -92,6 +94,11 @@ def test_a_flooding_host_is_policed_and_harms_no_link_and_no_other_job(
         frame = ina_frame(h.mac, topo.switches[edge].mac, h.ip, parent_ip,
                           InaPacket(InaHeader(job_id=21, seq=0, pbm=bit_of(h.bfr_id), count=P),
                                     tuple(range(P))).pack())
+        # The meter's configuration, read back over P4Runtime as the controller wrote it.
+        entries = fabric.controller_call(
+            lambda ctl: ctl.clients[edge].read_table(n.JOB_MEMBERS.name))
+        assert {e.meter for e in entries if e.match_value("job_id") == 21} == {
+            Meter(HOST_RATE, HOST_BURST)}
         policed_before = _policed(fabric, edge)
         passed_before = _job_events(fabric, parent, 21)
         started = time.monotonic()
