@@ -144,8 +144,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     // A root spanning several sets: the cell's state with the packet's set's bitmap.
     action open_sets() {
         fresh = cs[CELL_EPOCH] != meta.epoch
-                || (cs[CELL_SEQ] != hdr.ina.seq
-                    && cs[CELL_SEQ] - hdr.ina.seq != ((bit<32>)meta.slot_mask << 1) + 2);
+                || (cs[CELL_SEQ] != hdr.ina.seq && cs[CELL_SEQ] - hdr.ina.seq != meta.lap);
         gen = cs[CELL_GEN];
         done = fresh ? 8w0 : cs[CELL_DONE];
         set_cell_t sc;
@@ -302,8 +301,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             open_root_cell();
             // In the window: seq - P + 2W in 0..3W + 1, one test on the common path.
             if (done_up_to[63:32] != meta.epoch
-                    || hdr.ina.seq - done_up_to[31:0] + ((bit<32>)meta.slot_mask << 1) + 2
-                       > ((bit<32>)meta.slot_mask << 1) + (bit<32>)meta.slot_mask + 4) {
+                    || hdr.ina.seq - done_up_to[31:0] + meta.lap > meta.reach) {
                 if (done_up_to[63:32] != meta.epoch
                         || (int<32>)(hdr.ina.seq - done_up_to[31:0]) > 0) {
                     refuse(JOB_STAT_DROP_AHEAD);  // past the window, or no call of this plan
@@ -319,8 +317,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             // A node in one BIER set: the common paths, one action each. Any round
             // but the one a lap after the packet's (s + 2W: it is stale) is replaced.
             if (cs[CELL_EPOCH] != meta.epoch
-                    || (cs[CELL_SEQ] != hdr.ina.seq
-                        && cs[CELL_SEQ] - hdr.ina.seq != ((bit<32>)meta.slot_mask << 1) + 2)) {
+                    || (cs[CELL_SEQ] != hdr.ina.seq && cs[CELL_SEQ] - hdr.ina.seq != meta.lap)) {
                 if (hdr.ina.pbm == meta.abm) {  // a node with this one contributor
                     complete_alone();
                 } else {

@@ -111,6 +111,8 @@ struct metadata_t {
     bitmap_t    abm;            // the A-BM's bits in set node_si
     bit<16>     slot_base;
     bit<16>     slot_mask;
+    bit<32>     lap;            // 2W: a cell's next round comes lap sequence numbers later
+    bit<32>     reach;          // 3W + 1: the root's window, from P - lap (aggregation.p4)
     bit<32>     epoch;
     bit<8>      gen;            // the generation of the job's plan this entry is of
     ipv4_addr_t node_ip;

@@ -8,7 +8,10 @@
 // addressed to this switch (node_ip is its loopback), which spares the packets
 // of a deployed job the lookup of the switch's addresses.
 control Jobs(in bit<16> job_id, in bit<8> si, in ipv4_addr_t dst, inout metadata_t meta) {
-    action vat_node(bit<8> job_index, bit<16> slot_base, bit<16> slot_mask,
+    // lap (2W, W = slot_mask + 1) and, at the root, reach (3W + 1) bound the
+    // job's window (aggregation.p4): numbers the controller works out once, so that
+    // no packet does.
+    action vat_node(bit<8> job_index, bit<16> slot_base, bit<16> slot_mask, bit<32> lap,
                     bit<32> epoch, bit<8> gen, ipv4_addr_t node_ip, ipv4_addr_t parent_ip,
                     bit<8> set_id, bitmap_t abm) {
         meta.job_role = ROLE_AGGREGATOR;
@@ -17,6 +20,7 @@ control Jobs(in bit<16> job_id, in bit<8> si, in ipv4_addr_t dst, inout metadata
         meta.abm = abm;
         meta.slot_base = slot_base;
         meta.slot_mask = slot_mask;
+        meta.lap = lap;
         meta.epoch = epoch;
         meta.gen = gen;
         meta.node_ip = node_ip;
@@ -26,8 +30,8 @@ control Jobs(in bit<16> job_id, in bit<8> si, in ipv4_addr_t dst, inout metadata
 
     // sets == 1: the job's A-BM is abm, in set set_id. sets > 1: vat_sets has it.
     action vat_root(bit<8> job_index, bit<8> sets, bit<16> slot_base,
-                    bit<16> slot_mask, bit<32> epoch, bit<8> gen, ipv4_addr_t node_ip,
-                    bit<8> set_id, bitmap_t abm) {
+                    bit<16> slot_mask, bit<32> lap, bit<32> reach, bit<32> epoch, bit<8> gen,
+                    ipv4_addr_t node_ip, bit<8> set_id, bitmap_t abm) {
         meta.job_role = ROLE_ROOT;
         meta.job_index = job_index;
         meta.sets = sets;
@@ -35,6 +39,8 @@ control Jobs(in bit<16> job_id, in bit<8> si, in ipv4_addr_t dst, inout metadata
         meta.abm = abm;
         meta.slot_base = slot_base;
         meta.slot_mask = slot_mask;
+        meta.lap = lap;
+        meta.reach = reach;
         meta.epoch = epoch;
         meta.gen = gen;
         meta.node_ip = node_ip;

@@ -65,15 +65,16 @@ HOST_PORTS = TableSpec(
 # Ingress: the jobs this switch holds a VAT node of, or counts transit for.
 VAT_NODE = ActionSpec(
     "InaIngress.jobs.vat_node",
-    (("job_index", 8), ("slot_base", 16), ("slot_mask", 16),
+    (("job_index", 8), ("slot_base", 16), ("slot_mask", 16), ("lap", 32),
      ("epoch", 32), ("gen", 8), ("node_ip", 32), ("parent_ip", 32), ("set_id", 8),
      ("abm", BM)),
 )
 # A root's A-BM is in (set_id, abm) when it lies in one set (sets == 1), else in vat_sets.
+# lap (2 x slots) and reach (3 x slots + 1) bound the job's window (aggregation.p4).
 VAT_ROOT = ActionSpec(
     "InaIngress.jobs.vat_root",
-    (("job_index", 8), ("sets", 8), ("slot_base", 16), ("slot_mask", 16),
-     ("epoch", 32), ("gen", 8), ("node_ip", 32), ("set_id", 8), ("abm", BM)),
+    (("job_index", 8), ("sets", 8), ("slot_base", 16), ("slot_mask", 16), ("lap", 32),
+     ("reach", 32), ("epoch", 32), ("gen", 8), ("node_ip", 32), ("set_id", 8), ("abm", BM)),
 )
 TRANSIT = ActionSpec("InaIngress.jobs.transit", (("job_index", 8), ("node_ip", 32)))
 NO_JOB = ActionSpec("InaIngress.jobs.no_job")

@@ -119,13 +119,13 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
                                 node_ip=node_ip)]
             continue
         common = dict(job_index=a.job_index, slot_base=a.slot_base, slot_mask=job.slots - 1,
-                      epoch=epoch, gen=gen, node_ip=node_ip)
+                      lap=2 * job.slots, epoch=epoch, gen=gen, node_ip=node_ip)
         sets = split_sets(node.abm)
         # One set: its A-BM in the entry. Several (a root only): a vat_sets entry each.
         set_id, bits = next(iter(sets.items())) if len(sets) == 1 else (0, 0)
         if node.parent is None:
             e = entry(n.VAT_JOBS, match, n.VAT_ROOT, **common, sets=len(sets), set_id=set_id,
-                      abm=bits)
+                      abm=bits, reach=3 * job.slots + 1)
         else:
             e = entry(n.VAT_JOBS, match, n.VAT_NODE, **common, set_id=set_id, abm=bits,
                       parent_ip=ip_int(topology.address(node.parent)))
