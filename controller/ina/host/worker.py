@@ -28,11 +28,11 @@ REPLAN and the new ``gen``) makes every worker run the call again from its start
 a job that no switch aggregates (ON_HOSTS) is reduced on hosts, on a TCP ring of
 its workers, with the same steps and the data plane's arithmetic (``Worker``).
 
-``AllreduceSession`` is the protocol logic of one reduction without any I/O: a
+``ReductionWindow`` is the protocol logic of one reduction without any I/O: a
 sliding window of ``window`` packets (the job's slots), retransmission after an
 adaptive timeout (``RtoEstimator``, from measured round trips) and early
 retransmission of a packet whose result is missing while DUPLICATE_RESULTS
-results of packets sent after it have arrived. ``Worker`` drives sessions over a
+results of packets sent after it have arrived. ``Worker`` drives windows over a
 ``Transport`` (a UDP socket; the reference model offers one too).
 """
 
@@ -274,7 +274,7 @@ class RtoEstimator:
 class _Outstanding:
     sent_at: float  # last transmission
     deadline: float  # when it counts as lost, if it is the oldest one outstanding
-    order: int  # position of the last transmission among all of the session's
+    order: int  # position of the last transmission among all of the window's
     tries: int = 1
     later: int = 0  # results of packets sent after this one's last transmission
 
@@ -293,7 +293,7 @@ def check_ints(values: npt.ArrayLike) -> npt.NDArray[Any]:
     return array
 
 
-class AllreduceSession:
+class ReductionWindow:
     """One reduction of one array, without I/O.
 
     Chunk ``j`` (sequence number ``seq_base + j``) is first sent only once the
@@ -422,7 +422,7 @@ class AllreduceSession:
         return oldest.deadline if probe is None else min(oldest.deadline, probe)
 
     def accept(self, payload: bytes, now: float = 0.0) -> bool:
-        """Take a received UDP payload; True if it was a new result of this session."""
+        """Take a received UDP payload; True if it was a new result of this window."""
         if len(payload) < INA_PAYLOAD_BYTES:
             LOG.debug("ignored a payload that is not INA")
             return False
@@ -971,69 +971,69 @@ class Worker:
                 phase: str) -> AllreduceResult:
         """One reduction in the network; PlanChanged if the edge switch turns a
         contribution back with news."""
-        session = AllreduceSession(self.config, values, seq_base, self.rto, op, self.gen)
+        window = ReductionWindow(self.config, values, seq_base, self.rto, op, self.gen)
         last_progress = began = time.monotonic()
         give_up_at = last_progress + self.timeout
         try:
-            while not session.done:
+            while not window.done:
                 now = time.monotonic()
-                for payload in session.packets_to_send(now):
+                for payload in window.packets_to_send(now):
                     self.transport.send(payload)
                 if now > give_up_at:
                     why = (self.patience(now - last_progress) if self.patience is not None
                            else "")
                     if why is not None:
-                        raise AllreduceTimeout(self._stalled(session, phase, why))
+                        raise AllreduceTimeout(self._stalled(window, phase, why))
                     give_up_at = now + PATIENCE_RECHECK
                 wake = give_up_at
-                timer = session.next_timer()
+                timer = window.next_timer()
                 if timer is not None:
                     wake = min(wake, timer)
                 received = self.transport.recv(wake - now)
                 while received is not None:
-                    # Only a notice has SYNC set among what a session receives.
+                    # Only a notice has SYNC set among what a window receives.
                     notice = notice_of(received, self.config) \
                         if len(received) > 1 and received[1] & Flag.SYNC else None
                     if notice is not None:
-                        self._heed(notice, session)
-                    elif session.accept(received, time.monotonic()):
+                        self._heed(notice, window)
+                    elif window.accept(received, time.monotonic()):
                         last_progress = time.monotonic()
                         give_up_at = last_progress + self.timeout
                         if self.progress is not None and phase == "reducing":
-                            self.progress(session.results, session.chunks)
+                            self.progress(window.results, window.chunks)
                     received = self.transport.recv(0.0)
         finally:
             # What the call's ABORT must cover, if it comes to one (``_abort``).
-            if session.next and seq_diff(session.seq_of(session.next - 1),
+            if window.next and seq_diff(window.seq_of(window.next - 1),
                                          self.highest_sent) > 0:
-                self.highest_sent = session.seq_of(session.next - 1)
+                self.highest_sent = window.seq_of(window.next - 1)
             self.stats.spent(phase, time.monotonic() - began)
-            self.stats.packets += session.next
-            self.stats.retransmissions += session.retransmissions
-            self.stats.early_retransmissions += session.early_retransmissions
-        return session.outcome()
+            self.stats.packets += window.next
+            self.stats.retransmissions += window.retransmissions
+            self.stats.early_retransmissions += window.early_retransmissions
+        return window.outcome()
 
-    def _heed(self, notice: Notice, session: AllreduceSession) -> None:
+    def _heed(self, notice: Notice, window: ReductionWindow) -> None:
         """A contribution turned back: act on news, ignore what is known already (a
         late notice of a packet sent before the worker learned the new plan)."""
         if notice.on_hosts:
-            chunk = seq_add(notice.seq, -session.seq_base)
-            if chunk < session.next:  # of this reduction (not a late one of another)
+            chunk = seq_add(notice.seq, -window.seq_base)
+            if chunk < window.next:  # of this reduction (not a late one of another)
                 raise PlanChanged(notice.gen, on_hosts=True)
         elif notice.gen != self.gen:
             raise PlanChanged(notice.gen)
 
-    def _stalled(self, session: AllreduceSession, phase: str, why: str = "") -> str:
-        missing = session.missing()
+    def _stalled(self, window: ReductionWindow, phase: str, why: str = "") -> str:
+        missing = window.missing()
         peers = ", ".join(self.config.peers) or "every worker"
         what = (f"job {self.config.job_id}: {self.config.name} got no result within "
-                f"{self.timeout:g}s while {phase}: {len(missing)} of {session.chunks} "
+                f"{self.timeout:g}s while {phase}: {len(missing)} of {window.chunks} "
                 f"packets unanswered (seq {missing[0]}"
                 + (f"..{missing[-1]}" if len(missing) > 1 else "")
-                + f"), {session.results} answered, {session.retransmissions} retransmissions")
+                + f"), {window.results} answered, {window.retransmissions} retransmissions")
         if why:
             return f"{what}; {why}"
-        if session.results == 0 and phase == "agreeing on the call":
+        if window.results == 0 and phase == "agreeing on the call":
             return (what + f"; the call did not start: not every worker of the job ({peers}) "
                     "has started this call (one stopped, or is still in an earlier one?)")
         return what + f"; is every worker of the job ({peers}) still running?"
