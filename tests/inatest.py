@@ -20,7 +20,9 @@ import yaml
 from ina.control.controller import Controller
 from ina.control.memory_switch import MemorySwitch
 from ina.control.switch import CounterValue
-from ina.host.worker import ReductionWindow, Worker, WorkerConfig
+from ina.host.config import WorkerConfig
+from ina.host.window import ReductionWindow
+from ina.host.worker import Worker
 from ina.model.harness import initialised_network, reduce_arrays
 from ina.model.network import ModelNetwork, ModelTransport
 from ina.protocol.constants import SwitchStat

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from ina.errors import AllreduceError
-from ina.host.worker import AllreduceResult, ReductionWindow, WorkerConfig
+from ina.host.config import WorkerConfig
+from ina.host.results import AllreduceResult
+from ina.host.window import ReductionWindow
 from ina.model.harness import allreduce_on_model, reduce_arrays, run_sessions
 from ina.model.network import Impairment
 from ina.protocol.bitmaps import bit_of

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from ina.errors import AllreduceTimeout
-from ina.host.worker import ReductionWindow, RtoEstimator, Worker, WorkerConfig
+from ina.host.config import WorkerConfig
+from ina.host.window import ReductionWindow, RtoEstimator
+from ina.host.worker import Worker
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import ELEMS_PER_PACKET, Flag, Op

@@ -233,7 +233,8 @@ def bucket_conversion(rate_mbit: float, workers: int = 4, nbytes: int = DDP_BUCK
     import numpy as np
 
     from ina.host import quantize
-    from ina.host.worker import ReductionWindow, WorkerConfig
+    from ina.host.config import WorkerConfig
+    from ina.host.window import ReductionWindow
     from ina.protocol.constants import Flag, Op
 
     size = nbytes // 4
