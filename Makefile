@@ -9,6 +9,8 @@ SIZE ?= $(if $(FAIL),1000000,1000)
 JOB_ID ?=
 BUILD ?= build
 VENV ?= .venv
+P4RT_VENV ?= .venv-p4rt
+P4RT_SHELL ?= p4runtime-shell==0.0.6
 PY := $(VENV)/bin/python
 SYSTEM_PYTHON := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 APT_PACKAGES := mininet iputils-ping iproute2 ethtool util-linux nftables
@@ -47,6 +49,11 @@ setup:
 	$(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench,train]'
+	@# p4runtime-shell, to inspect the switches (docs/inspect.md), in a venv of its own: its
+	@# protobuf cannot share one with finsy's. Optional: setup goes on without it.
+	@$(P4RT_VENV)/bin/python -c "import p4runtime_sh" 2>/dev/null || { $(SYSTEM_PYTHON) -m venv $(P4RT_VENV) && \
+	  $(P4RT_VENV)/bin/pip install -q $(P4RT_SHELL); } || \
+	  echo "setup: $(P4RT_SHELL) not installed in $(P4RT_VENV): docs/inspect.md's shell and its test skip"
 	@command -v $(P4C) >/dev/null || echo "setup: $(P4C) not found: the BMv2 tiers will skip (see README, 'Toolchain')"
 	@command -v simple_switch_grpc >/dev/null || echo "setup: simple_switch_grpc not found: the BMv2 tiers will skip (see README, 'Toolchain')"
 

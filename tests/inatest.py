@@ -20,7 +20,10 @@ import yaml
 from ina.control.controller import Controller
 from ina.control.memory_switch import MemorySwitch
 from ina.control.switch import CounterValue
-from ina.host.worker import AllreduceSession, Worker, WorkerConfig, sync_answer, sync_request
+from ina.host.call import sync_answer, sync_request
+from ina.host.config import WorkerConfig
+from ina.host.window import ReductionWindow
+from ina.host.worker import Worker
 from ina.model.harness import initialised_network, reduce_arrays
 from ina.model.network import ModelNetwork, ModelTransport
 from ina.protocol.constants import SwitchStat
@@ -73,7 +76,7 @@ def assert_exact(job: Job, arrays: Mapping[str, npt.ArrayLike],
         assert np.array_equal(results[w], expected), w
 
 
-def session_results(sessions: Mapping[str, AllreduceSession]) -> dict[str, npt.NDArray[Any]]:
+def session_results(sessions: Mapping[str, ReductionWindow]) -> dict[str, npt.NDArray[Any]]:
     """Each worker's result from its finished session."""
     return {w: s.outcome().values for w, s in sessions.items()}
 

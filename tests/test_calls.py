@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from ina.errors import AllreduceTimeout, CallMismatch
-from ina.host.worker import AllreduceResult, SyncReply, Worker
+from ina.host.call import SyncReply
+from ina.host.results import AllreduceResult
+from ina.host.worker import Worker
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import ELEMS_PER_PACKET as P

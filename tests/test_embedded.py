@@ -18,8 +18,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from ina.host.config import WorkerConfig
 from ina.host.link import LinkTransport
-from ina.host.worker import Worker, WorkerConfig
+from ina.host.worker import Worker
 from ina.lab.mininet import wait_until
 from ina.model.embedded import EmbeddedNetwork, spawn
 from ina.model.network import Impairment

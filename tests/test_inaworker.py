@@ -9,7 +9,7 @@ import pytest
 
 from ina.cli import inaworker
 from ina.errors import UsageError
-from ina.host.worker import is_local_address
+from ina.host.transport import is_local_address
 
 from inatest import FIGURE1, FIGURE1_JOB
 

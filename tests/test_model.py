@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from ina.errors import AllreduceError
-from ina.host.worker import AllreduceResult, AllreduceSession, WorkerConfig
+from ina.host.config import WorkerConfig
+from ina.host.results import AllreduceResult
+from ina.host.window import ReductionWindow
 from ina.model.harness import allreduce_on_model, reduce_arrays, run_sessions
 from ina.model.network import Impairment
 from ina.protocol.bitmaps import bit_of
@@ -219,7 +221,7 @@ def test_a_missing_worker_stalls_with_an_error(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
     _deploy(model_lab, job)
     arrays = int_arrays(job, 10)
-    sessions = {w: AllreduceSession(WorkerConfig.for_job(job, model_lab.topology, w), arrays[w])
+    sessions = {w: ReductionWindow(WorkerConfig.for_job(job, model_lab.topology, w), arrays[w])
                 for w in ("w1", "w2", "w3")}
     with pytest.raises(AllreduceError, match="stalled"):
         run_sessions(model_lab.net, sessions)

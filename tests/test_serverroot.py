@@ -7,8 +7,8 @@ import asyncio
 import threading
 from functools import partial
 
+from ina.host.results import AllreduceResult
 from ina.host.serverroot import ServerRoot
-from ina.host.worker import AllreduceResult
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import Flag, Op

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 
-from ina.host.worker import AllreduceResult, Worker
+from ina.host.results import AllreduceResult
+from ina.host.worker import Worker
 from ina.protocol.arith import seq_add
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from ina.errors import AllreduceTimeout
-from ina.host.worker import AllreduceSession, RtoEstimator, Worker, WorkerConfig
+from ina.host.config import WorkerConfig
+from ina.host.window import ReductionWindow, RtoEstimator
+from ina.host.worker import Worker
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import ELEMS_PER_PACKET, Flag, Op
@@ -20,14 +22,14 @@ def _result(seq: int, values: list[int], flags: Flag = Flag.RESULT, job_id: int 
 
 
 def test_array_is_cut_into_packets_of_elems_per_packet() -> None:
-    session = AllreduceSession(CONFIG, np.arange(ELEMS_PER_PACKET + 3), seq_base=10)
+    session = ReductionWindow(CONFIG, np.arange(ELEMS_PER_PACKET + 3), seq_base=10)
     packets = [InaPacket.unpack(p) for p in session.packets_to_send()]
     assert [(p.header.seq, p.header.count) for p in packets] == [(10, ELEMS_PER_PACKET), (11, 3)]
     assert packets[1].meaningful == (P, P + 1, P + 2) and packets[0].header.pbm == bit_of(2)
 
 
 def test_window_limits_packets_in_flight() -> None:
-    session = AllreduceSession(CONFIG, np.zeros(5 * ELEMS_PER_PACKET, dtype=np.int32))
+    session = ReductionWindow(CONFIG, np.zeros(5 * ELEMS_PER_PACKET, dtype=np.int32))
     assert len(session.packets_to_send()) == 2
     assert session.packets_to_send() == []
     assert session.accept(_result(0, [0] * ELEMS_PER_PACKET))
@@ -35,7 +37,7 @@ def test_window_limits_packets_in_flight() -> None:
 
 
 def test_results_fill_the_array_and_duplicates_are_ignored() -> None:
-    session = AllreduceSession(CONFIG, np.array([1, 2, 3]))
+    session = ReductionWindow(CONFIG, np.array([1, 2, 3]))
     session.packets_to_send()
     assert session.accept(_result(0, [9, 8, 7]))
     assert not session.accept(_result(0, [0, 0, 0]))
@@ -43,7 +45,7 @@ def test_results_fill_the_array_and_duplicates_are_ignored() -> None:
 
 
 def test_packets_of_other_jobs_and_non_results_are_ignored() -> None:
-    session = AllreduceSession(CONFIG, np.array([1]))
+    session = ReductionWindow(CONFIG, np.array([1]))
     session.packets_to_send()
     assert not session.accept(_result(0, [5], job_id=5))
     assert not session.accept(_result(0, [5], flags=Flag.NONE))
@@ -52,7 +54,7 @@ def test_packets_of_other_jobs_and_non_results_are_ignored() -> None:
 
 
 def test_overflow_flag_reaches_the_outcome() -> None:
-    session = AllreduceSession(CONFIG, np.array([1]))
+    session = ReductionWindow(CONFIG, np.array([1]))
     session.packets_to_send()
     session.accept(_result(0, [5], flags=Flag.RESULT | Flag.OVERFLOW))
     assert session.outcome().overflow
@@ -60,7 +62,7 @@ def test_overflow_flag_reaches_the_outcome() -> None:
 
 def test_values_outside_int32_are_refused() -> None:
     with pytest.raises(ValueError, match="signed 32 bits"):
-        AllreduceSession(CONFIG, np.array([2**31]))
+        ReductionWindow(CONFIG, np.array([2**31]))
 
 
 class _SilentTransport:
@@ -91,7 +93,7 @@ def test_bad_input_is_refused_before_anything_is_sent() -> None:
 
 
 def test_a_chunk_without_result_is_sent_again_with_backoff() -> None:
-    session = AllreduceSession(CONFIG, np.array([1]), rto=0.25)
+    session = ReductionWindow(CONFIG, np.array([1]), rto=0.25)
     first = session.packets_to_send(now=0.0)
     assert session.packets_to_send(now=0.2) == []
     assert session.packets_to_send(now=0.25) == first
@@ -101,7 +103,7 @@ def test_a_chunk_without_result_is_sent_again_with_backoff() -> None:
 
 
 def test_backoff_never_waits_longer_than_the_rto_cap() -> None:
-    session = AllreduceSession(CONFIG, np.array([1]), rto=RtoEstimator(initial=0.5, cap=0.6))
+    session = ReductionWindow(CONFIG, np.array([1]), rto=RtoEstimator(initial=0.5, cap=0.6))
     now = 0.0
     for i in range(5):
         session.packets_to_send(now)
@@ -142,7 +144,7 @@ def test_timeouts_double_the_rto_until_a_result_arrives() -> None:
 
 
 def test_round_trips_are_measured_from_packets_sent_once() -> None:
-    session = AllreduceSession(CONFIG, np.zeros(2 * ELEMS_PER_PACKET, dtype=np.int32), rto=0.2)
+    session = ReductionWindow(CONFIG, np.zeros(2 * ELEMS_PER_PACKET, dtype=np.int32), rto=0.2)
     session.packets_to_send(now=0.0)
     session.packets_to_send(now=0.2)  # both sent again: neither gives a sample (Karn)
     session.accept(_result(0, [0] * ELEMS_PER_PACKET), now=0.21)
@@ -151,7 +153,7 @@ def test_round_trips_are_measured_from_packets_sent_once() -> None:
 
 def test_a_missing_result_is_resent_at_once_when_later_results_arrive() -> None:
     config = WorkerConfig(4, Op.SUM, bit_of(2), "10.0.100.1", window=8, root="10.0.100.6")
-    session = AllreduceSession(config, np.zeros(16 * ELEMS_PER_PACKET, dtype=np.int32),
+    session = ReductionWindow(config, np.zeros(16 * ELEMS_PER_PACKET, dtype=np.int32),
                                rto=1.0)
     first = session.packets_to_send(now=0.0)
     for seq in (1, 2):
@@ -165,7 +167,7 @@ def test_a_missing_result_is_resent_at_once_when_later_results_arrive() -> None:
 
 def test_a_result_of_a_resent_chunk_does_not_count_as_overtaking() -> None:
     # It may answer the first send, sent before the others: ambiguous (Karn).
-    session = AllreduceSession(CONFIG, np.zeros(2 * ELEMS_PER_PACKET, dtype=np.int32),
+    session = ReductionWindow(CONFIG, np.zeros(2 * ELEMS_PER_PACKET, dtype=np.int32),
                                rto=0.1)
     session.packets_to_send(now=0.0)
     session.packets_to_send(now=0.1)  # chunk 0 timed out and was sent again
@@ -177,7 +179,7 @@ def test_a_result_of_a_resent_chunk_does_not_count_as_overtaking() -> None:
 def test_a_stalled_window_probes_its_oldest_chunk_before_the_rto() -> None:
     # Window 2, both sent, chunk 1 answered: nothing more can be sent, so no later
     # result can reveal chunk 0's loss. It is sent again after two round trips.
-    session = AllreduceSession(CONFIG, np.zeros(4 * ELEMS_PER_PACKET, dtype=np.int32),
+    session = ReductionWindow(CONFIG, np.zeros(4 * ELEMS_PER_PACKET, dtype=np.int32),
                                rto=RtoEstimator(initial=1.0, floor=0.005))
     first = session.packets_to_send(now=0.0)
     session.accept(_result(1, [0] * ELEMS_PER_PACKET), now=0.02)  # a 20 ms round trip

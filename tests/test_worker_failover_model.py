@@ -12,7 +12,9 @@ from functools import partial
 
 from ina.control import p4names as n
 from ina.control.switch_state import on_hosts_plan
-from ina.host.worker import AllreduceResult, Worker, WorkerConfig
+from ina.host.config import WorkerConfig
+from ina.host.results import AllreduceResult
+from ina.host.worker import Worker
 from ina.model.network import ModelNetwork, ModelTransport
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import ELEMS_PER_PACKET as P

@@ -18,7 +18,9 @@ import numpy.typing as npt
 import pytest
 
 from ina.errors import AllreduceError
-from ina.host.worker import RING_JOBS, RING_RANKS, AllreduceResult, Worker, WorkerConfig, ring_port
+from ina.host.config import RING_JOBS, RING_RANKS, WorkerConfig, ring_port
+from ina.host.results import AllreduceResult
+from ina.host.worker import Worker
 from ina.model.harness import reduce_arrays
 from ina.protocol.arith import INT32_MAX, INT32_MIN, seq_add, wrap_int32
 from ina.protocol.bitmaps import bit_of

@@ -15,7 +15,8 @@ commands); errors holds every exception class. docs/design.md, "Layering".
 """
 
 from ina.errors import AllreduceError, AllreduceTimeout
-from ina.host.worker import AllreduceResult, allreduce
+from ina.host.results import AllreduceResult
+from ina.host.worker import allreduce
 
 __all__ = ["allreduce", "AllreduceResult", "AllreduceError", "AllreduceTimeout"]
 __version__ = "0.1.0"

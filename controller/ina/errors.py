@@ -182,7 +182,7 @@ class CallMismatch(AllreduceError):
 
 class PlanChanged(AllreduceError):
     """The job's plan changed during a call: planned anew in generation ``gen``
-    (REPLAN), or no switch aggregates it now (``on_hosts``). ina.host.worker.Worker
+    (REPLAN), or no switch aggregates it now (``on_hosts``). ina.host.call.Caller
     raises and catches it: the call runs again under the new plan, or on hosts."""
 
     def __init__(self, gen: int, on_hosts: bool = False):

@@ -28,16 +28,11 @@ import numpy.typing as npt
 from ina.cli import common
 from ina.errors import InaError, UsageError
 from ina.host.arrays import digest, random_array, random_floats
+from ina.host.config import WorkerConfig
 from ina.host.link import LinkTransport, on_loopback
-from ina.host.worker import (
-    DEFAULT_RTO,
-    MIN_RTO,
-    RtoEstimator,
-    UdpTransport,
-    Worker,
-    WorkerConfig,
-    is_local_address,
-)
+from ina.host.transport import UdpTransport, is_local_address
+from ina.host.window import DEFAULT_RTO, MIN_RTO, RtoEstimator
+from ina.host.worker import Worker
 from ina.model.embedded import Endpoints
 from ina.protocol.constants import Op
 from ina.spec.topology import Topology
@@ -111,7 +106,7 @@ def parser() -> argparse.ArgumentParser:
                    help="least retransmission timeout, in seconds")
     p.add_argument("--ring-port", type=int, metavar="PORT",
                    help="if no switch aggregates the job, the workers reduce on a TCP ring, "
-                        "rank r listening on PORT + r (default: ina.host.worker.ring_port)")
+                        "rank r listening on PORT + r (default: ina.host.config.ring_port)")
     p.add_argument("--embedded", type=Path, metavar="FILE",
                    help="no lab: reach the worker's host link on the embedded network whose "
                         "endpoints FILE holds (inanet --endpoints FILE) (default: this "
@@ -137,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     except InaError as exc:
         return common.fail(PROG, exc)
     # A stop signal ends the call the way a failure does: the worker tells the root
-    # it gives up (ina.host.worker.Worker._abort), so the next call starts cleanly.
+    # it gives up (ina.host.call.Caller._abort), so the next call starts cleanly.
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
     return common.run(f"{PROG} {args.worker}", lambda: _call(args, config, values))

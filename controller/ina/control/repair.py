@@ -13,10 +13,10 @@ that is left (``full.without(failures)``), changing only what differs:
      a new epoch and the next generation (``gen``): the workers' edge switches
      turn packets of the old plan back to the workers as REPLAN notices, and the
      workers start the interrupted call again under the new plan
-     (ina.host.worker);
+     (ina.host.call);
    - no switch can take it (no capacity or no path): it falls back to its hosts:
      the edge switches answer its workers' packets with ON_HOSTS, and they reduce
-     among themselves (a ring over TCP, ina.host.worker);
+     among themselves (a ring over TCP, ina.host.onhosts);
    - a worker is cut off (its edge switch or its link failed): nothing can finish
      the job's calls; it is reported stalled and left as it is.
 

@@ -156,7 +156,7 @@ def on_hosts_plan(job_id: int, workers: Sequence[str], slots: int, topology: Top
                   gen: int) -> dict[str, list[TableEntry]]:
     """A job that no switch aggregates (R2): on each worker's edge switch, an entry
     that answers the worker's packets with ON_HOSTS, so the workers reduce among
-    themselves (ina.host.worker); ``slots`` is kept for a later re-plan."""
+    themselves (ina.host.onhosts); ``slots`` is kept for a later re-plan."""
     result: dict[str, list[TableEntry]] = {}
     for worker in workers:
         edge, port = topology.host_attachment(worker)

@@ -3,7 +3,7 @@
 Both use TCP between hosts (reliable, as INA's retransmissions are) and plain
 IPv4 forwarding through the switches. Arrays are int32. The parameter server sums;
 the ring (``Ring``) reduces with SUM, MIN or MAX as the switches do, which is also
-how a worker reduces a job that no switch can aggregate (ina.host.worker): its
+how a worker reduces a job that no switch can aggregate (ina.host.onhosts): its
 peers are authenticated (see ``Ring``). The benchmark runs them on hosts with
 ``python -m ina.cli.baselines``.
 """

@@ -16,7 +16,7 @@ import logging
 import socket
 import time
 
-from ina.host.worker import WorkerConfig
+from ina.host.config import WorkerConfig
 from ina.protocol.constants import ETHERTYPE_IPV4, INA_HEADER_BYTES, INA_UDP_PORT, IP_PROTO_UDP
 from ina.protocol.frames import ina_frame, ip_int
 from ina.spec.topology import Topology
@@ -30,7 +30,7 @@ _PROTO, _DST_IP, _DPORT, _PAYLOAD = 14 + 9, 14 + 16, 14 + 20 + 2, 14 + 20 + 8
 
 class LinkTransport:
     """``host``'s link, whose far end is ``link`` (address, port) of an embedded
-    network: a ``Transport`` for ``ina.host.worker.Worker``."""
+    network: a ``Transport`` (ina.host.transport) for ``ina.host.worker.Worker``."""
 
     def __init__(self, topology: Topology, host: str, link: tuple[str, int], target: str):
         spec = topology.hosts[host]

@@ -295,7 +295,10 @@ def host_rate(size: int = 1 << 20) -> HostRate:
     """One worker's AllReduce against a loopback reflector in another process, which
     answers every packet at once as the root would: the worker library's own rate."""
     from ina.host.arrays import random_array
-    from ina.host.worker import RtoEstimator, UdpTransport, Worker, WorkerConfig
+    from ina.host.config import WorkerConfig
+    from ina.host.transport import UdpTransport
+    from ina.host.window import RtoEstimator
+    from ina.host.worker import Worker
 
     reflector = subprocess.Popen([sys.executable, "-m", "ina.cli.inabench", "reflect", "127.0.0.2"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -233,7 +233,8 @@ def bucket_conversion(rate_mbit: float, workers: int = 4, nbytes: int = DDP_BUCK
     import numpy as np
 
     from ina.host import quantize
-    from ina.host.worker import AllreduceSession, WorkerConfig
+    from ina.host.config import WorkerConfig
+    from ina.host.window import ReductionWindow
     from ina.protocol.constants import Flag, Op
 
     size = nbytes // 4
@@ -242,7 +243,7 @@ def bucket_conversion(rate_mbit: float, workers: int = 4, nbytes: int = DDP_BUCK
                           workers=workers)
     started = time.perf_counter()
     exponents = quantize.block_exponents(x)
-    session = AllreduceSession(config, quantize.quantize(x, exponents, Op.SUM, workers))
+    session = ReductionWindow(config, quantize.quantize(x, exponents, Op.SUM, workers))
     while not session.done:  # a window's packets out, their results in, as a worker does
         for payload in session.packets_to_send():
             result = bytearray(payload)

@@ -14,15 +14,10 @@ import numpy.typing as npt
 from ina.control.controller import Controller
 from ina.control.memory_switch import MemorySwitch
 from ina.errors import AllreduceError
+from ina.host.call import KIND_INT, CallDescriptor, sync_answer, sync_request
+from ina.host.config import WorkerConfig
 from ina.host.serverroot import ServerRoot
-from ina.host.worker import (
-    KIND_INT,
-    AllreduceSession,
-    CallDescriptor,
-    WorkerConfig,
-    sync_answer,
-    sync_request,
-)
+from ina.host.window import ReductionWindow
 from ina.model.network import Impairment, ModelNetwork
 from ina.protocol.arith import seq_add, wrap_int32
 from ina.protocol.constants import Op
@@ -43,7 +38,7 @@ def serve(net: ModelNetwork, servers: dict[str, ServerRoot] | None) -> None:
                 net.send(host, frame)
 
 
-def run_sessions(net: ModelNetwork, sessions: dict[str, AllreduceSession],
+def run_sessions(net: ModelNetwork, sessions: dict[str, ReductionWindow],
                  servers: dict[str, ServerRoot] | None = None) -> float:
     """Drive every worker's session until all are done, on a virtual clock that
     jumps to the next retransmission when nothing else can happen. Returns the
@@ -105,7 +100,7 @@ def deployed_network(topology: Topology, job: Job,
 
 def allreduce_on_model(net: ModelNetwork, job: Job, arrays: Mapping[str, npt.ArrayLike],
                        servers: dict[str, ServerRoot] | None = None,
-                       ) -> dict[str, AllreduceSession]:
+                       ) -> dict[str, ReductionWindow]:
     """One integer call of ``job`` on ``net``, packet for packet as ``Worker`` makes it
     (SYNC to the root, the call's descriptor, the array): each worker's session of
     the array, run to completion."""
@@ -138,7 +133,7 @@ def start_call_on_model(net: ModelNetwork, job: Job, sizes: dict[str, int],
     if len(set(starts.values())) != 1:
         raise AllreduceError(f"the workers were told different starts: {starts}")
     seq = next(iter(starts.values()))
-    descriptors = {w: AllreduceSession(configs[w], CallDescriptor(
+    descriptors = {w: ReductionWindow(configs[w], CallDescriptor(
         sizes[w], KIND_INT, int(job.op)).values(), seq, op=Op.MAX)
         for w in job.workers}
     run_sessions(net, descriptors, servers)
@@ -147,9 +142,9 @@ def start_call_on_model(net: ModelNetwork, job: Job, sizes: dict[str, int],
 
 def reduce_on_model(net: ModelNetwork, job: Job, arrays: Mapping[str, npt.ArrayLike], seq: int,
                     servers: dict[str, ServerRoot] | None = None,
-                    ) -> dict[str, AllreduceSession]:
+                    ) -> dict[str, ReductionWindow]:
     """Every worker's session of ``arrays`` from ``seq`` on, run to completion."""
     configs = {w: WorkerConfig.for_job(job, net.topology, w) for w in job.workers}
-    sessions = {w: AllreduceSession(configs[w], arrays[w], seq) for w in job.workers}
+    sessions = {w: ReductionWindow(configs[w], arrays[w], seq) for w in job.workers}
     run_sessions(net, sessions, servers)
     return sessions

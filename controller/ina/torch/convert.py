@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from ina.errors import AllreduceError, UsageError
-from ina.host.worker import AllreduceResult, Worker
+from ina.host.results import AllreduceResult
+from ina.host.worker import Worker
 from ina.protocol.constants import Op
 
 #: torch's reduce ops (ReduceOp.RedOpType, by name) the data plane carries: its op,

@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ina.errors import InaError, UsageError
+from ina.host.config import WorkerConfig
 from ina.host.link import LinkTransport, on_loopback
-from ina.host.worker import Transport, UdpTransport, Worker, WorkerConfig, is_local_address
+from ina.host.transport import Transport, UdpTransport, is_local_address
+from ina.host.worker import Worker
 from ina.model.embedded import Endpoints, SpawnedNetwork, spawn
 from ina.spec.job import JobSpec
 from ina.spec.topology import Topology

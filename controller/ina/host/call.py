@@ -1,0 +1,450 @@
+"""The call protocol: how the workers of a job make one call together, whatever the
+call's body (the collective: an AllReduce, ina.host.worker).
+
+A deployed job serves any number of calls, from one process or from successive
+ones. A worker sends every packet to its edge switch, which steers it in the job's
+current plan: SYNCs to the job's root, contributions to the worker's parent VAT
+node (so the worker needs no VAT, and the VAT may change). Each call
+(``Caller.call``) has three steps:
+
+1. **Start.** The worker asks the job's root where the call's sequence numbers
+   begin (a SYNC packet, proposing the sequence number after its last call; the
+   root answers the first SYNC after a deployment or a re-plan with its proposal,
+   the others with W + 1 past the highest sequence number it has completed, W
+   being the job's slots). Every worker of a call gets the same answer, since
+   nothing of the new call can complete before all of them have started, and the
+   answer lies past anything an earlier call, finished or interrupted, has sent.
+   The answer carries the plan's generation (``gen``), which every packet of the
+   worker carries from then on.
+2. **Agree.** At that first sequence number the workers reduce a descriptor of
+   the call (``CallDescriptor``: array length, integer or float, op) with MAX: a
+   barrier that shows every worker whether they all make the same call, and fails
+   all of them with a clear error if not (``agree``).
+3. **Reduce.** The call's body: its reductions, with the following sequence
+   numbers (an AllReduce: the array, cut into packets of ELEMS_PER_PACKET values;
+   a float32 array: first its block exponents, then its values; ina.host.worker),
+   each in a window of the job's slots on the network (ina.host.window) over the
+   worker's transport (ina.host.transport).
+
+A re-plan of the job during a call (the edge switch turns a contribution back with
+REPLAN and the new ``gen``: a ``Notice``) makes every worker run the call again from
+its start; a job that no switch aggregates (ON_HOSTS) runs the same body on hosts,
+on a TCP ring of its workers (ina.host.onhosts). A worker that gives up on a call
+(a timeout, a failure, a stop signal) sends the root an ABORT with the highest
+sequence number it sent, so that the next call starts past what this one left in
+the cells. A call gives up after ``timeout`` seconds without a result, unless its
+``patience`` hook says to wait on (every peer alive, only slow); the error then
+says what was observed (the stall message).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch, PlanChanged
+from ina.host.config import WorkerConfig
+from ina.host.onhosts import call_on_hosts
+from ina.host.results import AllreduceResult, CallBody, CallStats, Reduce
+from ina.host.transport import Transport
+from ina.host.window import (
+    DEFAULT_RTO,
+    MAX_BACKOFF_DOUBLINGS,
+    RESULT_FIELDS,
+    ReductionWindow,
+    RtoEstimator,
+)
+from ina.protocol.arith import seq_add, seq_diff
+from ina.protocol.bitmaps import one_set
+from ina.protocol.codec import InaHeader
+from ina.protocol.constants import INA_HEADER_BYTES, INA_PAYLOAD_BYTES, Flag, Op
+
+LOG = logging.getLogger(__name__)
+_GEN_OFFSET = 11  # the header's gen byte
+#: First wait for the root's answer to a SYNC (doubled on each retry).
+SYNC_RTO = 0.02
+#: Until round trips of the array's packets are measured, the RTO is this many
+#: times the SYNC's round trip (a header through idle queues).
+SYNC_RTT_FACTOR = 8
+#: Copies of the ABORT a worker sends when it gives up on a call.
+ABORT_COPIES = 3
+#: Times a call may be run again under a new plan of the job before it fails.
+MAX_REPLANS = 8
+#: Seconds between two questions to a Caller's ``patience`` while a call waits on.
+PATIENCE_RECHECK = 1.0
+
+
+# --- A call's descriptor ---------------------------------------------------------
+
+#: Kinds of call.
+KIND_INT, KIND_FLOAT = 0, 1
+
+
+@dataclass(frozen=True)
+class CallDescriptor:
+    """What every worker of a call must agree on. Reduced with MAX as
+    ``[size, -size, kind, -kind, op, -op]``: for each field, the largest and the
+    smallest value any worker gave."""
+
+    size: int
+    kind: int
+    op: int
+
+    def values(self) -> npt.NDArray[np.int32]:
+        fields = (self.size, self.kind, self.op)
+        return np.array([v for f in fields for v in (f, -f)], dtype=np.int32)
+
+    @staticmethod
+    def disagreement(reduced: npt.NDArray[np.int32]) -> list[str]:
+        """What the workers disagree on, from the reduced descriptor."""
+        names = ("array length", "kind (0 integers, 1 float32)", "op")
+        problems = []
+        for i, name in enumerate(names):
+            high, low = int(reduced[2 * i]), -int(reduced[2 * i + 1])
+            if high != low:
+                problems.append(f"{name} from {low} to {high}")
+        return problems
+
+
+def agree(reduce: Reduce, descriptor: CallDescriptor, seq: int, job_id: int) -> int:
+    """The call's descriptor reduced from ``seq`` (step 2): the sequence number after
+    it, or CallMismatch if the workers do not make the same call."""
+    agreed = reduce(descriptor.values(), Op.MAX, seq, "agreeing on the call")
+    problems = CallDescriptor.disagreement(agreed.values)
+    if problems:
+        raise CallMismatch(
+            f"job {job_id}: the workers do not make the same call: "
+            + "; ".join(problems) + " (every worker must call allreduce with the same "
+            "array length, kind and op, in the same order)")
+    return seq_add(seq, agreed.packets)
+
+
+# --- SYNC, its answer, notices ---------------------------------------------------
+
+
+def sync_request(config: WorkerConfig, nonce: int, proposal: int = 0, gen: int = 0) -> bytes:
+    """A call's SYNC to the job's root: an INA header alone, its ``count`` a nonce
+    that tells the answer to this SYNC from a late answer to an earlier one, its
+    ``seq`` the worker's proposal for the call's start (what the root answers to the
+    first SYNC of a deployment or of a new plan), its ``gen`` the plan's generation
+    the worker knows (its edge switch stamps the current one)."""
+    si, bits = one_set(config.pbm)
+    return InaHeader(job_id=config.job_id, seq=proposal, pbm=bits, count=nonce & 0xFFFF,
+                     op=config.op, flags=Flag.SYNC, si=si, gen=gen).pack()
+
+
+@dataclass(frozen=True)
+class SyncReply:
+    """The answer to a call's SYNC: from the root, the call's first sequence number
+    and the plan's generation; or, from the edge switch, ON_HOSTS (``seq`` is then
+    the proposal sent back): no switch aggregates the job."""
+
+    seq: int
+    gen: int
+    on_hosts: bool = False
+
+
+def sync_reply(payload: bytes, config: WorkerConfig, nonce: int) -> SyncReply | None:
+    """What ``payload`` says, if it answers our SYNC (a header alone, SYNC | REPLY,
+    our job and nonce)."""
+    if not INA_HEADER_BYTES <= len(payload) < INA_PAYLOAD_BYTES:
+        return None
+    flags, job_id, seq, count = RESULT_FIELDS.unpack_from(payload)
+    answer = Flag.SYNC | Flag.REPLY
+    if job_id != config.job_id or flags & answer != answer or count != nonce & 0xFFFF:
+        return None
+    gen = payload[_GEN_OFFSET]
+    if flags & Flag.ON_HOSTS:
+        return SyncReply(int(seq), gen, on_hosts=True)
+    if flags & (Flag.REPLAN | Flag.ABORT | Flag.RESULT):
+        return None
+    return SyncReply(int(seq), gen)
+
+
+def sync_answer(payload: bytes, config: WorkerConfig, nonce: int) -> int | None:
+    """The call's first sequence number, if ``payload`` is the root's answer to our
+    SYNC (not an ON_HOSTS notice)."""
+    reply = sync_reply(payload, config, nonce)
+    return None if reply is None or reply.on_hosts else reply.seq
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A worker's contribution turned back by its edge switch (SYNC | REPLY and
+    REPLAN or ON_HOSTS; the array comes back with it): the job was planned anew, in
+    generation ``gen``, or no switch aggregates it now."""
+
+    on_hosts: bool  # else REPLAN
+    gen: int
+    seq: int
+
+
+def notice_of(payload: bytes, config: WorkerConfig) -> Notice | None:
+    """The notice ``payload`` is, if it turns back one of our contributions (a SYNC
+    turned back, a header alone, answers a SYNC: see sync_reply)."""
+    if len(payload) < INA_PAYLOAD_BYTES:
+        return None
+    flags, job_id, seq, _ = RESULT_FIELDS.unpack_from(payload)
+    told = Flag.SYNC | Flag.REPLY
+    if job_id != config.job_id or flags & told != told or flags & Flag.ABORT:
+        return None
+    if flags & Flag.ON_HOSTS:
+        return Notice(True, payload[_GEN_OFFSET], int(seq))
+    if flags & Flag.REPLAN:
+        return Notice(False, payload[_GEN_OFFSET], int(seq))
+    return None
+
+
+# --- Caller ----------------------------------------------------------------------
+
+
+@dataclass
+class Caller:
+    """A worker of one job as it makes calls: ``call(body)`` runs a call's body (the
+    collective) under the call protocol.
+
+    Plans. The worker keeps ``gen``, the generation of the job's plan (from the
+    root's answers and the edge switch's notices), and ``continuation``, the
+    sequence number after its last completed call, which its SYNC proposes as the
+    call's start (the root takes the first proposal after a deployment or a
+    re-plan). If the job is planned anew during a call (REPLAN), the worker SYNCs
+    again proposing the call's start and runs the whole call again from there
+    under the new plan. If no switch aggregates the job (ON_HOSTS), the call runs
+    on hosts: a TCP ring among the job's workers (ina.host.onhosts); the next call
+    asks the root again.
+
+    Limits: workers that completed a call before the job was re-planned, or moved to
+    hosts, cannot redo it with the others: those still in the call fail (with
+    AllreduceError saying so, or AllreduceTimeout on hosts).
+    """
+
+    config: WorkerConfig
+    transport: Transport
+    timeout: float = 5.0
+    rto: RtoEstimator = field(default_factory=RtoEstimator)
+    progress: Callable[[int, int], None] | None = None
+    stats: CallStats = field(default_factory=CallStats)
+    highest_sent: int = 0  # in the current call
+    gen: int = 0  # the generation of the job's plan, as far as this worker knows
+    continuation: int | None = None  # the sequence number after the last completed call
+    max_replans: int = MAX_REPLANS  # per call
+    #: Asked once no result has arrived for ``timeout`` seconds while reducing (and
+    #: every PATIENCE_RECHECK seconds after), with the seconds without one: None to
+    #: keep waiting (every peer is alive, only slow), or why to give up. Without it,
+    #: the call gives up after ``timeout`` seconds.
+    patience: Callable[[float], str | None] | None = None
+
+    def call(self, body: CallBody) -> AllreduceResult:
+        """Run ``body`` as one call of the job: start it, run it (again under each new
+        plan, or on hosts), give it up with an ABORT if it fails."""
+        reply = self._start()
+        if (not reply.on_hosts and self.continuation is not None
+                and seq_diff(reply.seq, self.continuation) < 0):
+            raise AllreduceError(
+                f"job {self.config.job_id}: {self.config.name}'s call would start at seq "
+                f"{reply.seq}, before the end of its last call ({self.continuation}): the "
+                "job's root has lost the progress of earlier calls (the job was re-planned "
+                "while its workers were in different calls); the results of this call "
+                "could mix different calls' arrays, so it is not run")
+        self.highest_sent = seq_add(reply.seq, -1)
+        try:
+            result, end = self._calls(body, reply)
+        except BaseException:
+            self._abort()
+            raise
+        self.continuation = end
+        return result
+
+    def _calls(self, body: CallBody, reply: SyncReply) -> tuple[AllreduceResult, int]:
+        """The call from ``reply``'s start, run again under each new plan, or on hosts."""
+        start, on_hosts, replans = reply.seq, reply.on_hosts, 0
+        # On hosts, the call's start is known if it came from the root (or from a
+        # completed call); a fresh worker's proposal (0) is not.
+        known = not reply.on_hosts or self.continuation is not None
+        while True:
+            try:
+                if on_hosts:
+                    return call_on_hosts(self.config, self.timeout, self.stats, body, start,
+                                         known)
+                return body(self._reduce, start)
+            except PlanChanged as notice:
+                self.gen = notice.gen
+                if notice.on_hosts:
+                    on_hosts, known = True, True
+                    LOG.info("job %d: %s: no switch aggregates the job now: the call from "
+                             "seq %d runs on hosts", self.config.job_id, self.config.name, start)
+                    continue
+                replans += 1
+                self.stats.replans += 1
+                if replans > self.max_replans:
+                    raise AllreduceError(
+                        f"job {self.config.job_id}: {self.config.name}'s call was re-planned "
+                        f"{replans} times (more than {self.max_replans}): the job's plan "
+                        "keeps changing (switches or links failing and coming back?)"
+                        ) from None
+                LOG.info("job %d: %s: the job was planned anew (gen %d): the call runs "
+                         "again from seq %d", self.config.job_id, self.config.name,
+                         notice.gen, start)
+                again = self._start(start)
+                if again.on_hosts:
+                    on_hosts = True
+                    LOG.info("job %d: %s: no switch aggregates the job now: the call from "
+                             "seq %d runs on hosts", self.config.job_id, self.config.name, start)
+                elif again.seq != start:
+                    raise AllreduceError(
+                        f"job {self.config.job_id}: {self.config.name}'s call (from seq "
+                        f"{start}) cannot run again after the job was re-planned: the root "
+                        f"starts calls at seq {again.seq} now, so other workers had already "
+                        "finished this call when the job was re-planned (a limit: a call "
+                        "survives a re-plan only if no worker has finished it)") from None
+
+    # --- the call on switches --------------------------------------------------------
+
+    def _start(self, proposal: int | None = None) -> SyncReply:
+        """The call's start from the job's root (``_sync``), its time counted."""
+        began = time.monotonic()
+        try:
+            return self._sync(proposal)
+        finally:
+            self.stats.spent("starting", time.monotonic() - began)
+
+    def _sync(self, proposal: int | None) -> SyncReply:
+        """Ask the job's root for the call's first sequence number (SYNC), proposing
+        ``proposal`` (default: the continuation, or 0); learn the plan's generation
+        from the answer."""
+        if proposal is None:
+            proposal = 0 if self.continuation is None else self.continuation
+        nonce = secrets.randbits(16)
+        payload = sync_request(self.config, nonce, proposal, self.gen)
+        started = time.monotonic()
+        tries = 0
+        while True:
+            now = time.monotonic()
+            if now - started > self.timeout:
+                raise AllreduceTimeout(
+                    f"job {self.config.job_id}: {self.config.name} got no answer from the "
+                    f"job's root (through {self.config.sync_target}) to the start of the "
+                    f"call within {self.timeout:g}s ({tries} requests sent): is the job "
+                    "deployed, and its root reachable?")
+            self.transport.send(payload, self.config.sync_target)
+            sent = time.monotonic()
+            self.stats.syncs += 1
+            # The root answers at once, whatever the other workers do: a short wait,
+            # doubled on each retry.
+            wait = min(max(self.rto.floor, SYNC_RTO * (1 << min(tries, MAX_BACKOFF_DOUBLINGS))),
+                       self.rto.ceiling, started + self.timeout - now)
+            tries += 1
+            deadline = sent + max(wait, 0.0)
+            while (left := deadline - time.monotonic()) > 0:
+                received = self.transport.recv(left)
+                if received is None:
+                    break
+                reply = sync_reply(received, self.config, nonce)
+                if reply is None:
+                    continue
+                self.gen = reply.gen
+                if reply.on_hosts:
+                    LOG.info("job %d: %s: no switch aggregates the job: the call runs on "
+                             "hosts", self.config.job_id, self.config.name)
+                    return reply
+                # A header alone through idle queues: no round-trip sample for the
+                # array's packets, but a better first RTO than the default.
+                if tries == 1 and self.rto.srtt is None:
+                    self.rto.initial = min(DEFAULT_RTO, max(
+                        self.rto.floor, SYNC_RTT_FACTOR * (time.monotonic() - sent)))
+                LOG.debug("job %d: call starts at seq %d (gen %d)", self.config.job_id,
+                          reply.seq, reply.gen)
+                return reply
+
+    def _abort(self) -> None:
+        """Tell the root this call is given up, and the highest sequence number sent
+        in it, so that the next call starts past what this one left in the cells.
+        Nothing answers: sent a few times, in case one is lost."""
+        si, bits = one_set(self.config.pbm)
+        payload = InaHeader(job_id=self.config.job_id, seq=self.highest_sent, pbm=bits,
+                            count=0, op=self.config.op, flags=Flag.SYNC | Flag.ABORT,
+                            si=si, gen=self.gen).pack()
+        for _ in range(ABORT_COPIES):
+            try:
+                self.transport.send(payload, self.config.sync_target)
+            except OSError as exc:  # the call failed already; say why, not this
+                LOG.debug("could not send the call's ABORT: %s", exc)
+                return
+
+    def _reduce(self, values: npt.NDArray[Any], op: Op, seq_base: int,
+                phase: str) -> AllreduceResult:
+        """One reduction in the network; PlanChanged if the edge switch turns a
+        contribution back with news."""
+        window = ReductionWindow(self.config, values, seq_base, self.rto, op, self.gen)
+        last_progress = began = time.monotonic()
+        give_up_at = last_progress + self.timeout
+        try:
+            while not window.done:
+                now = time.monotonic()
+                for payload in window.packets_to_send(now):
+                    self.transport.send(payload)
+                if now > give_up_at:
+                    why = (self.patience(now - last_progress) if self.patience is not None
+                           else "")
+                    if why is not None:
+                        raise AllreduceTimeout(self._stalled(window, phase, why))
+                    give_up_at = now + PATIENCE_RECHECK
+                wake = give_up_at
+                timer = window.next_timer()
+                if timer is not None:
+                    wake = min(wake, timer)
+                received = self.transport.recv(wake - now)
+                while received is not None:
+                    # Only a notice has SYNC set among what a window receives.
+                    notice = notice_of(received, self.config) \
+                        if len(received) > 1 and received[1] & Flag.SYNC else None
+                    if notice is not None:
+                        self._heed(notice, window)
+                    elif window.accept(received, time.monotonic()):
+                        last_progress = time.monotonic()
+                        give_up_at = last_progress + self.timeout
+                        if self.progress is not None and phase == "reducing":
+                            self.progress(window.results, window.chunks)
+                    received = self.transport.recv(0.0)
+        finally:
+            # What the call's ABORT must cover, if it comes to one (``_abort``).
+            if window.next and seq_diff(window.seq_of(window.next - 1),
+                                         self.highest_sent) > 0:
+                self.highest_sent = window.seq_of(window.next - 1)
+            self.stats.spent(phase, time.monotonic() - began)
+            self.stats.packets += window.next
+            self.stats.retransmissions += window.retransmissions
+            self.stats.early_retransmissions += window.early_retransmissions
+        return window.outcome()
+
+    def _heed(self, notice: Notice, window: ReductionWindow) -> None:
+        """A contribution turned back: act on news, ignore what is known already (a
+        late notice of a packet sent before the worker learned the new plan)."""
+        if notice.on_hosts:
+            chunk = seq_add(notice.seq, -window.seq_base)
+            if chunk < window.next:  # of this reduction (not a late one of another)
+                raise PlanChanged(notice.gen, on_hosts=True)
+        elif notice.gen != self.gen:
+            raise PlanChanged(notice.gen)
+
+    def _stalled(self, window: ReductionWindow, phase: str, why: str = "") -> str:
+        missing = window.missing()
+        peers = ", ".join(self.config.peers) or "every worker"
+        what = (f"job {self.config.job_id}: {self.config.name} got no result within "
+                f"{self.timeout:g}s while {phase}: {len(missing)} of {window.chunks} "
+                f"packets unanswered (seq {missing[0]}"
+                + (f"..{missing[-1]}" if len(missing) > 1 else "")
+                + f"), {window.results} answered, {window.retransmissions} retransmissions")
+        if why:
+            return f"{what}; {why}"
+        if window.results == 0 and phase == "agreeing on the call":
+            return (what + f"; the call did not start: not every worker of the job ({peers}) "
+                    "has started this call (one stopped, or is still in an earlier one?)")
+        return what + f"; is every worker of the job ({peers}) still running?"

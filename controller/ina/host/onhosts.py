@@ -1,0 +1,105 @@
+"""The call on a ring of hosts: a job that no switch aggregates (its edge switch
+answers the workers' packets with ON_HOSTS) is reduced among its workers, on a
+ring of TCP connections (ina.host.baselines.Ring, whose peers prove they hold the
+job's ring secret), with the same call body and the data plane's arithmetic.
+
+The workers first agree on the call's start (those that know it), so that workers
+in different calls fail rather than mix their arrays. A limit: a worker that
+finished a call on switches before the job moved to hosts does not join the ring
+for it, so those still in the call fail (AllreduceTimeout or AllreduceError,
+saying so).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ina.errors import AllreduceError, AllreduceTimeout, RingError
+from ina.host.baselines import Ring
+from ina.host.config import WorkerConfig
+from ina.host.results import AllreduceResult, CallBody, CallStats, Reduce
+from ina.protocol.arith import INT32_MIN
+from ina.protocol.constants import ELEMS_PER_PACKET, Op
+
+LOG = logging.getLogger(__name__)
+
+
+def call_on_hosts(config: WorkerConfig, timeout: float, stats: CallStats, body: CallBody,
+                  start: int, known: bool) -> tuple[AllreduceResult, int]:
+    """The call of ``body`` on a ring of TCP connections among the job's workers, from
+    ``start`` (``known``: from the root or a completed call, not a fresh worker's
+    proposal), once the ring's workers agree on it: the result and the sequence
+    number after the call's last. ``timeout`` bounds each wait on the ring."""
+    c = config
+    if not c.addresses:
+        raise AllreduceError(f"job {c.job_id}: no switch aggregates the job and "
+                             f"{c.name} does not know its peers' addresses to reduce "
+                             "on hosts")
+    stats.on_hosts += 1
+    peers = ", ".join(c.peers) or "every worker"
+    ring = Ring(c.rank, [c.ring_address(r) for r in range(len(c.addresses))],
+                timeout, tag=c.job_id, secret=c.ring_secret)
+    try:
+        ring.open()
+    except RingError as exc:
+        raise AllreduceError(f"job {c.job_id}: {c.name} could not join the ring on "
+                             f"hosts: {exc}") from exc
+    except OSError as exc:
+        raise AllreduceTimeout(
+            f"job {c.job_id}: {c.name} could not join the ring on hosts (port "
+            f"{c.ring_address(c.rank)[1]}): {exc}; is every worker of the job "
+            f"({peers}) in this call? (a limit: a worker that finished the call on "
+            "switches before the job moved to hosts does not join)") from exc
+    finally:
+        stats.ring_refused += len(ring.refused)
+        for why in ring.refused:
+            LOG.warning("job %d: %s: the ring on hosts refused a connection (%s)",
+                        c.job_id, c.name, why)
+    try:
+        def reduce(values: npt.NDArray[Any], op: Op, seq: int,
+                   phase: str) -> AllreduceResult:
+            try:
+                reduced, overflow = ring.allreduce(values, op)
+            except RingError as exc:
+                raise AllreduceError(f"job {c.job_id}: {c.name}: the ring on hosts "
+                                     f"broke off while {phase}: {exc}") from exc
+            except OSError as exc:
+                raise AllreduceTimeout(
+                    f"job {c.job_id}: {c.name} lost the ring on hosts while {phase}: "
+                    f"{exc}; is every worker of the job ({peers}) still running?"
+                    ) from exc
+            return AllreduceResult(reduced, overflow, _chunks(values.size), on_hosts=True)
+
+        start = _agree_on_start(reduce, c.job_id, start, known)
+        return body(reduce, start)
+    finally:
+        ring.close()
+
+
+def _agree_on_start(reduce: Reduce, job_id: int, start: int, known: bool) -> int:
+    """The call's start, agreed among the ring's workers with MAX: the highest and
+    lowest start known (each 32-bit number in two 16-bit halves); a worker that
+    does not know it (a fresh one) takes the others'."""
+    halves = (start >> 16, start & 0xFFFF)
+    mine = [v for h in halves for v in (h, -h)] if known else [INT32_MIN + 1] * 4
+    got = reduce(np.array([*mine, int(known)], dtype=np.int32), Op.MAX, start,
+                 "agreeing on the call's start").values
+    if not got[4]:
+        return start  # no worker knows: all fresh, all proposed 0
+    high = (int(got[0]) << 16) | int(got[2])
+    low = ((-int(got[1])) << 16) | -int(got[3])
+    if high != low:
+        raise AllreduceError(
+            f"job {job_id}: the workers on hosts are in different calls "
+            f"(starting at seq {low} and {high}): some finished a call on switches "
+            "before the job moved to hosts, others did not (a limit: those cannot "
+            "redo it together)")
+    return high
+
+
+def _chunks(size: int) -> int:
+    return -(-size // ELEMS_PER_PACKET)

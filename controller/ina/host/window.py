@@ -1,0 +1,320 @@
+"""The window of one reduction (``ReductionWindow``): the protocol logic that sends
+an int32 array through the network and collects its result, without any I/O.
+
+A sliding window of ``window`` packets (the job's slots), retransmission after an
+adaptive timeout (``RtoEstimator``, from measured round trips) and early
+retransmission of a packet whose result is missing while DUPLICATE_RESULTS results
+of packets sent after it have arrived. A call (ina.host.call) drives one window per
+reduction over a ``Transport`` (ina.host.transport).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ina.errors import AllreduceError
+from ina.host.config import WorkerConfig
+from ina.host.results import AllreduceResult
+from ina.protocol.arith import INT32_MAX, INT32_MIN, seq_add
+from ina.protocol.bitmaps import one_set
+from ina.protocol.codec import InaHeader
+from ina.protocol.constants import (
+    ARRAY_BYTES,
+    ELEMS_PER_PACKET,
+    INA_HEADER_BYTES,
+    INA_PAYLOAD_BYTES,
+    Flag,
+    Op,
+)
+
+LOG = logging.getLogger(__name__)
+#: The fields of the INA header a worker reads: flags, job_id, seq, count.
+RESULT_FIELDS = struct.Struct("!xBHIH")
+_SEQ = struct.Struct("!I")
+_COUNT = struct.Struct("!H")
+#: Seconds before an unanswered packet is first sent again, until round trips are measured.
+DEFAULT_RTO = 0.2
+#: Bounds of the adaptive retransmission timeout (seconds).
+MIN_RTO = 0.005
+MAX_RTO = 1.0
+#: Round trips the probe timer looks back over.
+RECENT_SAMPLES = 64
+#: Results of packets sent later that make a missing result count as lost.
+DUPLICATE_RESULTS = 3
+#: Timeouts double the RTO up to this many times (and never beyond its cap) until a
+#: new result arrives.
+MAX_BACKOFF_DOUBLINGS = 2
+
+
+@dataclass
+class RtoEstimator:
+    """The retransmission timeout from measured round trips (RFC 6298's smoothed
+    round trip and its variation, Karn's rule: only packets sent once are
+    measured), between ``floor`` and ``cap``. A round trip here runs from a
+    contribution to its result, so it includes waiting for the other workers."""
+
+    initial: float = DEFAULT_RTO
+    floor: float = MIN_RTO
+    cap: float = MAX_RTO
+    srtt: float | None = None
+    rttvar: float = 0.0
+    samples: int = 0
+    backoff: int = 0  # timeouts since the last sample: each doubles the RTO
+    backed_off_at: float = float("-inf")
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_SAMPLES))
+
+    def sample(self, rtt: float) -> None:
+        self.samples += 1
+        self.backoff = 0
+        self.recent.append(rtt)
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            # A result also waits for the other workers' contributions, and for
+            # their loss recovery: clip outliers so one slow recovery does not
+            # inflate the timeout (a lasting rise still gets through, doubling).
+            rtt = min(rtt, 2 * self.srtt)
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+
+    def progress(self) -> None:
+        """A new result arrived: the path works, undo the backoff."""
+        self.backoff = 0
+
+    def timed_out(self, now: float) -> None:
+        """A packet's timer expired: back off (RFC 6298 5.5), once per RTO, since a
+        window of packets sent together times out together. Karn's rule keeps the
+        round trips of packets sent again out of the samples, so without this an
+        RTO that is too short would never grow."""
+        if now - self.backed_off_at >= self.rto:
+            self.backed_off_at = now
+            self.backoff = min(self.backoff + 1, MAX_BACKOFF_DOUBLINGS)
+
+    @property
+    def probe(self) -> float | None:
+        """How long to wait for the oldest result when nothing else is in flight
+        to reveal its loss: twice the least recent round trip (others' losses
+        lengthen many round trips; the least is the path's own)."""
+        if not self.recent:
+            return None
+        return min(self.ceiling, max(self.floor, 2 * min(self.recent)))
+
+    @property
+    def ceiling(self) -> float:
+        return max(self.cap, self.floor)
+
+    @property
+    def rto(self) -> float:
+        base = self.initial if self.srtt is None else self.srtt + 4 * self.rttvar
+        return min(self.ceiling, max(self.floor, base * (1 << self.backoff)))
+
+
+@dataclass
+class _Outstanding:
+    sent_at: float  # last transmission
+    deadline: float  # when it counts as lost, if it is the oldest one outstanding
+    order: int  # position of the last transmission among all of the window's
+    tries: int = 1
+    later: int = 0  # results of packets sent after this one's last transmission
+
+
+def check_ints(values: npt.ArrayLike) -> npt.NDArray[Any]:
+    """``values`` as an array the data plane can reduce, or ValueError/TypeError."""
+    array = np.asarray(values)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError("allreduce takes a non-empty one-dimensional array")
+    if not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(f"allreduce takes integers, got {array.dtype}")
+    # Scanned only when the type can hold more: a call checks its array more than once.
+    if not np.can_cast(array.dtype, np.int32) and (array.min() < INT32_MIN
+                                                   or array.max() > INT32_MAX):
+        raise ValueError("values must fit in signed 32 bits")
+    return array
+
+
+class ReductionWindow:
+    """One reduction of one array, without I/O.
+
+    Chunk ``j`` (sequence number ``seq_base + j``) is first sent only once the
+    result of every chunk before ``j - window + 1`` has arrived: a sliding window,
+    as in SwitchML. So when any worker sends chunk ``j``, every worker already has
+    the result of chunk ``j - 2 * window``, the last one to use the same copy of
+    the same slot, and the switches may overwrite it. Every packet carries ``gen``,
+    the generation of the job's plan the worker knows. A chunk is sent again,
+    unchanged, at once when results of DUPLICATE_RESULTS chunks sent after it
+    have arrived (it, or a peer's contribution to it, was lost), or, if it is the
+    oldest outstanding, when its result is ``rto`` late (a timeout doubles the
+    RTO until a round trip is measured again, up to its cap).
+    """
+
+    def __init__(self, config: WorkerConfig, values: npt.ArrayLike, seq_base: int = 0,
+                 rto: RtoEstimator | float | None = None, op: Op | None = None,
+                 gen: int = 0):
+        array = check_ints(values)
+        self.config = config
+        self.op = config.op if op is None else op
+        self.size = array.size
+        self.chunks = -(-array.size // ELEMS_PER_PACKET)
+        # The whole array as it goes on the wire, padded to whole packets: a
+        # packet's payload is a header and a slice of it, no per-value work.
+        wire = np.zeros(self.chunks * ELEMS_PER_PACKET, dtype=">i4")
+        wire[: array.size] = array
+        self.wire = wire.tobytes()
+        si, bits = one_set(config.pbm)
+        self.head = bytearray(InaHeader(job_id=config.job_id, seq=0, pbm=bits,
+                                        count=ELEMS_PER_PACKET, op=self.op, si=si,
+                                        gen=gen).pack())
+        self.seq_base = seq_base
+        self.rto = rto if isinstance(rto, RtoEstimator) else RtoEstimator(
+            initial=DEFAULT_RTO if rto is None else rto)
+        self.result = np.zeros(array.size, dtype=np.int32)
+        self.received = np.zeros(self.chunks, dtype=bool)
+        self.results = 0
+        self.next = 0  # next chunk to send for the first time
+        self.base = 0  # lowest chunk without a result
+        self.outstanding: dict[int, _Outstanding] = {}
+        self.lost: list[int] = []  # chunks to send again now (early retransmission)
+        self.progress_at = 0.0  # when the last new result arrived
+        self.sends = 0
+        self.retransmissions = 0
+        self.early_retransmissions = 0
+        self.overflow = False
+
+    def seq_of(self, chunk: int) -> int:
+        return seq_add(self.seq_base, chunk)
+
+    @property
+    def done(self) -> bool:
+        return self.results == self.chunks
+
+    def count_of(self, chunk: int) -> int:
+        """Meaningful values in the chunk's packet."""
+        return min(ELEMS_PER_PACKET, self.size - chunk * ELEMS_PER_PACKET)
+
+    def _payload(self, chunk: int) -> bytes:
+        _SEQ.pack_into(self.head, 4, self.seq_of(chunk))
+        _COUNT.pack_into(self.head, 8, self.count_of(chunk))
+        lo = chunk * ARRAY_BYTES
+        return bytes(self.head) + self.wire[lo: lo + ARRAY_BYTES]
+
+    def _send(self, chunk: int, now: float) -> bytes:
+        state = self.outstanding.get(chunk)
+        deadline = now + self.rto.rto
+        if state is None:
+            state = self.outstanding[chunk] = _Outstanding(now, deadline, self.sends)
+        else:
+            state.tries, state.sent_at, state.deadline, state.order, state.later = \
+                state.tries + 1, now, deadline, self.sends, 0
+            self.retransmissions += 1
+        self.sends += 1
+        return self._payload(chunk)
+
+    def packets_to_send(self, now: float = 0.0) -> list[bytes]:
+        """Retransmissions that are due (early ones first), then the new chunks the
+        window allows. Only the oldest outstanding chunk can time out, as in TCP:
+        a window sent in one burst waits in queues, and its later packets must not
+        all be sent again when the first is slow; losses among them are found by
+        the results that overtake them."""
+        out = []
+        for chunk in self.lost:
+            if chunk in self.outstanding:
+                self.early_retransmissions += 1
+                out.append(self._send(chunk, now))
+        self.lost.clear()
+        oldest = self.outstanding.get(self.base)
+        if oldest is not None and oldest.deadline <= now:
+            self.rto.timed_out(now)
+            out.append(self._send(self.base, now))
+        elif oldest is not None and self._probe_due(now):
+            # Nothing in flight after it can reveal its loss (the window is full,
+            # or the array's tail): send it again without waiting for the RTO.
+            self.early_retransmissions += 1
+            out.append(self._send(self.base, now))
+        while self.next < self.chunks and self.next < self.base + self.config.window:
+            out.append(self._send(self.next, now))
+            self.next += 1
+        return out
+
+    def _probe_at(self) -> float | None:
+        """When the window can take no new chunk (it is full, or the array is all
+        sent), when to send the oldest again without waiting for its RTO: a probe
+        interval after its last send or the last progress, whichever is later."""
+        oldest = self.outstanding.get(self.base)
+        probe = self.rto.probe
+        if (oldest is None or probe is None
+                or self.next < min(self.chunks, self.base + self.config.window)):
+            return None
+        return max(self.progress_at, oldest.sent_at) + probe
+
+    def _probe_due(self, now: float) -> bool:
+        at = self._probe_at()
+        return at is not None and at <= now
+
+    def next_timer(self) -> float | None:
+        """When the next retransmission is due, if any chunk is outstanding."""
+        if self.lost:
+            return 0.0
+        oldest = self.outstanding.get(self.base)
+        if oldest is None:
+            return None
+        probe = self._probe_at()
+        return oldest.deadline if probe is None else min(oldest.deadline, probe)
+
+    def accept(self, payload: bytes, now: float = 0.0) -> bool:
+        """Take a received UDP payload; True if it was a new result of this window."""
+        if len(payload) < INA_PAYLOAD_BYTES:
+            LOG.debug("ignored a payload that is not INA")
+            return False
+        flags, job_id, seq, count = RESULT_FIELDS.unpack_from(payload)
+        if job_id != self.config.job_id or not flags & Flag.RESULT:
+            return False
+        chunk = seq_add(seq, -self.seq_base)
+        if chunk >= self.next or self.received[chunk]:
+            return False  # not ours, or a duplicate
+        n = self.count_of(chunk)
+        if count != n:
+            LOG.warning("result for seq %d carries %d values, expected %d", seq, count, n)
+            return False
+        lo = chunk * ELEMS_PER_PACKET
+        self.result[lo: lo + n] = np.frombuffer(payload, dtype=">i4", count=n,
+                                                offset=INA_HEADER_BYTES)
+        self.received[chunk] = True
+        self.results += 1
+        state = self.outstanding.pop(chunk, None)
+        if state is not None and state.tries == 1:
+            # Sent once: the result answers that send (Karn). Then it is a round
+            # trip, and overtakes whatever was sent before it and is still missing.
+            self.rto.sample(now - state.sent_at)
+            for other_chunk, other in self.outstanding.items():
+                if other.order < state.order:
+                    other.later += 1
+                    if other.later == DUPLICATE_RESULTS:
+                        self.lost.append(other_chunk)
+        self.progress_at = now
+        self.rto.progress()
+        if chunk == self.base:
+            while self.base < self.chunks and self.received[self.base]:
+                self.base += 1
+            # Progress: the new oldest gets a full RTO from now (RFC 6298 5.3), as
+            # it may have waited in queues behind the ones just answered.
+            oldest = self.outstanding.get(self.base)
+            if oldest is not None:
+                oldest.deadline = max(oldest.deadline, now + self.rto.rto)
+        self.overflow |= bool(flags & Flag.OVERFLOW)
+        return True
+
+    def missing(self) -> list[int]:
+        return [self.seq_of(c) for c in range(self.chunks) if not self.received[c]]
+
+    def outcome(self) -> AllreduceResult:
+        if not self.done:
+            raise AllreduceError(f"{len(self.missing())} of {self.chunks} results missing")
+        return AllreduceResult(self.result.copy(), self.overflow, self.chunks,
+                               self.retransmissions)
