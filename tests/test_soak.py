@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -260,3 +261,58 @@ def test_failed_runs_are_counted_by_what_went_wrong_not_by_their_numbers() -> No
     assert kind("job 1: h1_1 got no result within 3s while reducing: 9 of 12") == kind(
         "job 1: h4_1 got no result within 10s while agreeing on the call: 1 of 1")
     assert _error_kind({"kind": "OSError", "error": "boom"}) == "OSError"
+
+
+# --- the loop's bookkeeping -------------------------------------------------------------
+
+
+class _FakeAgent:
+    """A worker process that answers each call with what the test says."""
+
+    def __init__(self, answers: list[bytes | None]):
+        self.answers, self.sent = answers, 0
+
+    def send(self, request: object) -> bool:
+        self.sent += 1
+        return True
+
+    def next_line(self, timeout: float) -> bytes | None:
+        return self.answers.pop(0)
+
+    def tail(self, lines: int = 5) -> str:
+        return "the log's last lines"
+
+
+def _reply(ok: bool = True, exact: bool = True, error: str = "") -> bytes:
+    return json.dumps({"call": 0, "ok": ok, "exact": exact, "error": error,
+                       "kind": "" if ok else "AllreduceTimeout", "replans": 0, "on_hosts": 0,
+                       "seq": 10, "gen": 1}).encode()
+
+
+def test_the_loop_counts_exact_wrong_failed_hung_and_ended_runs_and_restarts(
+        tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from ina.lab.soak import Soak, SoakSettings
+
+    lab: Any = SimpleNamespace(topology=LEAF_SPINE)
+    soak = Soak(lab, CASES["leaf-spine"], SoakSettings(max_attempts=2), tmp_path)
+    restarted: list[str] = []
+    soak._restart = restarted.append  # type: ignore[method-assign,assignment]
+    workers = LEAF_SPINE_JOB.workers
+    timeout = "job 1: h got no result within 3s while reducing"
+    answers: dict[str, list[bytes | None]] = {w: [_reply()] * 5 for w in workers}
+    answers["h1_1"] = [_reply(), _reply(exact=False, error="1 of 9 values wrong"),
+                       _reply(ok=False, error=timeout), None, b""]
+    soak.workers = {w: _FakeAgent(a) for w, a in answers.items()}  # type: ignore[misc]
+    plan = CallPlan(0, 9, False)
+    outcomes = [soak._attempt(plan, attempt) for attempt in (1, 1, 1, 2, 3)]
+    run = soak.run
+    assert outcomes == [True, True, False, False, False]
+    assert run.attempts == 5 and run.exact == 1 and run.retried == 1
+    assert run.wrong == ["call 0 attempt 1 at h1_1: 1 of 9 values wrong"]
+    assert len(run.hung) == 1 and "h1_1 did not end within 60s" in run.hung[0]
+    assert restarted == ["h1_1", "h1_1"]  # hung, then ended
+    assert run.errors == {"AllreduceTimeout: no result for the timeout": 1,
+                          "the worker process ended": 1}
+    assert soak.member_state.seq == 10

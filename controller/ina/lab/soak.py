@@ -274,9 +274,10 @@ class Soak:
 
     # --- bookkeeping ---
 
-    def note(self, text: str) -> None:
+    def note(self, text: str, keep: bool = True) -> None:
+        """Log what happened; with ``keep``, in the figures' events too."""
         with self.lock:
-            if len(self.run.events) < MAX_EVENTS:
+            if keep and len(self.run.events) < MAX_EVENTS:
                 self.run.events.append(f"{time.monotonic() - self.started:7.2f}s {text}")
         LOG.info("soak: %s", text)
 
@@ -340,9 +341,19 @@ class Soak:
             agent.send(request)
         deadline = time.monotonic() + s.hung_after
         replies: dict[str, dict[str, Any] | None] = {}
+        ended: list[str] = []
         for w, agent in self.workers.items():
             line = agent.next_line(deadline - time.monotonic())
-            replies[w] = json.loads(line) if line else None
+            if line == b"":  # the process ended: an error, not a hang
+                ended.append(w)
+                replies[w] = {"call": plan.index, "ok": False, "exact": False,
+                              "kind": "the worker process ended",
+                              "error": f"its log: {agent.tail(3)}"}
+            else:
+                replies[w] = json.loads(line) if line is not None else None
+        for w in ended:
+            self.note(f"call {plan.index}: the process of {w} ended: restarting it")
+            self._restart(w)
         hung = sorted(w for w, r in replies.items() if r is None)
         if hung:
             run.hung.append(f"call {plan.index} attempt {attempt}: {', '.join(hung)} did not "
@@ -360,7 +371,7 @@ class Soak:
                 run.wrong.append(f"call {plan.index} attempt {attempt} at {w}: {r['error']}")
                 self.note(f"call {plan.index}: WRONG result at {w}: {r['error']}")
         member = answered.get(self.case.member)
-        if member is not None:
+        if member is not None and "seq" in member:
             self.member_state = MemberState(int(member["seq"]), int(member["gen"]))
         failed = {w: r for w, r in answered.items() if not r["ok"]}
         if not failed:
@@ -476,7 +487,7 @@ class Soak:
         self._count(counts, event.kind)
         with self.lock:
             self.run.frames_sent += int(answer["sent"])
-        self.note(f"{event.describe()} ({answer['sent']} frames)")
+        self.note(f"{event.describe()} ({answer['sent']} frames)", keep=False)
 
     def _seen_down(self, target: tuple[str, ...]) -> bool:
         assert self.watcher is not None
@@ -525,12 +536,16 @@ class Soak:
         self.repairs.append((time.monotonic(), failures, True))
         self.note("repaired: " + ("; ".join(j.describe() for j in report.jobs) or "no job"))
 
-    def settled(self) -> bool:
-        """Nothing down for the watcher, and the repair for that done and successful."""
+    def settled(self, or_failed: bool = False) -> bool:
+        """Nothing down for the watcher, and the repair for that done and successful
+        (``or_failed``: or done and failed); true too if nothing ever changed."""
         assert self.watcher is not None
-        return (not self.watcher.failures and bool(self.repairs)
-                and len(self.repairs) == len(self.watcher.changes)
-                and not self.repairs[-1][1] and self.repairs[-1][2])
+        if self.watcher.failures or len(self.repairs) != len(self.watcher.changes):
+            return False
+        if not self.repairs:
+            return True
+        _, failures, ok = self.repairs[-1]
+        return not failures and (ok or or_failed)
 
     def false_verdicts(self) -> list[str]:
         """Elements the watcher reported down that the soak had not failed (nor, for
@@ -612,7 +627,8 @@ class Soak:
                 self.note(f"bringing {target} back failed: {exc!r}")
         assert self.watcher is not None
         try:
-            self.watcher.wait_for(self.settled, SETTLE_TIMEOUT,
+            # A repair that failed is made again once the watcher has stopped.
+            self.watcher.wait_for(lambda: self.settled(or_failed=True), SETTLE_TIMEOUT,
                                   "everything back and repaired")
         except Exception as exc:  # noqa: BLE001 (repaired again after the watcher stops)
             self.note(f"not settled: {exc}")
