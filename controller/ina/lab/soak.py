@@ -47,7 +47,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -268,9 +268,11 @@ class Soak:
         self.call_index = 0
         self.member_state = MemberState(0, 0)
         self.down: dict[tuple[str, ...], tuple[str, float]] = {}  # target: (kind, since)
+        self.seen: set[tuple[str, ...]] = set()  # of those, what the watcher reported
         self.down_spans: list[tuple[tuple[str, ...], float, float | None]] = []
         self.stop_chaos = threading.Event()
         self.repairs: list[tuple[float, Failures, bool]] = []
+        self.repaired_at_end = False
 
     # --- bookkeeping ---
 
@@ -390,13 +392,18 @@ class Soak:
         return False
 
     def _redeploy(self) -> None:
-        """What an operator does with a job that no longer works: tear it down and
-        deploy it again (on what is up now), while the watcher runs."""
+        """What an operator does with a job that no longer works: repair the
+        switches (``inactl repair``), tear the job down and deploy it again (on what is
+        up now), while the watcher runs."""
         from ina.control.p4runtime import connect  # grpc is slow to import
 
         lab, job_id = self.lab, self.spec.job_id
 
         async def redeploy() -> str:
+            # `inactl repair` first: a repair that failed is not made again until the
+            # watcher's verdict changes (and a deploy needs every switch initialised).
+            await repair_switches(self.topology, lab.failures, lab.p4info, lab.p4blob,
+                                  lab.access)
             topology = self.topology.without(lab.failures)
             async with connect(topology, lab.p4info, access=lab.access) as clients:
                 ctl = Controller(topology, clients)
@@ -450,13 +457,14 @@ class Soak:
         run = self.run
         if event.action == "fail":
             target = event.target
+            # Down from now: a stopping switch stops answering before its process ends.
+            self.down[target] = (event.kind, time.monotonic())
+            self.note(event.describe())
             if target[0] == "switch":
                 self.lab.fail_switch(target[1])
             else:
                 self.lab.set_link(target[1], target[2], up=False)
-            self.down[target] = (event.kind, time.monotonic())
             self._count(run.failures, event.kind)
-            self.note(event.describe())
         elif event.action == "recover":
             self._recover(event.target)
         elif event.action == "member":
@@ -489,12 +497,21 @@ class Soak:
             self.run.frames_sent += int(answer["sent"])
         self.note(f"{event.describe()} ({answer['sent']} frames)", keep=False)
 
-    def _seen_down(self, target: tuple[str, ...]) -> bool:
-        assert self.watcher is not None
-        failures = self.watcher.failures
-        if target[0] == "switch":
-            return target[1] in failures.switches
-        return frozenset(target[1:]) in failures.links
+    def _seen_down(self, target: tuple[str, ...], failures: Failures | None = None) -> bool:
+        """Whether the watcher reports ``target`` down (or, for a link, one of its
+        switches: the watcher cannot judge the links of a dead switch); once it has,
+        it counts as seen until it is back."""
+        if target in self.seen:
+            return True
+        if failures is None:
+            assert self.watcher is not None
+            failures = self.watcher.failures
+        switches = {target[1]} if target[0] == "switch" else set(target[1:])
+        if switches & failures.switches or (target[0] == "link"
+                                            and frozenset(target[1:]) in failures.links):
+            self.seen.add(target)
+            return True
+        return False
 
     def _recover(self, target: tuple[str, ...]) -> None:
         """Bring an element back, once the watcher has seen it down (or after
@@ -514,6 +531,7 @@ class Soak:
         else:
             self.lab.set_link(target[1], target[2], up=True)
         del self.down[target]
+        self.seen.discard(target)
         self.down_spans.append((target, since, time.monotonic()))
         self.run.recoveries += 1
         self.note(f"recovered {kind} {what}")
@@ -523,6 +541,8 @@ class Soak:
     async def on_change(self, failures: Failures) -> None:
         """What ``inactl watch`` does: repair the switches for what is down now."""
         self.note(f"verdict: down {failures.describe()}")
+        for target in list(self.down):
+            self._seen_down(target, failures)
         try:
             report = await repair_switches(self.topology, failures, self.lab.p4info,
                                            self.lab.p4blob, self.lab.access)
@@ -585,6 +605,7 @@ class Soak:
         self.note(f"job {job.job_id} deployed: VAT {', '.join(sorted(job.nodes))}")
         chaos = threading.Thread(target=self.chaos, args=(self.events(),), name="chaos",
                                  daemon=True)
+        looped = False
         try:
             self.watcher = WatcherThread(self.lab, s.watch, self.on_change)
             try:
@@ -597,26 +618,34 @@ class Soak:
                     agent.ready()
                 self.started = time.monotonic()
                 chaos.start()
+                looped = True
                 self.loop()
             finally:
                 self.stop_chaos.set()
                 if chaos.is_alive():
                     chaos.join(timeout=120)
-                self._restore()
-                if self.workers:
-                    self._final_call()
+                self._safely("bringing everything back", self._restore)
+                if looped:
+                    self._safely("the last call", self._final_call)
                 for agent in [*self.workers.values(), *self.injectors.values()]:
-                    agent.stop()
+                    self._safely(f"stopping the process on {agent.host}", agent.stop)
                 run.false_verdicts = self.false_verdicts()
                 self.watcher.stop()
         finally:
-            if not self.settled():
+            if self.watcher is not None and not (self.settled() or self.repaired_at_end):
                 self.note("the last repair did not settle: repairing again")
-                repair_lab(self.lab)
+                self._safely("repairing", lambda: repair_lab(self.lab))
             run.drops = _drops(self.lab, job)
             self._teardown(job)
         self._leftovers(baseline, before_files)
         return run
+
+    def _safely(self, what: str, fn: Callable[[], object]) -> None:
+        """``fn()``; an exception is said, not raised (the soak must still clean up)."""
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001
+            self.note(f"{what} failed: {exc!r}")
 
     def _restore(self) -> None:
         """Bring back everything still down, and wait for the watcher's repair."""
@@ -632,6 +661,21 @@ class Soak:
                                   "everything back and repaired")
         except Exception as exc:  # noqa: BLE001 (repaired again after the watcher stops)
             self.note(f"not settled: {exc}")
+            return
+        if not self.settled():
+            # The watcher's last repair failed, and nothing changed since: it is not made
+            # again (as with `inactl watch`). What an operator does: `inactl repair`.
+            lab = self.lab
+            try:
+                self.watcher.call(lambda: repair_switches(self.topology, lab.failures,
+                                                          lab.p4info, lab.p4blob, lab.access),
+                                  120)
+            except Exception as exc:  # noqa: BLE001 (repaired again after the watcher stops)
+                self.note(f"repairing again at the end failed: {exc!r}")
+                return
+            self._count(self.run.repairs, "made again at the end")
+            self.repaired_at_end = True
+            self.note("the last repair had failed: repaired again (inactl repair)")
 
     def _final_call(self) -> None:
         """One more call once everything is back (not counted with the loop's): does
