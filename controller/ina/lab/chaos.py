@@ -502,6 +502,8 @@ class SoakRun:
     on_hosts: int = 0  # call runs reduced on hosts (no switch could take the job)
     step_seconds: list[float] = field(default_factory=list)  # median, 95th pct, max
     final_call: str = ""  # one more call once everything was back
+    #: What the watcher reported down once everything was back (and a minute passed).
+    end_verdict: str = ""
     drops: dict[str, int] = field(default_factory=dict)  # packets the switches dropped
     left: Leftovers = field(default_factory=Leftovers)
     events: list[str] = field(default_factory=list)  # what happened, timed
@@ -558,7 +560,8 @@ def render(runs: Sequence[SoakRun], bmv2: str, watch: dict[str, float]) -> str:
             f"  outsider {r.outsider}: {_counts(r.outsider_sent, OUTSIDER_KINDS)} "
             f"({r.frames_sent} frames from both)",
             f"  dropped by the switches (packets): {_counts(r.drops)}",
-            f"  one more call with everything back: {r.final_call or 'not run'}",
+            f"  once everything was back, the watcher reported down: "
+            f"{r.end_verdict or 'not known'}; one more call: {r.final_call or 'not run'}",
             f"  left behind: {r.left.describe()}",
         ]
         met = not r.wrong and not r.hung and r.left.nothing()

@@ -87,7 +87,7 @@ START_TIMEOUT = 120.0
 DETECT_TIMEOUT = 15.0
 #: Seconds the soak waits, at the end, for the watcher to see everything back and
 #: the repair after it.
-SETTLE_TIMEOUT = 90.0
+SETTLE_TIMEOUT = 60.0
 #: How long, in seconds, the misbehaving member duplicates its frames, and how many
 #: captured ones it replays, for "duplicates".
 DUPLICATE_SECONDS = 1.0
@@ -662,6 +662,8 @@ class Soak:
         except Exception as exc:  # noqa: BLE001 (repaired again after the watcher stops)
             self.note(f"not settled: {exc}")
             return
+        finally:
+            self.run.end_verdict = self.watcher.failures.describe()
         if not self.settled():
             # The watcher's last repair failed, and nothing changed since: it is not made
             # again (as with `inactl watch`). What an operator does: `inactl repair`.
