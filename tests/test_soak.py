@@ -316,3 +316,23 @@ def test_the_loop_counts_exact_wrong_failed_hung_and_ended_runs_and_restarts(
     assert run.errors == {"AllreduceTimeout: no result for the timeout": 1,
                           "the worker process ended": 1}
     assert soak.member_state.seq == 10
+
+
+def test_verdicts_the_soak_did_not_cause_or_that_outlive_the_failure_are_reported(
+        tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from ina.lab.soak import Soak, SoakSettings
+
+    lab: Any = SimpleNamespace(topology=LEAF_SPINE)
+    soak = Soak(lab, CASES["leaf-spine"], SoakSettings(), tmp_path)
+    soak.started = 0.0
+    spine1 = Failures().with_switch("spine1")
+    soak.down_spans = [(("switch", "spine1"), 5.0, 10.0)]
+    soak.watcher = SimpleNamespace(  # type: ignore[assignment]
+        changes=[(5.5, spine1.with_link("leaf2", "spine1")), (6.0, spine1),
+                 (30.0, spine1), (40.0, spine1.with_link("leaf1", "spine2"))],
+        failures=spine1)
+    false, stale = soak.verdict_problems()
+    assert false == ["link leaf1-spine2 at 40.0s"]
+    assert stale == ["switch spine1: back at 10.0s, still reported down at 30.0s"]

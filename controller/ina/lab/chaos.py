@@ -494,6 +494,8 @@ class SoakRun:
     recoveries: int = 0
     undetected: list[str] = field(default_factory=list)  # failures the watcher missed
     false_verdicts: list[str] = field(default_factory=list)  # reported down, never failed
+    #: Reported down long after the soak had brought them back.
+    stale_verdicts: list[str] = field(default_factory=list)
     repairs: dict[str, int] = field(default_factory=dict)  # by job action; "failed"
     member_sent: dict[str, int] = field(default_factory=dict)  # misbehaviours, by kind
     outsider_sent: dict[str, int] = field(default_factory=dict)
@@ -553,7 +555,8 @@ def render(runs: Sequence[SoakRun], bmv2: str, watch: dict[str, float]) -> str:
             f"  failed attempts by error: {_counts(r.errors)}",
             f"  failures injected: {_counts(r.failures, FAULT_KINDS)}; recovered "
             f"{r.recoveries}; missed by the watcher {len(r.undetected)}; false verdicts "
-            f"{len(r.false_verdicts)}",
+            f"{len(r.false_verdicts)}; still reported down 10s after they were back "
+            f"{len(r.stale_verdicts)}",
             f"  repairs: {_counts(r.repairs)}; worker re-plans {r.replans}; runs on hosts "
             f"{r.on_hosts}",
             f"  misbehaving member {r.member}: {_counts(r.member_sent, MEMBER_KINDS)}",
@@ -572,4 +575,5 @@ def render(runs: Sequence[SoakRun], bmv2: str, watch: dict[str, float]) -> str:
         lines += [f"  error, e.g.: {e}" for e in r.first_errors[:3]]
         lines += [f"  missed: {u}" for u in r.undetected[:5]]
         lines += [f"  false verdict: {v}" for v in r.false_verdicts[:5]]
+        lines += [f"  stale verdict: {v}" for v in r.stale_verdicts[:5]]
     return "\n".join(lines)

@@ -92,6 +92,8 @@ SETTLE_TIMEOUT = 60.0
 #: captured ones it replays, for "duplicates".
 DUPLICATE_SECONDS = 1.0
 REPLAYS = 8
+#: Seconds after which a verdict that disagrees with what the soak did is wrong.
+STALE = 10.0
 #: Events kept in the figures.
 MAX_EVENTS = 400
 
@@ -567,29 +569,49 @@ class Soak:
         _, failures, ok = self.repairs[-1]
         return not failures and (ok or or_failed)
 
-    def false_verdicts(self) -> list[str]:
-        """Elements the watcher reported down that the soak had not failed (nor, for
-        a link, one of its switches) within the 10 seconds before."""
+    def verdict_problems(self) -> tuple[list[str], list[str]]:
+        """What the watcher got wrong, from its verdicts and what the soak did: the
+        elements it reported down that the soak had not failed (nor, for a link, one
+        of its switches) in the STALE seconds before; and the elements it still
+        reported down STALE seconds or more after the soak had brought them back
+        (each once per time it was back)."""
         assert self.watcher is not None
         spans = list(self.down_spans) + [(t, since, None) for t, (_, since) in self.down.items()]
 
         def failed_at(target: tuple[str, ...], at: float) -> bool:
-            return any(t == target and since <= at and (until is None or until >= at - 10)
+            return any(t == target and since <= at and (until is None or until >= at - STALE)
                        for t, since, until in spans)
 
-        result = []
+        def back_since(target: tuple[str, ...], at: float) -> float | None:
+            """When the soak last brought ``target`` back before ``at``, if it did and
+            has not failed it again since."""
+            last = max((sp for sp in spans if sp[0] == target and sp[1] <= at),
+                       key=lambda sp: sp[1], default=None)
+            return None if last is None or last[2] is None or last[2] > at else last[2]
+
+        false, stale = [], []
+        seen_stale: set[tuple[tuple[str, ...], float]] = set()
         previous = Failures()
-        for at, failures in self.watcher.changes:
+        for at, failures in [*self.watcher.changes, (time.monotonic(), self.watcher.failures)]:
             for sw in sorted(failures.switches - previous.switches):
                 if not failed_at(("switch", sw), at):
-                    result.append(f"switch {sw} at {at - self.started:.1f}s")
+                    false.append(f"switch {sw} at {at - self.started:.1f}s")
             for link in sorted(failures.links - previous.links, key=sorted):
                 a, b = sorted(link)
                 if not (failed_at(("link", a, b), at) or failed_at(("switch", a), at)
                         or failed_at(("switch", b), at)):
-                    result.append(f"link {a}-{b} at {at - self.started:.1f}s")
+                    false.append(f"link {a}-{b} at {at - self.started:.1f}s")
+            targets: list[tuple[str, ...]] = [("switch", sw) for sw in sorted(failures.switches)]
+            targets += [("link", *sorted(lk)) for lk in sorted(failures.links, key=sorted)]
+            for target in targets:
+                back = back_since(target, at)
+                if back is not None and at - back >= STALE and (target, back) not in seen_stale:
+                    seen_stale.add((target, back))
+                    stale.append(f"{target[0]} {'-'.join(target[1:])}: back at "
+                                 f"{back - self.started:.1f}s, still reported down at "
+                                 f"{at - self.started:.1f}s")
             previous = failures
-        return result
+        return false, stale
 
     # --- the whole ---
 
@@ -629,7 +651,7 @@ class Soak:
                     self._safely("the last call", self._final_call)
                 for agent in [*self.workers.values(), *self.injectors.values()]:
                     self._safely(f"stopping the process on {agent.host}", agent.stop)
-                run.false_verdicts = self.false_verdicts()
+                run.false_verdicts, run.stale_verdicts = self.verdict_problems()
                 self.watcher.stop()
         finally:
             if self.watcher is not None and not (self.settled() or self.repaired_at_end):
