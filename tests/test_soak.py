@@ -316,6 +316,8 @@ def test_the_loop_counts_exact_wrong_failed_hung_and_ended_runs_and_restarts(
     assert run.errors == {"AllreduceTimeout: no result for the timeout": 1,
                           "the worker process ended": 1}
     assert soak.member_state.seq == 10
+    assert [e.split(" (")[0] for e in run.first_errors] == [
+        "AllreduceTimeout: no result for the timeout", "the worker process ended"]
 
 
 def test_verdicts_the_soak_did_not_cause_or_that_outlive_the_failure_are_reported(

@@ -489,7 +489,7 @@ class SoakRun:
     restarted: int = 0  # worker processes restarted (after a hung call)
     redeployed: int = 0  # the job torn down and deployed again (after a given-up call)
     errors: dict[str, int] = field(default_factory=dict)  # failed attempts, by error
-    first_errors: list[str] = field(default_factory=list)  # a few messages, as examples
+    first_errors: list[str] = field(default_factory=list)  # the first of each kind
     failures: dict[str, int] = field(default_factory=dict)  # injected, by kind
     recoveries: int = 0
     undetected: list[str] = field(default_factory=list)  # failures the watcher missed
@@ -572,7 +572,7 @@ def render(runs: Sequence[SoakRun], bmv2: str, watch: dict[str, float]) -> str:
                      + ("met" if met else "NOT met"))
         lines += [f"  WRONG: {w}" for w in r.wrong[:10]]
         lines += [f"  HUNG: {h}" for h in r.hung[:10]]
-        lines += [f"  error, e.g.: {e}" for e in r.first_errors[:3]]
+        lines += [f"  error, e.g.: {e}" for e in r.first_errors[:8]]
         lines += [f"  missed: {u}" for u in r.undetected[:5]]
         lines += [f"  false verdict: {v}" for v in r.false_verdicts[:5]]
         lines += [f"  stale verdict: {v}" for v in r.stale_verdicts[:5]]

@@ -385,10 +385,10 @@ class Soak:
         kinds = sorted({_error_kind(r) for r in failed.values()})
         for k in kinds:
             self._count(run.errors, k)
-        w, r = next(iter(sorted(failed.items())))
-        if len(run.first_errors) < 5 and not any(k in e for e in run.first_errors
-                                                 for k in kinds):
-            run.first_errors.append(f"call {plan.index} at {w}: {r['error']}")
+        for w, r in sorted(failed.items()):  # the first message of each kind, an example
+            kind = _error_kind(r)
+            if not any(e.startswith(f"{kind} (") for e in run.first_errors):
+                run.first_errors.append(f"{kind} (call {plan.index} at {w}): {r['error']}")
         self.note(f"call {plan.index} attempt {attempt} failed at {', '.join(sorted(failed))}: "
                   + "; ".join(kinds))
         return False
