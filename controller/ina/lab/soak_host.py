@@ -15,8 +15,8 @@ does (the worker tells the root it gives up).
 
 ``inject``: puts raw Ethernet frames on the host's link, as a misbehaving host
 would: ``{"frames": [hex, ...]}`` sends them; ``{"duplicates": seconds,
-"replay": n}`` makes the host's link send a copy of each frame it sends for that
-long (nftables ``dup`` on the interface's egress) and captures the frames the
+"replay": n}`` makes the host's link send a copy of about every second frame it
+sends for that long (nftables ``dup`` on the interface's egress) and captures the frames the
 host's worker sends meanwhile, then sends ``n`` of those captured so far (this
 time's, and older ones) again. It answers ``{"sent": n}`` to each line.
 """
