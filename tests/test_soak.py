@@ -18,7 +18,7 @@ import pytest
 
 from ina.cli import inabench
 from ina.control.watch import WatchOptions
-from ina.host.worker import AllreduceResult
+from ina.host.results import AllreduceResult
 from ina.lab import chaos
 from ina.lab.chaos import (
     FAR_AHEAD,

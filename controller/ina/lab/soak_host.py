@@ -37,7 +37,9 @@ from typing import Any
 import numpy as np
 
 from ina.errors import InaError
-from ina.host.worker import UdpTransport, Worker, WorkerConfig
+from ina.host.config import WorkerConfig
+from ina.host.transport import UdpTransport
+from ina.host.worker import Worker
 from ina.lab.chaos import CallPlan, call_array, expected_result
 from ina.protocol.constants import ETHERTYPE_IPV4, INA_UDP_PORT
 from ina.protocol.frames import parse_frame
