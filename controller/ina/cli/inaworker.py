@@ -29,11 +29,10 @@ from ina.cli import common
 from ina.errors import InaError, UsageError
 from ina.host.arrays import digest, random_array, random_floats
 from ina.host.config import WorkerConfig
-from ina.host.link import LinkTransport, on_loopback
+from ina.host.link import Endpoints, LinkTransport, on_loopback
 from ina.host.transport import UdpTransport, is_local_address
 from ina.host.window import DEFAULT_RTO, MIN_RTO, RtoEstimator
 from ina.host.worker import Worker
-from ina.model.embedded import Endpoints
 from ina.protocol.constants import Op
 from ina.spec.topology import Topology
 
@@ -179,11 +178,7 @@ def _transport(args: argparse.Namespace, config: WorkerConfig) -> UdpTransport |
     """The host's own UDP socket, or its link on the embedded network."""
     if args.embedded is None:
         return UdpTransport(config.target)
-    try:
-        endpoints = Endpoints.from_json(args.embedded.read_text())
-    except (OSError, ValueError, KeyError) as exc:
-        raise UsageError(f"{args.embedded} holds no embedded network's endpoints: {exc}"
-                         ) from exc
+    endpoints = Endpoints.load(args.embedded)
     return LinkTransport(Topology.load(args.topology), args.worker,
                          endpoints.of(args.worker), config.target)
 
