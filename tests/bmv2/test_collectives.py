@@ -34,21 +34,6 @@ CLI = {"allreduce": "allreduce", "reduce": "reduce", "reduce_scatter": "reduce-s
        "broadcast": "broadcast", "allgather": "allgather", "barrier": "barrier"}
 ROOT_RANK = 2
 OUTSIDERS = ("w5", "w6", "w7", "w8")
-#: BMv2 gives a packet at most 512 bytes more than it arrived with (simple_switch's
-#: PacketBuffer: len + 512), and aborts when a deparser needs more: a NODATA
-#: contribution that completes a cell holding data must grow by the whole array
-#: (1,024 bytes), so the collectives that mix data and NODATA in a cell (Broadcast,
-#: Allgather) kill the switch whenever a NODATA arrives last (docs/limits.md). Not
-#: run: a dead switch would fail every test after it.
-GROWS = pytest.mark.xfail(run=False, reason="BMv2 cannot grow a NODATA packet by an array "
-                                            "(512 bytes of headroom): docs/limits.md")
-
-
-def _on_bmv2(collectives: Sequence[str]) -> list[Any]:
-    return [pytest.param(c, marks=GROWS) if c in ("broadcast", "allgather") else c
-            for c in collectives]
-
-
 @pytest.fixture
 def figure1_job(figure1_lab: NetLab) -> Iterator[tuple[Path, Job]]:
     path = figure1_lab.write_job(**FIGURE1_SPEC)
@@ -86,7 +71,7 @@ def _outcomes(job: Job, results: dict[str, npt.NDArray[Any]]) -> list[AllreduceR
     return [AllreduceResult(results[w], False, 0) for w in job.workers]
 
 
-@pytest.mark.parametrize("collective", _on_bmv2(COLLECTIVES))
+@pytest.mark.parametrize("collective", COLLECTIVES)
 def test_each_collective_is_exact_and_reaches_no_outsider(
         figure1_lab: NetLab, figure1_job: tuple[Path, Job], collective: str) -> None:
     path, job = figure1_job
@@ -107,7 +92,7 @@ def test_16_bit_reduce_scatter_is_exact(figure1_lab: NetLab,
     check("reduce_scatter", arrays, _outcomes(job, results), width=16)
 
 
-@pytest.mark.parametrize("collective", _on_bmv2(COLLECTIVES))
+@pytest.mark.parametrize("collective", COLLECTIVES)
 def test_each_collective_is_exact_over_lossy_links(
         figure1_lab: NetLab, figure1_job: tuple[Path, Job], collective: str) -> None:
     path, job = figure1_job
@@ -151,9 +136,7 @@ def _model(job: Job, lab: NetLab, collective: str, arrays: Sequence[npt.NDArray[
     return results, counters
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(c, marks=GROWS) if DIFFERENTIAL[c][0] in ("broadcast", "allgather") else c
-    for c in sorted(DIFFERENTIAL)])
+@pytest.mark.parametrize("name", sorted(DIFFERENTIAL))
 def test_bmv2_and_the_model_agree_on_each_collective(labs: Labs, name: str) -> None:
     collective, width, floats = DIFFERENTIAL[name]
     lab = labs.get(FIGURE1)
