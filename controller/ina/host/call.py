@@ -1,5 +1,6 @@
 """The call protocol: how the workers of a job make one call together, whatever the
-call's body (the collective: an AllReduce, ina.host.worker).
+call's body (the collective: ina.host.allreduce, broadcast, reduce, reduce_scatter,
+allgather, barrier; ina.host.worker offers them).
 
 A deployed job serves any number of calls, from one process or from successive
 ones. A worker sends every packet to its edge switch, which steers it in the job's
@@ -17,13 +18,14 @@ node (so the worker needs no VAT, and the VAT may change). Each call
    The answer carries the plan's generation (``gen``), which every packet of the
    worker carries from then on.
 2. **Agree.** At that first sequence number the workers reduce a descriptor of
-   the call (``CallDescriptor``: array length, integer or float, op) with MAX: a
-   barrier that shows every worker whether they all make the same call, and fails
-   all of them with a clear error if not (``agree``).
+   the call (``CallDescriptor``: array length, kind, op, collective, root, element
+   width) with MAX: a barrier that shows every worker whether they all make the
+   same call, and fails all of them with a clear error if not (``agree``).
 3. **Reduce.** The call's body: its reductions, with the following sequence
-   numbers (an AllReduce: the array, cut into packets of ELEMS_PER_PACKET values;
-   a float32 array: first its block exponents, then its values; ina.host.worker),
-   each in a window of the job's slots on the network (ina.host.window) over the
+   numbers (an AllReduce: the array, cut into packets; a float array: first its
+   block exponents, then its values; ina.host.collective), each in a window of
+   the job's slots on the network (ina.host.window: per chunk, data or NODATA,
+   and a result with data or a completion, as the body's ``Flow`` says) over the
    worker's transport (ina.host.transport).
 
 A re-plan of the job during a call (the edge switch turns a contribution back with
@@ -39,18 +41,20 @@ says what was observed (the stall message).
 
 from __future__ import annotations
 
+import enum
 import logging
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch, PlanChanged
 from ina.host.config import WorkerConfig
+from ina.host.flow import Flow
 from ina.host.onhosts import call_on_hosts
 from ina.host.results import AllreduceResult, CallBody, CallStats, Reduce
 from ina.host.transport import Transport
@@ -64,7 +68,7 @@ from ina.host.window import (
 from ina.protocol.arith import seq_add, seq_diff
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
-from ina.protocol.constants import INA_HEADER_BYTES, INA_PAYLOAD_BYTES, Flag, Op
+from ina.protocol.constants import INA_HEADER_BYTES, INA_PAYLOAD_BYTES, WIDTH32, Flag, Op
 
 LOG = logging.getLogger(__name__)
 _GEN_OFFSET = 11  # the header's gen byte
@@ -83,33 +87,73 @@ PATIENCE_RECHECK = 1.0
 
 # --- A call's descriptor ---------------------------------------------------------
 
-#: Kinds of call.
-KIND_INT, KIND_FLOAT = 0, 1
+#: Kinds of call: an integer or float reduction; a collective that moves elements of
+#: k bytes as they are (broadcast, allgather: KIND_BYTES + k).
+KIND_INT, KIND_FLOAT, KIND_BYTES = 0, 1, 16
+
+
+class Collective(enum.IntEnum):
+    """The collective a call makes (its descriptor's ``collective``)."""
+
+    ALLREDUCE = 1
+    BROADCAST = 2
+    REDUCE = 3
+    REDUCE_SCATTER = 4
+    ALLGATHER = 5
+    BARRIER = 6
+
+
+#: A descriptor's ``root`` when the collective has none.
+NO_ROOT = -1
+
+
+def _kind_name(kind: int) -> str:
+    if kind == KIND_INT:
+        return "integers"
+    if kind == KIND_FLOAT:
+        return "floats"
+    return f"elements of {kind - KIND_BYTES} bytes"
+
+
+def _op_name(code: int) -> str:
+    return Op(code).name if code in Op._value2member_map_ else str(code)
+
+
+def _collective_name(code: int) -> str:
+    return Collective(code).name.lower() if code in Collective._value2member_map_ \
+        else str(code)
 
 
 @dataclass(frozen=True)
 class CallDescriptor:
-    """What every worker of a call must agree on. Reduced with MAX as
-    ``[size, -size, kind, -kind, op, -op]``: for each field, the largest and the
-    smallest value any worker gave."""
+    """What every worker of a call must agree on: the array's length, its kind, the
+    op, the collective, its root (the rank a broadcast comes from or a reduce goes
+    to; NO_ROOT) and the elements' width. Reduced with MAX as ``[f, -f]`` for each
+    field ``f``: for each field, the largest and the smallest value any worker gave."""
 
     size: int
     kind: int
     op: int
+    collective: int = Collective.ALLREDUCE
+    root: int = NO_ROOT
+    width: int = WIDTH32
+
+    FIELDS: ClassVar[tuple[tuple[str, Callable[[int], str]], ...]] = (
+        ("array length", str), ("kind", _kind_name), ("op", _op_name),
+        ("collective", _collective_name), ("root rank", str), ("element width", str))
 
     def values(self) -> npt.NDArray[np.int32]:
-        fields = (self.size, self.kind, self.op)
+        fields = (self.size, self.kind, self.op, self.collective, self.root, self.width)
         return np.array([v for f in fields for v in (f, -f)], dtype=np.int32)
 
     @staticmethod
     def disagreement(reduced: npt.NDArray[np.int32]) -> list[str]:
         """What the workers disagree on, from the reduced descriptor."""
-        names = ("array length", "kind (0 integers, 1 float32)", "op")
         problems = []
-        for i, name in enumerate(names):
+        for i, (name, show) in enumerate(CallDescriptor.FIELDS):
             high, low = int(reduced[2 * i]), -int(reduced[2 * i + 1])
             if high != low:
-                problems.append(f"{name} from {low} to {high}")
+                problems.append(f"{name} from {show(low)} to {show(high)}")
         return problems
 
 
@@ -121,8 +165,8 @@ def agree(reduce: Reduce, descriptor: CallDescriptor, seq: int, job_id: int) -> 
     if problems:
         raise CallMismatch(
             f"job {job_id}: the workers do not make the same call: "
-            + "; ".join(problems) + " (every worker must call allreduce with the same "
-            "array length, kind and op, in the same order)")
+            + "; ".join(problems) + " (every worker must make the same collectives, with "
+            "the same array length, type, op, root and width, in the same order)")
     return seq_add(seq, agreed.packets)
 
 
@@ -187,11 +231,14 @@ class Notice:
 
 
 def notice_of(payload: bytes, config: WorkerConfig) -> Notice | None:
-    """The notice ``payload`` is, if it turns back one of our contributions (a SYNC
-    turned back, a header alone, answers a SYNC: see sync_reply)."""
-    if len(payload) < INA_PAYLOAD_BYTES:
+    """The notice ``payload`` is, if it turns back one of our contributions (with its
+    array, or a header alone with NODATA; a SYNC turned back, a header alone
+    without NODATA, answers a SYNC: see sync_reply)."""
+    if len(payload) < INA_HEADER_BYTES:
         return None
     flags, job_id, seq, _ = RESULT_FIELDS.unpack_from(payload)
+    if len(payload) < INA_PAYLOAD_BYTES and not flags & Flag.NODATA:
+        return None
     told = Flag.SYNC | Flag.REPLY
     if job_id != config.job_id or flags & told != told or flags & Flag.ABORT:
         return None
@@ -379,10 +426,10 @@ class Caller:
                 return
 
     def _reduce(self, values: npt.NDArray[Any], op: Op, seq_base: int,
-                phase: str) -> AllreduceResult:
-        """One reduction in the network; PlanChanged if the edge switch turns a
-        contribution back with news."""
-        window = ReductionWindow(self.config, values, seq_base, self.rto, op, self.gen)
+                phase: str, flow: Flow | None = None) -> AllreduceResult:
+        """One reduction in the network (what each chunk carries: ``flow``);
+        PlanChanged if the edge switch turns a contribution back with news."""
+        window = ReductionWindow(self.config, values, seq_base, self.rto, op, self.gen, flow)
         last_progress = began = time.monotonic()
         give_up_at = last_progress + self.timeout
         try:
@@ -441,7 +488,10 @@ class Caller:
                 f"{self.timeout:g}s while {phase}: {len(missing)} of {window.chunks} "
                 f"packets unanswered (seq {missing[0]}"
                 + (f"..{missing[-1]}" if len(missing) > 1 else "")
-                + f"), {window.results} answered, {window.retransmissions} retransmissions")
+                + f"), {window.results} answered, {window.retransmissions} retransmissions"
+                + (f", {window.unexpected} completions without the data this worker should "
+                   "get (do the workers agree on the collective's destinations?)"
+                   if window.unexpected else ""))
         if why:
             return f"{what}; {why}"
         if window.results == 0 and phase == "agreeing on the call":

@@ -49,7 +49,9 @@ class WorkerConfig:
     the worker's parent VAT node) in the job's current plan: so the VAT may change
     under the worker. If no switch aggregates the job, the workers reduce among
     themselves on a ring (``addresses``, ``rank``, ``ring_port``), whose peers prove
-    that they hold ``ring_secret`` (see ina.host.baselines.Ring)."""
+    that they hold ``ring_secret`` (see ina.host.baselines.Ring). ``bfr_ids`` name
+    the workers a chunk's data may go to alone (its ``dest``: a Reduce's root, a
+    Reduce-scatter's owners)."""
 
     job_id: int
     op: Op
@@ -64,6 +66,7 @@ class WorkerConfig:
     rank: int = 0  # this worker's index in peers
     ring_port: int | None = None  # the ring's port base (None: see ring_port())
     ring_secret: bytes = field(default=b"", repr=False)  # shared by the job's workers only
+    bfr_ids: tuple[int, ...] = ()  # every worker's BFR-id, in the job's order (dest)
 
     @property
     def sync_target(self) -> str:
@@ -101,4 +104,5 @@ class WorkerConfig:
         edge_ip = topology.address(edge)
         return cls(job_id, op, topology.hosts[worker].bit, edge_ip, slots, len(workers),
                    edge_ip, worker, tuple(workers), tuple(topology.address(w) for w in workers),
-                   list(workers).index(worker), ring_port, ring_secret_from_environment())
+                   list(workers).index(worker), ring_port, ring_secret_from_environment(),
+                   tuple(topology.hosts[w].bfr_id for w in workers))

@@ -3,6 +3,15 @@ answers the workers' packets with ON_HOSTS) is reduced among its workers, on a
 ring of TCP connections (ina.host.baselines.Ring, whose peers prove they hold the
 job's ring secret), with the same call body and the data plane's arithmetic.
 
+Every collective runs there as on switches, reduction by reduction: a chunk a
+worker sends NODATA for counts as the op's identity (0 for SUM, the largest or
+smallest value for MIN and MAX), so a chunk's result is what the data its workers
+sent reduce to; 16-bit elements are reduced in 32 bits and wrapped to 16 (the
+OVERFLOW flag set if a SUM left them); a worker keeps the data of the chunks the
+flow gives it (zeros elsewhere, as a window's completions). The ring moves the
+whole array whatever the collective (2(N-1)/N of it per worker): the fallback's
+results are the switches', not their traffic.
+
 The workers first agree on the call's start (those that know it), so that workers
 in different calls fail rather than mix their arrays. A limit: a worker that
 finished a call on switches before the job moved to hosts does not join the ring
@@ -21,9 +30,10 @@ import numpy.typing as npt
 from ina.errors import AllreduceError, AllreduceTimeout, RingError
 from ina.host.baselines import Ring
 from ina.host.config import WorkerConfig
+from ina.host.flow import Flow, elems_per_packet
 from ina.host.results import AllreduceResult, CallBody, CallStats, Reduce
-from ina.protocol.arith import INT32_MIN
-from ina.protocol.constants import ELEMS_PER_PACKET, Op
+from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, wrap_int16
+from ina.protocol.constants import WIDTH16, Op
 
 LOG = logging.getLogger(__name__)
 
@@ -60,10 +70,11 @@ def call_on_hosts(config: WorkerConfig, timeout: float, stats: CallStats, body: 
             LOG.warning("job %d: %s: the ring on hosts refused a connection (%s)",
                         c.job_id, c.name, why)
     try:
-        def reduce(values: npt.NDArray[Any], op: Op, seq: int,
-                   phase: str) -> AllreduceResult:
+        def reduce(values: npt.NDArray[Any], op: Op, seq: int, phase: str,
+                   flow: Flow | None = None) -> AllreduceResult:
+            flow = Flow() if flow is None else flow
             try:
-                reduced, overflow = ring.allreduce(values, op)
+                reduced, overflow = ring.allreduce(contribution(values, op, flow), op)
             except RingError as exc:
                 raise AllreduceError(f"job {c.job_id}: {c.name}: the ring on hosts "
                                      f"broke off while {phase}: {exc}") from exc
@@ -72,7 +83,9 @@ def call_on_hosts(config: WorkerConfig, timeout: float, stats: CallStats, body: 
                     f"job {c.job_id}: {c.name} lost the ring on hosts while {phase}: "
                     f"{exc}; is every worker of the job ({peers}) still running?"
                     ) from exc
-            return AllreduceResult(reduced, overflow, _chunks(values.size), on_hosts=True)
+            result, wrapped = kept(reduced, flow, c.pbm.bit_length())
+            return AllreduceResult(result, overflow or wrapped, _chunks(values.size, flow),
+                                   on_hosts=True)
 
         start = _agree_on_start(reduce, c.job_id, start, known)
         return body(reduce, start)
@@ -101,5 +114,41 @@ def _agree_on_start(reduce: Reduce, job_id: int, start: int, known: bool) -> int
     return high
 
 
-def _chunks(size: int) -> int:
-    return -(-size // ELEMS_PER_PACKET)
+def _per_element(per_chunk: npt.NDArray[Any], size: int, flow: Flow) -> npt.NDArray[Any]:
+    return np.repeat(per_chunk, elems_per_packet(flow.width))[:size]
+
+
+def contribution(values: npt.NDArray[Any], op: Op, flow: Flow) -> npt.NDArray[np.int32]:
+    """A worker's values as the ring reduces them (int32): its NODATA chunks as the
+    op's identity in the flow's width."""
+    array = np.asarray(values).astype(np.int32)
+    if flow.data is None:
+        return array
+    narrow = flow.width == WIDTH16
+    identity = {Op.SUM: 0, Op.MIN: INT16_MAX if narrow else INT32_MAX,
+                Op.MAX: INT16_MIN if narrow else INT32_MIN}[op]
+    return np.where(_per_element(flow.data, array.size, flow), array,
+                    np.int32(identity)).astype(np.int32)
+
+
+def kept(reduced: npt.NDArray[np.int32], flow: Flow, bfr_id: int
+         ) -> tuple[npt.NDArray[Any], bool]:
+    """The ring's result as a window gives it, and whether a 16-bit SUM wrapped:
+    in the flow's width, zeros in the chunks whose data goes to another worker."""
+    result: npt.NDArray[Any] = reduced
+    wrapped = False
+    if flow.width == WIDTH16:
+        narrow = wrap_int16(reduced.astype(np.int64))
+        wrapped = bool(np.any(narrow != reduced))
+        result = narrow.astype(np.int16)
+    if flow.dest is not None or flow.empty:
+        chunks = _chunks(result.size, flow)
+        gets = _per_element(flow.received(chunks, bfr_id), result.size, flow)
+        result = np.where(gets, result, 0).astype(result.dtype)
+    return result, wrapped
+
+
+def _chunks(size: int, flow: Flow) -> int:
+    if flow.counts is not None:
+        return len(flow.counts)
+    return -(-size // elems_per_packet(flow.width))

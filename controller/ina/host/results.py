@@ -1,28 +1,34 @@
 """What a worker's calls return and count, and how a call's parts fit together.
 
-A call (ina.host.call) runs a body, the collective itself (an AllReduce:
-ina.host.worker), with a ``Reduce``: one reduction at a time, in a window on the
-network (ina.host.window) or on the ring of the job's hosts (ina.host.onhosts),
-each returning an ``AllreduceResult``. ``CallStats`` counts what a worker's calls
-sent, and profiles where their time went.
+A call (ina.host.call) runs a body, the collective itself (ina.host.allreduce,
+broadcast, reduce, reduce_scatter, allgather, barrier), with a ``Reduce``: one
+reduction at a time, in a window on the network (ina.host.window) or on the ring
+of the job's hosts (ina.host.onhosts), each returning an ``AllreduceResult``.
+``CallStats`` counts what a worker's calls sent, and profiles where their time went.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from ina.host.flow import Flow
 from ina.protocol.constants import Op
 
 
 @dataclass(frozen=True)
 class AllreduceResult:
-    values: npt.NDArray[Any]  # int32, or float32 for a float AllReduce
-    overflow: bool  # a 32-bit SUM wrapped somewhere: the values are not exact
+    """What a collective (or one of its reductions) gave this worker."""
+
+    #: The result: int32 or int16 (a reduction of that width), float32 (a float
+    #: one), the caller's type (broadcast, allgather); empty where the collective
+    #: gives this worker nothing (a reduce to another worker, a barrier).
+    values: npt.NDArray[Any]
+    overflow: bool  # a SUM wrapped somewhere (32 or 16 bits): the values are not exact
     packets: int
     retransmissions: int = 0
     #: Float AllReduce only: per element, how far a value may be from the exact one.
@@ -50,8 +56,15 @@ class CallStats:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
 
 
-#: A reduction backend: (values, op, first sequence number, phase) -> the result.
-Reduce = Callable[[npt.NDArray[Any], Op, int, str], AllreduceResult]
+class Reduce(Protocol):
+    """A reduction backend: (values, op, first sequence number, phase, and what each
+    chunk carries: ina.host.flow; default: every chunk, data to every worker, 32
+    bits) -> the result."""
+
+    def __call__(self, values: npt.NDArray[Any], op: Op, seq: int, phase: str,
+                 flow: Flow | None = None, /) -> AllreduceResult: ...
+
+
 #: A call's body, the collective: (a reduction backend, the call's first sequence
 #: number) -> the result and the sequence number after the call's last.
 CallBody = Callable[[Reduce, int], tuple[AllreduceResult, int]]

@@ -1,11 +1,16 @@
 """The window of one reduction (``ReductionWindow``): the protocol logic that sends
-an int32 array through the network and collects its result, without any I/O.
+an integer array through the network and collects its result, without any I/O.
 
 A sliding window of ``window`` packets (the job's slots), retransmission after an
 adaptive timeout (``RtoEstimator``, from measured round trips) and early
 retransmission of a packet whose result is missing while DUPLICATE_RESULTS results
 of packets sent after it have arrived. A call (ina.host.call) drives one window per
 reduction over a ``Transport`` (ina.host.transport).
+
+Every collective is such reductions: per chunk, the window contributes the
+worker's data or only its bit (NODATA), and expects back the chunk's data or a
+completion (the header alone), as the reduction's ``Flow`` says (ina.host.flow);
+it retransmits each chunk as it first sent it.
 """
 
 from __future__ import annotations
@@ -21,15 +26,16 @@ import numpy.typing as npt
 
 from ina.errors import AllreduceError
 from ina.host.config import WorkerConfig
+from ina.host.flow import Flow, elems_per_packet
 from ina.host.results import AllreduceResult
-from ina.protocol.arith import INT32_MAX, INT32_MIN, seq_add
+from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, seq_add
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import (
     ARRAY_BYTES,
-    ELEMS_PER_PACKET,
     INA_HEADER_BYTES,
-    INA_PAYLOAD_BYTES,
+    WIDTH16,
+    WIDTH32,
     Flag,
     Op,
 )
@@ -37,8 +43,15 @@ from ina.protocol.constants import (
 LOG = logging.getLogger(__name__)
 #: The fields of the INA header a worker reads: flags, job_id, seq, count.
 RESULT_FIELDS = struct.Struct("!xBHIH")
-_SEQ = struct.Struct("!I")
-_COUNT = struct.Struct("!H")
+#: The fields of the INA header a window writes per chunk (after the first byte):
+#: flags; and from byte 4: seq, count; from byte 12: dest; and the width's byte.
+_FLAGS, _SEQ, _COUNT, _DEST, _WIDTH = 1, 4, 8, 12, 14
+_U32 = struct.Struct("!I")
+_U16 = struct.Struct("!H")
+#: The wire's element type of each width (big-endian).
+WIRE_TYPES = {WIDTH32: ">i4", WIDTH16: ">i2"}
+#: The type of a reduction's result of each width.
+RESULT_TYPES: dict[int, type[np.signedinteger[Any]]] = {WIDTH32: np.int32, WIDTH16: np.int16}
 #: Seconds before an unanswered packet is first sent again, until round trips are measured.
 DEFAULT_RTO = 0.2
 #: Bounds of the adaptive retransmission timeout (seconds).
@@ -125,17 +138,19 @@ class _Outstanding:
     later: int = 0  # results of packets sent after this one's last transmission
 
 
-def check_ints(values: npt.ArrayLike) -> npt.NDArray[Any]:
-    """``values`` as an array the data plane can reduce, or ValueError/TypeError."""
+def check_ints(values: npt.ArrayLike, width: int = WIDTH32) -> npt.NDArray[Any]:
+    """``values`` as an array the data plane can reduce in elements of ``width``
+    bits, or ValueError/TypeError."""
     array = np.asarray(values)
     if array.ndim != 1 or array.size == 0:
         raise ValueError("allreduce takes a non-empty one-dimensional array")
     if not np.issubdtype(array.dtype, np.integer):
         raise TypeError(f"allreduce takes integers, got {array.dtype}")
+    wire = RESULT_TYPES.get(width, np.int32)
+    low, high = (INT16_MIN, INT16_MAX) if wire is np.int16 else (INT32_MIN, INT32_MAX)
     # Scanned only when the type can hold more: a call checks its array more than once.
-    if not np.can_cast(array.dtype, np.int32) and (array.min() < INT32_MIN
-                                                   or array.max() > INT32_MAX):
-        raise ValueError("values must fit in signed 32 bits")
+    if not np.can_cast(array.dtype, wire) and (array.min() < low or array.max() > high):
+        raise ValueError(f"values must fit in signed {width} bits")
     return array
 
 
@@ -152,31 +167,62 @@ class ReductionWindow:
     have arrived (it, or a peer's contribution to it, was lost), or, if it is the
     oldest outstanding, when its result is ``rto`` late (a timeout doubles the
     RTO until a round trip is measured again, up to its cap).
+
+    ``flow`` (ina.host.flow) says, per chunk, whether the worker sends its values
+    or NODATA, and whether it gets the chunk's data back or a completion (it gets
+    the data if the chunk's ``dest`` is 0 or its own BFR-id); and the elements'
+    width. Chunk ``j``'s values are ``values[j * E: j * E + count]``, E elements
+    to a packet of the width. A chunk is complete when either arrives; the result
+    holds the data of the chunks whose data the worker gets (zeros elsewhere).
     """
 
     def __init__(self, config: WorkerConfig, values: npt.ArrayLike, seq_base: int = 0,
                  rto: RtoEstimator | float | None = None, op: Op | None = None,
-                 gen: int = 0):
-        array = check_ints(values)
+                 gen: int = 0, flow: Flow | None = None):
+        flow = Flow() if flow is None else flow
+        self.width = flow.width
+        self.per_packet = elems_per_packet(flow.width)
+        array = check_ints(values, flow.width)
         self.config = config
         self.op = config.op if op is None else op
         self.size = array.size
-        self.chunks = -(-array.size // ELEMS_PER_PACKET)
+        if flow.counts is None:
+            self.chunks = -(-array.size // self.per_packet)
+            counts = np.full(self.chunks, self.per_packet, dtype=np.int64)
+            counts[-1] = array.size - (self.chunks - 1) * self.per_packet
+        else:
+            self.chunks = len(flow.counts)
+            counts = np.asarray(flow.counts, dtype=np.int64)
+            ends = np.arange(self.chunks) * self.per_packet + counts
+            if self.chunks == 0 or ends.max() > array.size \
+                    or array.size > self.chunks * self.per_packet:
+                raise ValueError(f"{array.size} values do not fill the flow's {self.chunks} "
+                                 "chunks as their counts say")
+        flow.check(self.chunks)
+        self.flow = flow
+        self.counts = counts.tolist()
+        self.bfr_id = config.pbm.bit_length()
+        #: Per chunk: whether this worker sends its values, whether it gets the data.
+        self.sends_data = [flow.sends_data(c) for c in range(self.chunks)]
+        self.gets_data = flow.received(self.chunks, self.bfr_id).tolist()
+        self.dests = [flow.dest_of(c) for c in range(self.chunks)]
         # The whole array as it goes on the wire, padded to whole packets: a
         # packet's payload is a header and a slice of it, no per-value work.
-        wire = np.zeros(self.chunks * ELEMS_PER_PACKET, dtype=">i4")
+        wire = np.zeros(self.chunks * self.per_packet, dtype=WIRE_TYPES[flow.width])
         wire[: array.size] = array
         self.wire = wire.tobytes()
         si, bits = one_set(config.pbm)
         self.head = bytearray(InaHeader(job_id=config.job_id, seq=0, pbm=bits,
-                                        count=ELEMS_PER_PACKET, op=self.op, si=si,
-                                        gen=gen).pack())
+                                        count=self.per_packet, op=self.op, si=si,
+                                        gen=gen, width=flow.width).pack())
         self.seq_base = seq_base
         self.rto = rto if isinstance(rto, RtoEstimator) else RtoEstimator(
             initial=DEFAULT_RTO if rto is None else rto)
-        self.result = np.zeros(array.size, dtype=np.int32)
+        self.result = np.zeros(array.size, dtype=RESULT_TYPES[flow.width])
         self.received = np.zeros(self.chunks, dtype=bool)
         self.results = 0
+        self.completions = 0  # results without data (NODATA), of chunks sent elsewhere
+        self.unexpected = 0  # completions of chunks whose data this worker should get
         self.next = 0  # next chunk to send for the first time
         self.base = 0  # lowest chunk without a result
         self.outstanding: dict[int, _Outstanding] = {}
@@ -196,13 +242,21 @@ class ReductionWindow:
 
     def count_of(self, chunk: int) -> int:
         """Meaningful values in the chunk's packet."""
-        return min(ELEMS_PER_PACKET, self.size - chunk * ELEMS_PER_PACKET)
+        return int(self.counts[chunk])
 
     def _payload(self, chunk: int) -> bytes:
-        _SEQ.pack_into(self.head, 4, self.seq_of(chunk))
-        _COUNT.pack_into(self.head, 8, self.count_of(chunk))
+        """Chunk ``chunk``'s packet: its header and its array, or the header alone
+        with NODATA, the count, op and width those with data carry."""
+        head = self.head
+        _U32.pack_into(head, _SEQ, self.seq_of(chunk))
+        _U16.pack_into(head, _COUNT, self.counts[chunk])
+        _U16.pack_into(head, _DEST, self.dests[chunk])
+        if not self.sends_data[chunk]:
+            head[_FLAGS] = Flag.NODATA
+            return bytes(head)
+        head[_FLAGS] = Flag.NONE
         lo = chunk * ARRAY_BYTES
-        return bytes(self.head) + self.wire[lo: lo + ARRAY_BYTES]
+        return bytes(head) + self.wire[lo: lo + ARRAY_BYTES]
 
     def _send(self, chunk: int, now: float) -> bytes:
         state = self.outstanding.get(chunk)
@@ -268,8 +322,9 @@ class ReductionWindow:
         return oldest.deadline if probe is None else min(oldest.deadline, probe)
 
     def accept(self, payload: bytes, now: float = 0.0) -> bool:
-        """Take a received UDP payload; True if it was a new result of this window."""
-        if len(payload) < INA_PAYLOAD_BYTES:
+        """Take a received UDP payload; True if it was a new result of this window
+        (the chunk's data, or its completion)."""
+        if len(payload) < INA_HEADER_BYTES:
             LOG.debug("ignored a payload that is not INA")
             return False
         flags, job_id, seq, count = RESULT_FIELDS.unpack_from(payload)
@@ -278,13 +333,27 @@ class ReductionWindow:
         chunk = seq_add(seq, -self.seq_base)
         if chunk >= self.next or self.received[chunk]:
             return False  # not ours, or a duplicate
-        n = self.count_of(chunk)
+        n = self.counts[chunk]
         if count != n:
             LOG.warning("result for seq %d carries %d values, expected %d", seq, count, n)
             return False
-        lo = chunk * ELEMS_PER_PACKET
-        self.result[lo: lo + n] = np.frombuffer(payload, dtype=">i4", count=n,
-                                                offset=INA_HEADER_BYTES)
+        if flags & Flag.NODATA:
+            if self.gets_data[chunk]:
+                # Its data is this worker's: a completion cannot end the chunk.
+                self.unexpected += 1
+                LOG.debug("completion of seq %d, whose data is ours: ignored", seq)
+                return False
+            self.completions += 1
+        else:
+            if len(payload) < INA_HEADER_BYTES + ARRAY_BYTES or payload[_WIDTH] != self.width:
+                LOG.warning("result for seq %d is not a whole array of width %d", seq,
+                            self.width)
+                return False
+            if self.gets_data[chunk]:
+                lo = chunk * self.per_packet
+                self.result[lo: lo + n] = np.frombuffer(
+                    payload, dtype=WIRE_TYPES[self.width], count=n, offset=INA_HEADER_BYTES)
+                self.overflow |= bool(flags & Flag.OVERFLOW)
         self.received[chunk] = True
         self.results += 1
         state = self.outstanding.pop(chunk, None)
@@ -307,7 +376,6 @@ class ReductionWindow:
             oldest = self.outstanding.get(self.base)
             if oldest is not None:
                 oldest.deadline = max(oldest.deadline, now + self.rto.rto)
-        self.overflow |= bool(flags & Flag.OVERFLOW)
         return True
 
     def missing(self) -> list[int]:

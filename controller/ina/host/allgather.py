@@ -1,0 +1,44 @@
+"""Allgather: every worker's part, in rank order, at every worker, bit for bit.
+
+Each worker gives a part of the same length and type; on the wire the parts lie one
+after another, each padded to whole packets (ina.host.flow.Layout), so that every
+chunk has one owner: the owner contributes its data, every other worker zeros (not
+NODATA: a round takes one kind, see ina.host.collective.movement), and the chunk's
+data goes to every worker. Any type travels as its bytes in 32-bit words, exactly.
+A worker's uplink and its downlink carry every part.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from ina.host.call import Collective, agree
+from ina.host.collective import bytes_kind, describe, flat, movement, unwords, words
+from ina.host.config import WorkerConfig
+from ina.host.flow import Layout
+from ina.host.results import AllreduceResult, CallBody, Reduce
+
+
+def allgather(config: WorkerConfig, values: npt.ArrayLike) -> CallBody:
+    """The body of an Allgather of this worker's part ``values``: the result is every
+    worker's part, rank 0's first."""
+    array = flat(values, "allgather")
+    mine = words(array)
+    n = config.workers
+
+    def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
+        seq = agree(reduce, describe(Collective.ALLGATHER, array.size, bytes_kind(array)),
+                    seq, config.job_id)
+        layout = Layout(n * mine.size, parts=n)
+        wire = np.zeros(layout.slots, dtype=np.int32)
+        start = layout.part_slots(config.rank)
+        wire[start: start + mine.size] = mine
+        r, seq = movement(reduce, wire, seq, layout, layout.owner() == config.rank,
+                          "gathering")
+        parts = layout.gather(r.values).reshape(n, mine.size)
+        values = np.concatenate([unwords(p, array.dtype, array.size) for p in parts])
+        return AllreduceResult(values, False, r.packets, r.retransmissions,
+                               on_hosts=r.on_hosts), seq
+
+    return body

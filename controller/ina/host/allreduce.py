@@ -1,0 +1,41 @@
+"""AllReduce: every worker's array reduced with the op, the result at every worker.
+
+Every worker contributes data to every chunk and every chunk's data comes back to
+every worker (``dest`` 0): a worker's uplink and downlink each carry the array once.
+Integers travel as they are (32-bit elements, or 16-bit ones: int16 arrays, or on
+request), floats through the block quantization (16-bit elements for float16
+arrays, or on request; ina.host.quantize).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy.typing as npt
+
+from ina.host.call import Collective, agree
+from ina.host.collective import describe, reducible, reduction, reduction_kind
+from ina.host.config import WorkerConfig
+from ina.host.flow import Layout
+from ina.host.results import AllreduceResult, CallBody, Reduce
+from ina.protocol.constants import Op
+
+
+def allreduce(config: WorkerConfig, values: npt.ArrayLike, op: Op,
+              width: int | None = None) -> CallBody:
+    """The body of an AllReduce of ``values`` (checked now, before anything is sent)."""
+    array, is_float, width = reducible(values, width, "allreduce")
+
+    def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
+        seq = agree(reduce, describe(Collective.ALLREDUCE, array.size, reduction_kind(is_float),
+                                     op, width=width), seq, config.job_id)
+        r, seq = reduction(reduce, config, array, is_float, op, seq, Layout(array.size, width))
+        return trimmed(r, array.size), seq
+
+    return body
+
+
+def trimmed(r: AllreduceResult, size: int) -> AllreduceResult:
+    """``r`` without the padding of its last packet."""
+    bound = None if r.error_bound is None else r.error_bound[:size]
+    return dataclasses.replace(r, values=r.values[:size], error_bound=bound)

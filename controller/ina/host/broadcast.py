@@ -1,0 +1,40 @@
+"""Broadcast: the root rank's array at every worker, bit for bit.
+
+The root contributes its data to every chunk, every other worker zeros (not NODATA:
+a round takes one kind, see ina.host.collective.movement); the cell completes with
+every worker's bit and the root of the VAT sends the root rank's data by BIER to
+every worker. Any type travels as its bytes in 32-bit words, exactly. Every uplink
+and every downlink carries the array.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from ina.host.call import Collective, agree
+from ina.host.collective import bytes_kind, check_rank, describe, flat, movement, unwords, words
+from ina.host.config import WorkerConfig
+from ina.host.flow import Layout
+from ina.host.results import AllreduceResult, CallBody, Reduce
+
+
+def broadcast(config: WorkerConfig, values: npt.ArrayLike, root: int) -> CallBody:
+    """The body of a Broadcast from rank ``root``: every worker gives an array of the
+    same length and type (only the root's values matter); the result is the root's."""
+    array = flat(values, "broadcast")
+    check_rank(root, config, "broadcast")
+    wire = words(array)
+    mine = config.rank == root
+
+    def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
+        seq = agree(reduce, describe(Collective.BROADCAST, array.size, bytes_kind(array),
+                                     root=root), seq, config.job_id)
+        layout = Layout(wire.size)
+        data = np.full(layout.chunks, mine, dtype=bool)
+        r, seq = movement(reduce, wire, seq, layout, data, "broadcasting")
+        values = unwords(r.values, array.dtype, array.size)
+        return AllreduceResult(values, False, r.packets, r.retransmissions,
+                               on_hosts=r.on_hosts), seq
+
+    return body

@@ -1,0 +1,48 @@
+"""Reduce-scatter: every worker's array reduced with the op, part r of the result at
+rank r.
+
+The array of S values is cut into N parts of ``ceil(S / N)`` values, each padded to
+whole packets, so that every chunk has one owner (ina.host.flow.Layout); every
+worker contributes data to every chunk, and chunk j's ``dest`` is its owner's BFR-id.
+A worker's uplink carries the array, its downlink its own part and completions of
+the others' chunks (headers alone). The last parts hold fewer of the array's values
+(or none) when S is not a multiple of N.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import numpy.typing as npt
+
+from ina.host.call import Collective, agree
+from ina.host.collective import describe, reducible, reduction, reduction_kind
+from ina.host.config import WorkerConfig
+from ina.host.flow import Layout
+from ina.host.results import AllreduceResult, CallBody, Reduce
+from ina.protocol.constants import Op
+
+
+def reduce_scatter(config: WorkerConfig, values: npt.ArrayLike, op: Op,
+                   width: int | None = None) -> CallBody:
+    """The body of a Reduce-scatter of ``values``: its result holds this worker's part."""
+    array, is_float, width = reducible(values, width, "reduce_scatter")
+    if not config.bfr_ids:
+        raise ValueError(f"job {config.job_id}: {config.name} does not know its peers' "
+                         "BFR-ids (a WorkerConfig from the job's files knows them)")
+    owners = np.array(config.bfr_ids, dtype=np.int64)
+
+    def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
+        seq = agree(reduce, describe(Collective.REDUCE_SCATTER, array.size,
+                                     reduction_kind(is_float), op, width=width),
+                    seq, config.job_id)
+        layout = Layout(array.size, width, parts=config.workers)
+        r, seq = reduction(reduce, config, array, is_float, op, seq, layout,
+                           owners[layout.owner()])
+        mine = layout.take_part(r.values, config.rank)
+        bound = None if r.error_bound is None else layout.take_part(r.error_bound,
+                                                                     config.rank)
+        return dataclasses.replace(r, values=mine, error_bound=bound), seq
+
+    return body
