@@ -6,7 +6,7 @@ again is seen again."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +91,8 @@ async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
             await asyncio.sleep(0.005)
 
 
-def run_for(w: Watcher, loop: Callable[[], Awaitable[None]],
-            check: Callable[[], Awaitable[None]]) -> None:
+def run_for(w: Watcher, loop: Callable[[], Coroutine[Any, Any, None]],
+            check: Callable[[], Coroutine[Any, Any, None]]) -> None:
     async def main() -> None:
         task = asyncio.create_task(loop())
         try:
@@ -134,7 +134,7 @@ def test_a_read_cancelled_under_the_watcher_does_not_end_its_liveness_checks() -
     sw.read_script = ["cancelled"]
     w._links["spine2"].connected = True
     answered: list[float] = []
-    w.detector.switch_answered = lambda _, now: answered.append(now)  # type: ignore[method-assign]
+    w.detector.switch_answered = lambda switch, now: answered.append(now)  # type: ignore[method-assign]
     run_for(w, lambda: w._liveness("spine2"), lambda: until(lambda: len(answered) >= 3))
     assert sw.reads >= 4
 
@@ -153,5 +153,5 @@ def test_a_liveness_read_answered_late_counts() -> None:
 
     sw.read = slow_read  # type: ignore[method-assign]
     answered: list[float] = []
-    w.detector.switch_answered = lambda _, now: answered.append(now)  # type: ignore[method-assign]
+    w.detector.switch_answered = lambda switch, now: answered.append(now)  # type: ignore[method-assign]
     run_for(w, lambda: w._liveness("spine2"), lambda: until(lambda: len(answered) >= 2))

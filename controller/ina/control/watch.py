@@ -124,7 +124,7 @@ class WatchOptions:
 
     def retry_delay(self, failed: int) -> float:
         """Seconds to wait after the ``failed``-th failed attempt in a row."""
-        return min(self.retry_max, self.retry_after * 2 ** (failed - 1))
+        return min(self.retry_max, self.retry_after * 2.0 ** (failed - 1))
 
 
 class ConnectionLost(Exception):
@@ -251,6 +251,11 @@ class Notifier:
         self._idle.clear()
         self._wake.set()
 
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting to be handed on, running, or waiting to be made again."""
+        return self._idle.is_set()
+
     async def drained(self) -> None:
         """Wait until every posted verdict has been handed on (successfully, or
         superseded by a newer one)."""
@@ -368,6 +373,12 @@ class Watcher:
     def repairs(self) -> RepairAttempts:
         """``on_change`` calls so far: made, failed, made again after a failure."""
         return self._notifier.attempts
+
+    @property
+    def repairing(self) -> bool:
+        """Whether an ``on_change`` call is running, waiting, or waiting to be made
+        again after it failed."""
+        return not self._notifier.idle
 
     @property
     def failures(self) -> Failures:
