@@ -105,7 +105,7 @@ class WatchOptions:
     election_id: int = 1  # below one-shot clients' (finsy's default: 10)
     reconnect: float = 0.5  # seconds between attempts to reach a switch that is down
     startup: float = 5.0  # seconds every switch has to answer first, after run() starts
-    connect_timeout: float = 10.0  # seconds a connection may take (handshake, pipeline)
+    connect_timeout: float = 5.0  # seconds a connection may take (handshake, pipeline)
     retry_after: float = 0.5  # seconds before a failed on_change (repair) is made again
     retry_max: float = 10.0  # the longest wait between attempts (doubling from retry_after)
     events: Path | None = None  # JSON lines, one per verdict change and failed repair
