@@ -201,8 +201,11 @@ def test_a_restarted_switch_is_reported_up_and_repaired(fabric: NetLab) -> None:
     bg = Background(fabric, WatchOptions(), on_change)
     try:
         bg.settled()
-        for stop in (lab.fail_switch, *[lambda name: _hang_then_die(lab, name)] * 3):
-            stop("spine2")
+        for hang_first in (False, True, True, True):
+            if hang_first:
+                _hang_then_die(lab, "spine2")
+            else:
+                lab.fail_switch("spine2")
             bg.wait_for(lambda: "spine2" in bg.failures.switches and bool(repaired)
                         and "spine2" in repaired[-1].switches, OPTIONS.detect_after + 5,
                         "the switch to be reported down and repaired around")

@@ -49,6 +49,7 @@ from ina.control import p4names as n
 from ina.control.access import Access
 from ina.control.detect import Detector, Probe
 from ina.control.p4runtime import tls_credentials
+from ina.errors import ConnectionLost
 from ina.protocol.constants import ETHERTYPE_PROBE
 from ina.protocol.frames import mac_bytes
 from ina.spec.topology import Failures, SwitchSpec, Topology
@@ -125,11 +126,6 @@ class WatchOptions:
     def retry_delay(self, failed: int) -> float:
         """Seconds to wait after the ``failed``-th failed attempt in a row."""
         return min(self.retry_max, self.retry_after * 2.0 ** (failed - 1))
-
-
-class ConnectionLost(Exception):
-    """A P4Runtime call cancelled under us: its channel was closed (the connection
-    ended, or finsy gave up on it), not our task."""
 
 
 def _cancelled_by_us() -> bool:
