@@ -263,3 +263,11 @@ def test_bad_input_is_refused_before_anything_is_sent(call: object, message: str
     with pytest.raises(ValueError, match=message):
         call(worker)  # type: ignore[operator]
     assert transport.sent == []
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "reduce", "broadcast"])
+def test_a_packets_count_is_the_values_its_chunk_carries(collective: str) -> None:
+    # The array is padded to whole packets on the wire; `count` says what is meaningful.
+    _, fabric = _run(collective, _ints(4, P + 3, seed=8))
+    seq, flow = fabric.flows[-1]
+    assert flow.counts is not None and flow.counts.tolist() == [P, 3]

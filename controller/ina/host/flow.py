@@ -169,9 +169,11 @@ class Flow:
     @classmethod
     def of(cls, layout: Layout, data: BoolArray | None = None,
            dest: IntArray | None = None) -> Flow:
-        """The flow of an array laid out as ``layout``."""
-        counts = None if layout.parts == 1 else layout.counts()
-        return cls(layout.width, counts, data, dest)
+        """The flow of an array laid out as ``layout``: each chunk's count is the
+        values of the array it carries (the last chunk of a part may be short), so a
+        packet's ``count`` says what is meaningful even when the array on the wire is
+        padded to whole packets (``Layout.spread``)."""
+        return cls(layout.width, layout.counts(), data, dest)
 
 
 def no_data() -> Flow:
