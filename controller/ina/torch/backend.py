@@ -10,6 +10,8 @@ create a ``ProcessGroupIna`` at every rank: the rank joins its INA job
   (and ``all_gather_into_tensor``, ``all_gather_coalesced``, coalesced or not;
   any type, bit for bit) and ``barrier`` go through the switches
   (ina.torch.convert: each as a collective of the rank's worker);
+- float16 and bfloat16 reductions travel in 16-bit elements (twice the values per
+  packet) unless INA_HALF_WIDTH=32 or ``set_half_width(32)`` says 32-bit ones;
 - what has no form in the data plane (``all_to_all``, ``gather``, ``scatter``,
   ``send``, ``recv``: VIA_GLOO) goes through a gloo group the backend keeps beside
   its job.
@@ -50,7 +52,8 @@ from ina.torch.convert import (
     split_into,
     split_like,
 )
-from ina.torch.member import Member
+from ina.errors import UsageError
+from ina.torch.member import HALF_WIDTHS, Member
 
 LOG = logging.getLogger(__name__)
 NAME = "ina"
@@ -58,8 +61,14 @@ NAME = "ina"
 #: those the data plane has no form of (all_to_all: every rank's data to every
 #: other, a different part each; gather, scatter: one rank's many parts; send and
 #: recv: point to point).
-VIA_GLOO = ("alltoall", "all_to_all_single", "gather", "scatter", "send", "recv",
-            "recv_anysource")
+VIA_GLOO = ("alltoall", "all_to_all_single", "gather", "gather_single", "scatter", "send",
+            "recv", "recv_anysource")
+#: Collectives that go through the switches, by the names torch calls (and stats()
+#: counts): every one DDP and FSDP (FSDP1 and fully_shard) make in this torch version.
+VIA_SWITCHES = ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter",
+                "reduce_scatter_single", "reduce_scatter_single_coalesced", "broadcast",
+                "allgather", "all_gather_single", "allgather_coalesced",
+                "all_gather_single_coalesced", "barrier")
 
 
 class InaWork(Work):
@@ -117,7 +126,8 @@ class ProcessGroupIna(Backend):
 
         def call() -> list[torch.Tensor]:
             tensor = self._one(tensors, "all_reduce")
-            self._keep(tensor, allreduce_tensor(self.member.worker, tensor, op, self.size()))
+            self._keep(tensor, allreduce_tensor(self.member.worker, tensor, op, self.size(),
+                                                       self.member.half_width))
             return tensors
 
         return self._switches("allreduce", call)
@@ -127,7 +137,8 @@ class ProcessGroupIna(Backend):
 
         def call() -> list[torch.Tensor]:
             flat = flat_concat(tensors)
-            reduced = allreduce_tensor(self.member.worker, flat, op, self.size())
+            reduced = allreduce_tensor(self.member.worker, flat, op, self.size(),
+                                       self.member.half_width)
             split_into(flat, tensors)
             self._keep_split(tensors, reduced)
             return tensors
@@ -140,7 +151,7 @@ class ProcessGroupIna(Backend):
         def call() -> list[torch.Tensor]:
             tensor = self._one(tensors, "reduce")
             self._keep(tensor, reduce_tensor(self.member.worker, tensor, op, root,
-                                             self.size()))
+                                             self.size(), self.member.half_width))
             return tensors
 
         return self._switches("reduce", call)
@@ -157,7 +168,7 @@ class ProcessGroupIna(Backend):
                                  "output's size")
             whole = flat_concat(parts)
             self._keep(output, reduce_scatter_tensor(self.member.worker, output, whole, op,
-                                                     self.size()))
+                                                     self.size(), self.member.half_width))
             return outputs
 
         return self._switches("reduce_scatter", call)
@@ -168,7 +179,7 @@ class ProcessGroupIna(Backend):
 
         def call() -> list[torch.Tensor]:
             self._keep(output, reduce_scatter_tensor(self.member.worker, output, input, op,
-                                                     self.size()))
+                                                     self.size(), self.member.half_width))
             return [output]
 
         return self._switches("reduce_scatter_single", call)
@@ -180,7 +191,8 @@ class ProcessGroupIna(Backend):
         def call() -> list[torch.Tensor]:
             whole = rank_major(inputs, self.size())
             flat = flat_concat(outputs)
-            reduced = reduce_scatter_tensor(self.member.worker, flat, whole, op, self.size())
+            reduced = reduce_scatter_tensor(self.member.worker, flat, whole, op, self.size(),
+                                            self.member.half_width)
             split_into(flat, outputs)
             self._keep_split(outputs, reduced)
             return outputs
@@ -349,6 +361,16 @@ def stats(group: dist.ProcessGroup | None = None) -> dict[str, dict[str, int]]:
 def profile(group: dist.ProcessGroup | None = None) -> dict[str, float]:
     """Seconds this rank's calls through the switches spent in each phase so far."""
     return backend_of(group).profile()
+
+
+def set_half_width(width: int, group: dist.ProcessGroup | None = None) -> None:
+    """Reduce float16 and bfloat16 tensors in ``group`` in ``width``-bit elements from
+    now on: 16 (the default: twice the values per packet) or 32 (finer quantization,
+    twice the packets). Every rank must set the same width before the same call (a
+    rank that differs fails that call with CallMismatch at every rank)."""
+    if width not in HALF_WIDTHS:
+        raise UsageError(f"float16 and bfloat16 travel in 16- or 32-bit elements, not {width}")
+    backend_of(group).member.half_width = width
 
 
 def error_bound(tensor: torch.Tensor, group: dist.ProcessGroup | None = None

@@ -6,7 +6,8 @@ Reductions (all_reduce, reduce, reduce_scatter). The switches reduce signed 32- 
 SUM wraps in 16 bits, as gloo's; its AVG in 32 bits, whose exact sum it divides),
 the others in 32-bit ones (int64 only with values that fit in 32 bits); float32
 travels through the block quantization of ina.host.quantize in 32-bit elements,
-float16 and bfloat16 in 16-bit ones (twice as many values per packet), their
+float16 and bfloat16 in 16-bit ones (twice as many values per packet; 32-bit ones
+with ``half_width`` 32: INA_HALF_WIDTH), their
 result rounded back to the tensor's type, and the error bound grows by that
 rounding. Results are written into the tensor, in place, whatever its shape or
 layout.
@@ -83,11 +84,13 @@ class Reduced:
 # --- reductions ----------------------------------------------------------------------
 
 
-def _plane(tensor: torch.Tensor, average: bool) -> tuple[npt.NDArray[Any], int]:
-    """``tensor``'s values as the data plane's array, and the elements' width."""
+def _plane(tensor: torch.Tensor, average: bool, half_width: int
+           ) -> tuple[npt.NDArray[Any], int]:
+    """``tensor``'s values as the data plane's array, and the elements' width
+    (``half_width`` for float16 and bfloat16)."""
     flat = tensor.detach().reshape(-1)
     if tensor.dtype in FLOATS:
-        width = WIDTH16 if tensor.dtype in HALF_FLOATS else WIDTH32
+        width = half_width if tensor.dtype in HALF_FLOATS else WIDTH32
         return flat.to(torch.float32).numpy(), width
     if tensor.dtype == torch.int16 and not average:
         return flat.numpy(), WIDTH16
@@ -120,34 +123,35 @@ def _written(result: AllreduceResult, tensor: torch.Tensor, average: bool,
     return bound
 
 
-def allreduce_tensor(worker: Worker, tensor: torch.Tensor, op: str, ranks: int) -> Reduced:
+def allreduce_tensor(worker: Worker, tensor: torch.Tensor, op: str, ranks: int,
+                     half_width: int = WIDTH16) -> Reduced:
     """Reduce ``tensor`` with every rank's through ``worker``'s job, in place."""
     check_tensor(tensor)
     plane, average = plane_op(op)
     if tensor.numel() == 0:
         return Reduced(None, 0, 0)
-    array, width = _plane(tensor, average)
+    array, width = _plane(tensor, average, half_width)
     result = worker.allreduce(array, plane, width)
     return Reduced(_written(result, tensor, average, ranks), result.retransmissions,
                    result.packets)
 
 
 def reduce_tensor(worker: Worker, tensor: torch.Tensor, op: str, root: int,
-                  ranks: int) -> Reduced:
+                  ranks: int, half_width: int = WIDTH16) -> Reduced:
     """Reduce ``tensor`` with every rank's into rank ``root``'s (in place there; the
     other ranks' tensors stay as they are)."""
     check_tensor(tensor)
     plane, average = plane_op(op)
     if tensor.numel() == 0:
         return Reduced(None, 0, 0)
-    array, width = _plane(tensor, average)
+    array, width = _plane(tensor, average, half_width)
     result = worker.reduce(array, root, plane, width)
     bound = _written(result, tensor, average, ranks) if worker.config.rank == root else None
     return Reduced(bound, result.retransmissions, result.packets)
 
 
 def reduce_scatter_tensor(worker: Worker, output: torch.Tensor, whole: torch.Tensor,
-                          op: str, ranks: int) -> Reduced:
+                          op: str, ranks: int, half_width: int = WIDTH16) -> Reduced:
     """Reduce ``whole`` (``ranks`` parts, rank r's part the size of ``output``) with
     every rank's; this rank's part of the result into ``output``, in place."""
     check_tensor(whole)
@@ -161,7 +165,7 @@ def reduce_scatter_tensor(worker: Worker, output: torch.Tensor, whole: torch.Ten
     plane, average = plane_op(op)
     if output.numel() == 0:
         return Reduced(None, 0, 0)
-    array, width = _plane(whole, average)
+    array, width = _plane(whole, average, half_width)
     result = worker.reduce_scatter(array, plane, width)
     return Reduced(_written(result, output, average, ranks), result.retransmissions,
                    result.packets)
