@@ -147,12 +147,47 @@ def run_once(size: int, scenario: str, extra: Mapping[str, str], timeout: float 
     return out
 
 
+# --- What the tiers check ---------------------------------------------------------------
+
+#: torch's collectives (by their torch.distributed names) and the name the backend
+#: counts each under in stats().
+TORCH_COLLECTIVES = {
+    "broadcast": "broadcast",
+    "all_gather": "allgather",
+    "all_gather_into_tensor": "all_gather_single",
+    "all_gather_into_tensor_coalesced": "all_gather_single_coalesced",
+    "all_gather_coalesced": "allgather_coalesced",
+    "all_reduce_coalesced": "allreduce_coalesced",
+    "reduce": "reduce",
+    "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter_single",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_single_coalesced",
+}
+REDUCTIONS = {"all_reduce_coalesced", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+              "reduce_scatter_tensor_coalesced"}
+
+
+def check_collective(reports: list[dict[str, Any]], name: str, dtype: str) -> None:
+    """Assert that every rank's report of ``collective(name, dtype)`` went through the
+    switches and matched its reference (bit for bit, or within the bound)."""
+    for r in reports:
+        assert r["counted"] == {TORCH_COLLECTIVES[name]: {"switches": 1}}
+        if name in REDUCTIONS and dtype.startswith(("float", "bfloat")):
+            assert r["within_bound"] is True
+        else:  # moved bit for bit, or reduced exactly
+            assert r["exact"] is True
+    if name in REDUCTIONS and dtype.startswith(("float", "bfloat")):
+        assert any(r["bounded"] for r in reports)  # a bound was reported where a result is
+
+
+
 # --- Inside a rank ---------------------------------------------------------------------
 
 
 def _scenarios() -> dict[str, Callable[..., Any]]:
     import torch
     import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _coalescing_manager as coalescing
 
     import ina.torch
 
@@ -350,7 +385,7 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
             checks.append((out, torch.cat([of(r, part) for r in range(world)]).double()))
         elif name == "all_gather_into_tensor_coalesced":
             outs = [torch.zeros(world * (part + k), dtype=t) for k in range(2)]
-            with dist._coalescing_manager(async_ops=True) as cm:
+            with coalescing(async_ops=True) as cm:
                 for k, o in enumerate(outs):
                     dist.all_gather_into_tensor(o, of(rank, part + k, k))
             cm.wait()
@@ -363,7 +398,7 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
                        for r in range(world) for k in range(2)]
         elif name == "all_reduce_coalesced":
             ts = [of(rank, part + k, k) for k in range(2)]
-            with dist._coalescing_manager(async_ops=True) as cm:
+            with coalescing(async_ops=True) as cm:
                 for x in ts:
                     dist.all_reduce(x, op=ops[op])
             cm.wait()
@@ -383,7 +418,7 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
             checks.append((out, reduced(world * part).chunk(world)[rank]))
         elif name == "reduce_scatter_tensor_coalesced":
             outs = [torch.zeros(part + k, dtype=t) for k in range(2)]
-            with dist._coalescing_manager(async_ops=True) as cm:
+            with coalescing(async_ops=True) as cm:
                 for k, o in enumerate(outs):
                     dist.reduce_scatter_tensor(o, of(rank, world * (part + k), k), op=ops[op])
             cm.wait()
@@ -446,12 +481,21 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         return {"max_param_diff": diff, "loss": loss, "loss_gloo": loss_gloo,
                 "stats": made}
 
-    def fsdp(version: str, steps: int, seed: int = 0) -> dict[str, Any]:
+    def collectives(names: list[str], dtypes: list[str], root: int = 1) -> dict[str, Any]:
+        """``collective`` of each name for each type, in one run: {"name/dtype": report}."""
+        return {f"{n}/{d}": collective(n, d, root=root) for n in names for d in dtypes}
+
+    def fsdp(version: str, steps: int, seed: int = 0, bf16: bool = False) -> dict[str, Any]:
         """A small model trained with FSDP (``fsdp1``: FullyShardedDataParallel;
-        ``fully_shard``: FSDP2, each Linear a unit of its own) through the ina group
+        ``fully_shard``: FSDP2, each Linear a unit of its own; ``bf16``: its
+        parameters gathered and gradients reduced in bfloat16) through the ina group
         and through gloo alone, from the same start and data: the largest difference
         between the two runs' shards of the parameters (each rank holds its shard)."""
-        from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
+        from torch.distributed.fsdp import (
+            FullyShardedDataParallel,
+            MixedPrecisionPolicy,
+            fully_shard,
+        )
 
         rank = dist.get_rank()
 
@@ -466,10 +510,12 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
             from torch.distributed.device_mesh import DeviceMesh
 
             mesh = DeviceMesh.from_group(group, "cpu")
+            policy = MixedPrecisionPolicy(torch.bfloat16, torch.bfloat16) if bf16 \
+                else MixedPrecisionPolicy()
             for layer in model:
                 if isinstance(layer, torch.nn.Linear):
-                    fully_shard(layer, mesh=mesh)
-            fully_shard(model, mesh=mesh)
+                    fully_shard(layer, mesh=mesh, mp_policy=policy)
+            fully_shard(model, mesh=mesh, mp_policy=policy)
             return model
 
         def run(model: torch.nn.Module) -> tuple[list[torch.Tensor], float]:
@@ -540,8 +586,8 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         return {}
 
     return {f.__name__: f for f in (backend, allreduce, like_gloo, bucket, wrapping_sum, refused,
-                                     async_calls, repeated, noncontiguous, via_gloo, collective, train,
-                                     fsdp, packets,
+                                     async_calls, repeated, noncontiguous, via_gloo, collective,
+                                     collectives, train, fsdp, packets,
                                      die_after, nothing)}
 
 

@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend, PrefixStore, ProcessGroupGloo, Store, Work
 
+from ina.errors import UsageError
 from ina.torch.convert import (
     Reduced,
     allgather_coalesced,
@@ -52,7 +53,6 @@ from ina.torch.convert import (
     split_into,
     split_like,
 )
-from ina.errors import UsageError
 from ina.torch.member import HALF_WIDTHS, Member
 
 LOG = logging.getLogger(__name__)
