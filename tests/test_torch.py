@@ -189,7 +189,7 @@ def test_ddp_training_through_the_switches_matches_gloo(ranks: RankPool) -> None
     for r in reports:
         assert r["max_param_diff"] < 1e-4
         assert r["stats"]["allreduce"]["switches"] >= 30
-        assert r["stats"]["broadcast"] == {"switches": 2}  # DDP's construction
+        assert r["stats"]["broadcast"] == {"switches": 2}  # at DDP's first step
         assert all(set(where) == {"switches"} for where in r["stats"].values())
 
 
@@ -203,6 +203,7 @@ def test_fsdp_training_through_the_switches_matches_gloo(ranks: RankPool, versio
         gathers = "allgather" if version == "fsdp1" else "all_gather_single"
         assert r["stats"][gathers]["switches"] >= 5
         assert all(set(where) == {"switches"} for where in r["stats"].values())
+        assert r["full_tensor_ok"] in (None, True)
 
 
 def test_fsdp_in_bfloat16_through_16_bit_elements_stays_near_gloo(ranks: RankPool) -> None:

@@ -533,13 +533,19 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
             return [s.detach().clone() for s in shards], float(loss)
 
         before = counts()
-        through_switches, loss = run(wrapped(dist.group.WORLD))
+        model = wrapped(dist.group.WORLD)
+        through_switches, loss = run(model)
         made = since(before, counts())
+        full_ok = None
+        if version == "fully_shard":  # DTensor's full_tensor(): an all-gather too
+            full_ok = all(
+                torch.equal(p.full_tensor().chunk(dist.get_world_size())[rank], shard)
+                for p, shard in zip(model.parameters(), through_switches, strict=True))
         reference, loss_gloo = run(wrapped(gloo()))
         diff = max(float((a - b).abs().max())
                    for a, b in zip(through_switches, reference, strict=True) if a.numel())
         return {"max_param_diff": diff, "loss": loss, "loss_gloo": loss_gloo,
-                "stats": made}
+                "stats": made, "full_tensor_ok": full_ok}
 
     def packets(dtype: str, size: int, half_width: int = 16) -> dict[str, Any]:
         """Packets a SUM all_reduce of ``size`` values sent, with float16 and bfloat16
