@@ -1,8 +1,8 @@
 """One rank as a worker of an INA job: what the torch backend and the DDP hook share.
 
 ``Settings`` is what the environment says (INA_TOPOLOGY, INA_JOB, INA_WORKER,
-INA_NETWORK, INA_TIMEOUT, INA_HALF_WIDTH). ``Member.join`` makes a rank the worker of the job it
-names: it checks the rank, the world size and the worker against the job, agrees
+INA_NETWORK, INA_TIMEOUT, INA_HALF_WIDTH). ``Member.join`` makes a rank the worker
+of the job it names: it checks the rank, the world size and the worker against the job, agrees
 with every other rank through the process group's store (same job, same network,
 no worker twice: any mismatch is one clear error at every rank, never a hang),
 draws the secret of the ring on hosts for them (unless INA_RING_SECRET gives one),
