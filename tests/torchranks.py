@@ -147,12 +147,47 @@ def run_once(size: int, scenario: str, extra: Mapping[str, str], timeout: float 
     return out
 
 
+# --- What the tiers check ---------------------------------------------------------------
+
+#: torch's collectives (by their torch.distributed names) and the name the backend
+#: counts each under in stats().
+TORCH_COLLECTIVES = {
+    "broadcast": "broadcast",
+    "all_gather": "allgather",
+    "all_gather_into_tensor": "all_gather_single",
+    "all_gather_into_tensor_coalesced": "all_gather_single_coalesced",
+    "all_gather_coalesced": "allgather_coalesced",
+    "all_reduce_coalesced": "allreduce_coalesced",
+    "reduce": "reduce",
+    "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter_single",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_single_coalesced",
+}
+REDUCTIONS = {"all_reduce_coalesced", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+              "reduce_scatter_tensor_coalesced"}
+
+
+def check_collective(reports: list[dict[str, Any]], name: str, dtype: str) -> None:
+    """Assert that every rank's report of ``collective(name, dtype)`` went through the
+    switches and matched its reference (bit for bit, or within the bound)."""
+    for r in reports:
+        assert r["counted"] == {TORCH_COLLECTIVES[name]: {"switches": 1}}
+        if name in REDUCTIONS and dtype.startswith(("float", "bfloat")):
+            assert r["within_bound"] is True
+        else:  # moved bit for bit, or reduced exactly
+            assert r["exact"] is True
+    if name in REDUCTIONS and dtype.startswith(("float", "bfloat")):
+        assert any(r["bounded"] for r in reports)  # a bound was reported where a result is
+
+
+
 # --- Inside a rank ---------------------------------------------------------------------
 
 
 def _scenarios() -> dict[str, Callable[..., Any]]:
     import torch
     import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _coalescing_manager as coalescing
 
     import ina.torch
 
@@ -297,17 +332,111 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         return {"ok": bool(torch.allclose(base, torch.arange(12.).reshape(3, 4) * factor))}
 
     def via_gloo() -> dict[str, Any]:
-        """broadcast, all_gather and barrier: through the backend's gloo group."""
+        """all_to_all, gather and scatter: through the backend's gloo group."""
         rank, world = dist.get_rank(), dist.get_world_size()
         before = counts()
-        t = torch.full((5,), float(rank))
-        dist.broadcast(t, src=1)
-        gathered = [torch.zeros(2) for _ in range(world)]
-        dist.all_gather(gathered, torch.full((2,), float(rank)))
-        dist.barrier()
+        outs = [torch.zeros(1) for _ in range(world)]
+        dist.all_to_all(outs, [torch.full((1,), float(10 * rank + r)) for r in range(world)])
+        gathered = [torch.zeros(2) for _ in range(world)] if rank == 0 else None
+        dist.gather(torch.full((2,), float(rank)), gathered, dst=0)
+        scattered = torch.zeros(3)
+        dist.scatter(scattered, [torch.full((3,), float(r)) for r in range(world)]
+                     if rank == 1 else None, src=1)
         made = since(before, counts())
-        return {"broadcast": float(t[0]), "gathered": [float(g[0]) for g in gathered],
-                "counted": made}
+        return {"all_to_all": [float(o[0]) for o in outs],
+                "gathered": None if gathered is None else [float(g[0]) for g in gathered],
+                "scattered": float(scattered[0]), "counted": made}
+
+    def collective(name: str, dtype: str, op: str = "SUM", root: int = 1, seed: int = 0,
+                   part: int = 150) -> dict[str, Any]:
+        """One collective of torch's API (``name``) on every rank's tensor of ``part``
+        values (``world`` parts where the collective cuts its input), against the
+        reference computed from every rank's tensor (each rank draws them all from the
+        seed): ``exact`` (movements, integer reductions: the same bits) or
+        ``within_bound`` (float reductions: within the bound ina.torch reports), and
+        where the call went."""
+        rank, world = dist.get_rank(), dist.get_world_size()
+        t = getattr(torch, dtype)
+
+        def of(r: int, size: int, salt: int = 0) -> torch.Tensor:
+            return rank_tensor(r, dtype, [size], seed * 7 + salt)
+
+        def reduced(size: int, salt: int = 0) -> torch.Tensor:
+            inputs = torch.stack([of(r, size, salt).double() for r in range(world)])
+            exact = {"SUM": inputs.sum(0), "AVG": inputs.sum(0) / world,
+                     "MIN": inputs.min(0).values, "MAX": inputs.max(0).values}[op]
+            if not t.is_floating_point:  # wrapped around in the type, as gloo does
+                exact = exact.trunc().to(torch.int64).to(t).double()
+            return exact
+
+        checks: list[tuple[torch.Tensor, torch.Tensor]] = []  # (result, reference)
+        before = counts()
+        if name == "broadcast":
+            out = of(rank, part)
+            dist.broadcast(out, src=root)
+            checks.append((out, of(root, part).double()))
+        elif name == "all_gather":
+            outs = [torch.zeros(part, dtype=t) for _ in range(world)]
+            dist.all_gather(outs, of(rank, part))
+            checks += [(o, of(r, part).double()) for r, o in enumerate(outs)]
+        elif name == "all_gather_into_tensor":
+            out = torch.zeros(world * part, dtype=t)
+            dist.all_gather_into_tensor(out, of(rank, part))
+            checks.append((out, torch.cat([of(r, part) for r in range(world)]).double()))
+        elif name == "all_gather_into_tensor_coalesced":
+            outs = [torch.zeros(world * (part + k), dtype=t) for k in range(2)]
+            with coalescing(async_ops=True) as cm:
+                for k, o in enumerate(outs):
+                    dist.all_gather_into_tensor(o, of(rank, part + k, k))
+            cm.wait()
+            checks += [(o, torch.cat([of(r, part + k, k) for r in range(world)]).double())
+                       for k, o in enumerate(outs)]
+        elif name == "all_gather_coalesced":
+            lists = [[torch.zeros(part + k, dtype=t) for k in range(2)] for _ in range(world)]
+            dist.all_gather_coalesced(lists, [of(rank, part + k, k) for k in range(2)])
+            checks += [(lists[r][k], of(r, part + k, k).double())
+                       for r in range(world) for k in range(2)]
+        elif name == "all_reduce_coalesced":
+            ts = [of(rank, part + k, k) for k in range(2)]
+            with coalescing(async_ops=True) as cm:
+                for x in ts:
+                    dist.all_reduce(x, op=ops[op])
+            cm.wait()
+            checks += [(x, reduced(part + k, k)) for k, x in enumerate(ts)]
+        elif name == "reduce":
+            out = of(rank, part)
+            dist.reduce(out, dst=root, op=ops[op])
+            checks.append((out, reduced(part) if rank == root else of(rank, part).double()))
+        elif name == "reduce_scatter":
+            out = torch.zeros(part, dtype=t)
+            whole = of(rank, world * part)
+            dist.reduce_scatter(out, list(whole.chunk(world)), op=ops[op])
+            checks.append((out, reduced(world * part).chunk(world)[rank]))
+        elif name == "reduce_scatter_tensor":
+            out = torch.zeros(part, dtype=t)
+            dist.reduce_scatter_tensor(out, of(rank, world * part), op=ops[op])
+            checks.append((out, reduced(world * part).chunk(world)[rank]))
+        elif name == "reduce_scatter_tensor_coalesced":
+            outs = [torch.zeros(part + k, dtype=t) for k in range(2)]
+            with coalescing(async_ops=True) as cm:
+                for k, o in enumerate(outs):
+                    dist.reduce_scatter_tensor(o, of(rank, world * (part + k), k), op=ops[op])
+            cm.wait()
+            checks += [(o, reduced(world * (part + k), k).chunk(world)[rank])
+                       for k, o in enumerate(outs)]
+        elif name == "barrier":
+            dist.barrier()
+        else:
+            raise ValueError(f"no collective {name}")
+        made = since(before, counts())
+        exact, within = True, True
+        for result, reference in checks:
+            diff = (result.double() - reference).abs()
+            exact = exact and bool((diff == 0).all())
+            bound = ina.torch.error_bound(result)
+            within = within and bool((diff <= (0 if bound is None else bound)).all())
+        return {"exact": exact, "within_bound": within, "counted": made,
+                "bounded": any(ina.torch.error_bound(r) is not None for r, _ in checks)}
 
     def train(steps: int, hook: bool = False, seed: int = 0,
               bucket_cap_mb: float = 25.0) -> dict[str, Any]:
@@ -352,6 +481,89 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         return {"max_param_diff": diff, "loss": loss, "loss_gloo": loss_gloo,
                 "stats": made}
 
+    def collectives(names: list[str], dtypes: list[str], root: int = 1) -> dict[str, Any]:
+        """``collective`` of each name for each type, in one run: {"name/dtype": report}."""
+        return {f"{n}/{d}": collective(n, d, root=root) for n in names for d in dtypes}
+
+    def fsdp(version: str, steps: int, seed: int = 0, bf16: bool = False) -> dict[str, Any]:
+        """A small model trained with FSDP (``fsdp1``: FullyShardedDataParallel;
+        ``fully_shard``: FSDP2, each Linear a unit of its own; ``bf16``: its
+        parameters gathered and gradients reduced in bfloat16) through the ina group
+        and through gloo alone, from the same start and data: the largest difference
+        between the two runs' shards of the parameters (each rank holds its shard)."""
+        from torch.distributed.fsdp import (
+            FullyShardedDataParallel,
+            MixedPrecisionPolicy,
+            fully_shard,
+        )
+        from torch.distributed.tensor import DTensor
+
+        rank = dist.get_rank()
+
+        def wrapped(group: Any) -> torch.nn.Module:
+            torch.manual_seed(seed)
+            model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                        torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                        torch.nn.Linear(64, 10))
+            if version == "fsdp1":
+                return FullyShardedDataParallel(model, process_group=group,
+                                                device_id=torch.device("cpu"))
+            from torch.distributed.device_mesh import DeviceMesh
+
+            mesh = DeviceMesh.from_group(group, "cpu")
+            policy = MixedPrecisionPolicy(torch.bfloat16, torch.bfloat16) if bf16 \
+                else MixedPrecisionPolicy()
+            for layer in model:
+                if isinstance(layer, torch.nn.Linear):
+                    fully_shard(layer, mesh=mesh, mp_policy=policy)
+            fully_shard(model, mesh=mesh, mp_policy=policy)
+            return model
+
+        def run(model: torch.nn.Module) -> tuple[list[torch.Tensor], float]:
+            g = torch.Generator().manual_seed(seed * 100 + rank)
+            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+            loss = torch.zeros(())
+            for _ in range(steps):
+                x = torch.randn(16, 32, generator=g)
+                y = torch.randint(0, 10, (16,), generator=g)
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()  # type: ignore[no-untyped-call]
+                opt.step()
+            shards = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
+            return [s.detach().clone() for s in shards], float(loss)
+
+        before = counts()
+        model = wrapped(dist.group.WORLD)
+        through_switches, loss = run(model)
+        made = since(before, counts())
+        full_ok = None
+        if version == "fully_shard":  # DTensor's full_tensor(): an all-gather too
+            full_ok = all(isinstance(p, DTensor) for p in model.parameters()) and all(
+                torch.equal(p.full_tensor().chunk(dist.get_world_size())[rank], shard)
+                for p, shard in zip(model.parameters(), through_switches, strict=True)
+                if isinstance(p, DTensor))
+        reference, loss_gloo = run(wrapped(gloo()))
+        diff = max(float((a - b).abs().max())
+                   for a, b in zip(through_switches, reference, strict=True) if a.numel())
+        return {"max_param_diff": diff, "loss": loss, "loss_gloo": loss_gloo,
+                "stats": made, "full_tensor_ok": full_ok}
+
+    def packets(dtype: str, size: int, half_width: int = 16) -> dict[str, Any]:
+        """Packets a SUM all_reduce of ``size`` values sent, with float16 and bfloat16
+        in ``half_width``-bit elements."""
+        ina.torch.set_half_width(half_width)
+        try:
+            worker = ina.torch.backend_of().member.worker
+            before = worker.stats.packets
+            tensor = rank_tensor(dist.get_rank(), dtype, [size], 1)
+            dist.all_reduce(tensor)
+            bound = ina.torch.error_bound(tensor)
+            return {"packets": worker.stats.packets - before,
+                    "max_bound": None if bound is None else float(bound.max())}
+        finally:
+            ina.torch.set_half_width(16)
+
     hooks: dict[str, Any] = {}
 
     def counts() -> dict[str, dict[str, int]]:
@@ -382,7 +594,8 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         return {}
 
     return {f.__name__: f for f in (backend, allreduce, like_gloo, bucket, wrapping_sum, refused,
-                                     async_calls, repeated, noncontiguous, via_gloo, train,
+                                     async_calls, repeated, noncontiguous, via_gloo, collective,
+                                     collectives, train, fsdp, packets,
                                      die_after, nothing)}
 
 

@@ -1,5 +1,6 @@
 """The torch backend on Mininet + BMv2: ranks on the job's worker hosts, each its
-own process, DDP through the switches against gloo through the same switches."""
+own process, DDP and FSDP through the switches against gloo through the same
+switches, and every other collective torch offers against its reference."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from inatest import FIGURE1, FIGURE1_SPEC
 pytest.importorskip("torch", reason="torch is not installed: pip install 'ina[torch]' "
                                     "(make setup installs it)")
 
-from torchranks import Launch, run_once  # noqa: E402
+from torchranks import TORCH_COLLECTIVES, Launch, check_collective, run_once  # noqa: E402
 
 pytestmark = pytest.mark.parametrize("deployed", [[{**FIGURE1_SPEC, "job_id": 5}]],
                                      indirect=True)
@@ -60,3 +61,23 @@ def test_ddps_first_bucket_lies_within_its_bound_of_gloos(
     # DDP's first bucket is 1 MiB (its 25 MiB default: `make train` measures one).
     for r in run_on_lab(figure1_lab, deployed, "bucket", 300, mib=1):
         assert r["within_bound_of_gloo"] is True
+
+
+def test_fsdp_through_the_switches_matches_gloo_with_no_collective_on_gloo(
+        figure1_lab: NetLab, deployed: Deployed) -> None:
+    for r in run_on_lab(figure1_lab, deployed, "fsdp", 600, version="fully_shard", steps=5):
+        assert r["max_param_diff"] < 1e-4  # type: ignore[operator]
+        stats: dict[str, dict[str, int]] = r["stats"]  # type: ignore[assignment]
+        assert stats["reduce_scatter_single"]["switches"] >= 5
+        assert all(set(where) == {"switches"} for where in stats.values())
+
+
+def test_every_collective_through_the_switches_matches_its_reference(
+        figure1_lab: NetLab, deployed: Deployed) -> None:
+    dtypes = ["float32", "bfloat16", "int32"]
+    reports = run_on_lab(figure1_lab, deployed, "collectives", 600,
+                         names=list(TORCH_COLLECTIVES), dtypes=dtypes, root=2)
+    for name in TORCH_COLLECTIVES:
+        for dtype in dtypes:
+            check_collective([r[f"{name}/{dtype}"] for r in reports],  # type: ignore[misc]
+                             name, dtype)

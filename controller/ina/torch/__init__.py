@@ -18,6 +18,7 @@ from ina.torch.backend import (
     error_bound,
     profile,
     register,
+    set_half_width,
     stats,
 )
 from ina.torch.hook import HookState, allreduce_hook, hook_state
@@ -26,4 +27,4 @@ from ina.torch.member import Settings
 register()
 
 __all__ = ["HookState", "ProcessGroupIna", "Settings", "allreduce_hook", "backend_of",
-           "error_bound", "hook_state", "profile", "register", "stats"]
+           "error_bound", "hook_state", "profile", "register", "set_half_width", "stats"]

@@ -1,21 +1,27 @@
-"""The torch.distributed backend ``ina``: all_reduce through the switches.
+"""The torch.distributed backend ``ina``: the collectives through the switches.
 
 ``register()`` (done by ``import ina.torch``) makes ``init_process_group("ina")``
 create a ``ProcessGroupIna`` at every rank: the rank joins its INA job
 (``ina.torch.member``: INA_TOPOLOGY, INA_JOB, INA_WORKER, INA_NETWORK), and
 
 - ``all_reduce`` (SUM, AVG, MIN, MAX; float32, float16, bfloat16, integers; any
-  shape, in place) and its coalesced form go through the switches;
-- every other collective (``broadcast``, ``all_gather``, ``barrier``, ...) goes
-  through a gloo group the backend keeps beside its job, until the data plane
-  carries them.
+  shape, in place) and its coalesced form, ``reduce``, ``reduce_scatter`` (and
+  ``reduce_scatter_tensor``, coalesced or not), ``broadcast``, ``all_gather``
+  (and ``all_gather_into_tensor``, ``all_gather_coalesced``, coalesced or not;
+  any type, bit for bit) and ``barrier`` go through the switches
+  (ina.torch.convert: each as a collective of the rank's worker);
+- float16 and bfloat16 reductions travel in 16-bit elements (twice the values per
+  packet) unless INA_HALF_WIDTH=32 or ``set_half_width(32)`` says 32-bit ones;
+- what has no form in the data plane (``all_to_all``, ``gather``, ``scatter``,
+  ``send``, ``recv``: VIA_GLOO) goes through a gloo group the backend keeps beside
+  its job.
 
 Every call, through the switches or through gloo, runs on the member's call
 thread in the order the rank made it, so a broadcast and an all_reduce of one
 tensor happen in program order, as with any backend. ``stats()`` counts each
 collective by where it went. A call returns a Work at once; ``wait()`` blocks
 until it is done and raises its error, if any; ``get_future()`` is completed with
-the call's output tensors. After a float all_reduce, ``error_bound(tensor)`` says
+the call's output tensors. After a float reduction, ``error_bound(tensor)`` says
 per element how far the result may be from the exact reduction.
 """
 
@@ -31,16 +37,38 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend, PrefixStore, ProcessGroupGloo, Store, Work
 
-from ina.torch.convert import allreduce_tensor, flat_concat, split_into, split_like
-from ina.torch.member import Member
+from ina.errors import UsageError
+from ina.torch.convert import (
+    Reduced,
+    allgather_coalesced,
+    allgather_into,
+    allgather_into_coalesced,
+    allgather_tensors,
+    allreduce_tensor,
+    broadcast_tensor,
+    flat_concat,
+    rank_major,
+    reduce_scatter_tensor,
+    reduce_tensor,
+    split_into,
+    split_like,
+)
+from ina.torch.member import HALF_WIDTHS, Member
 
 LOG = logging.getLogger(__name__)
 NAME = "ina"
-#: Collectives that go through the backend's gloo group, by the names torch calls.
-VIA_GLOO = ("broadcast", "allgather", "all_gather_single", "allgather_coalesced",
-            "all_gather_single_coalesced", "reduce", "reduce_scatter", "reduce_scatter_single",
-            "reduce_scatter_single_coalesced", "alltoall", "all_to_all_single", "gather",
-            "scatter", "barrier", "send", "recv", "recv_anysource")
+#: Collectives that go through the backend's gloo group, by the names torch calls:
+#: those the data plane has no form of (all_to_all: every rank's data to every
+#: other, a different part each; gather, scatter: one rank's many parts; send and
+#: recv: point to point).
+VIA_GLOO = ("alltoall", "all_to_all_single", "gather", "gather_single", "scatter", "send",
+            "recv", "recv_anysource")
+#: Collectives that go through the switches, by the names torch calls (and stats()
+#: counts): every one DDP and FSDP (FSDP1 and fully_shard) make in this torch version.
+VIA_SWITCHES = ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter",
+                "reduce_scatter_single", "reduce_scatter_single_coalesced", "broadcast",
+                "allgather", "all_gather_single", "allgather_coalesced",
+                "all_gather_single_coalesced", "barrier")
 
 
 class InaWork(Work):
@@ -94,37 +122,153 @@ class ProcessGroupIna(Backend):
     # --- through the switches ----------------------------------------------------
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Work:
-        if len(tensors) != 1:
-            return self._failed(ValueError("the ina backend takes one tensor per all_reduce"))
-        tensor, op = tensors[0], opts.reduceOp.op.name
-        work = InaWork(torch.futures.Future())
+        op = opts.reduceOp.op.name
 
         def call() -> list[torch.Tensor]:
-            reduced = allreduce_tensor(self.member.worker, tensor, op, self.size())
-            self._keep_bound(tensor, reduced.error_bound)
+            tensor = self._one(tensors, "all_reduce")
+            self._keep(tensor, allreduce_tensor(self.member.worker, tensor, op, self.size(),
+                                                       self.member.half_width))
             return tensors
 
-        self._submit("allreduce", "switches", call, work)
-        return work
+        return self._switches("allreduce", call)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> Work:
         op = opts.reduceOp.op.name
-        work = InaWork(torch.futures.Future())
 
         def call() -> list[torch.Tensor]:
             flat = flat_concat(tensors)
-            reduced = allreduce_tensor(self.member.worker, flat, op, self.size())
+            reduced = allreduce_tensor(self.member.worker, flat, op, self.size(),
+                                       self.member.half_width)
             split_into(flat, tensors)
-            if reduced.error_bound is not None:
-                for t, bound in zip(tensors, split_like(reduced.error_bound, tensors),
-                                    strict=True):
-                    self._keep_bound(t, bound)
+            self._keep_split(tensors, reduced)
             return tensors
 
-        self._submit("allreduce_coalesced", "switches", call, work)
+        return self._switches("allreduce_coalesced", call)
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Work:
+        op, root = opts.reduceOp.op.name, opts.rootRank
+
+        def call() -> list[torch.Tensor]:
+            tensor = self._one(tensors, "reduce")
+            self._keep(tensor, reduce_tensor(self.member.worker, tensor, op, root,
+                                             self.size(), self.member.half_width))
+            return tensors
+
+        return self._switches("reduce", call)
+
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
+                       opts: Any) -> Work:
+        op = opts.reduceOp.op.name
+
+        def call() -> list[torch.Tensor]:
+            output = self._one(outputs, "reduce_scatter")
+            (parts,) = self._one_list(inputs, "reduce_scatter")
+            if any(p.numel() != output.numel() for p in parts):
+                raise ValueError("reduce_scatter: every input tensor must have the "
+                                 "output's size")
+            whole = flat_concat(parts)
+            self._keep(output, reduce_scatter_tensor(self.member.worker, output, whole, op,
+                                                     self.size(), self.member.half_width))
+            return outputs
+
+        return self._switches("reduce_scatter", call)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
+                              opts: Any) -> Work:
+        op = opts.reduceOp.op.name
+
+        def call() -> list[torch.Tensor]:
+            self._keep(output, reduce_scatter_tensor(self.member.worker, output, input, op,
+                                                     self.size(), self.member.half_width))
+            return [output]
+
+        return self._switches("reduce_scatter_single", call)
+
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor],
+                                        inputs: list[torch.Tensor], opts: Any) -> Work:
+        op = opts.reduceOp.op.name
+
+        def call() -> list[torch.Tensor]:
+            whole = rank_major(inputs, self.size())
+            flat = flat_concat(outputs)
+            reduced = reduce_scatter_tensor(self.member.worker, flat, whole, op, self.size(),
+                                            self.member.half_width)
+            split_into(flat, outputs)
+            self._keep_split(outputs, reduced)
+            return outputs
+
+        return self._switches("reduce_scatter_single_coalesced", call)
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> Work:
+        root = opts.rootRank
+
+        def call() -> list[torch.Tensor]:
+            broadcast_tensor(self.member.worker, self._one(tensors, "broadcast"), root)
+            return tensors
+
+        return self._switches("broadcast", call)
+
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                  opts: Any) -> Work:
+        def call() -> list[list[torch.Tensor]]:
+            (out,) = self._one_list(outputs, "all_gather")
+            allgather_tensors(self.member.worker, out, self._one(inputs, "all_gather"),
+                              self.size())
+            return outputs
+
+        return self._switches("allgather", call)
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
+                          opts: Any) -> Work:
+        def call() -> list[torch.Tensor]:
+            allgather_into(self.member.worker, output, input, self.size())
+            return [output]
+
+        return self._switches("all_gather_single", call)
+
+    def allgather_coalesced(self, outputs: list[list[torch.Tensor]],
+                            inputs: list[torch.Tensor], opts: Any) -> Work:
+        def call() -> list[list[torch.Tensor]]:
+            allgather_coalesced(self.member.worker, outputs, inputs, self.size())
+            return outputs
+
+        return self._switches("allgather_coalesced", call)
+
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor],
+                                    inputs: list[torch.Tensor], opts: Any) -> Work:
+        def call() -> list[torch.Tensor]:
+            allgather_into_coalesced(self.member.worker, outputs, inputs, self.size())
+            return outputs
+
+        return self._switches("all_gather_single_coalesced", call)
+
+    def barrier(self, opts: Any) -> Work:
+        def call() -> list[torch.Tensor]:
+            self.member.worker.barrier()
+            return []
+
+        return self._switches("barrier", call)
+
+    @staticmethod
+    def _one(tensors: Sequence[torch.Tensor], what: str) -> torch.Tensor:
+        if len(tensors) != 1:
+            raise ValueError(f"the ina backend takes one tensor per {what}")
+        return tensors[0]
+
+    @staticmethod
+    def _one_list(lists: Sequence[Sequence[torch.Tensor]], what: str
+                  ) -> list[Sequence[torch.Tensor]]:
+        if len(lists) != 1:
+            raise ValueError(f"the ina backend takes one list of tensors per {what}")
+        return [lists[0]]
+
+    def _switches(self, name: str, call: Callable[[], Any]) -> Work:
+        work = InaWork(torch.futures.Future())
+        self._submit(name, "switches", call, work)
         return work
 
-    def _keep_bound(self, tensor: torch.Tensor, bound: torch.Tensor | None) -> None:
+    def _keep(self, tensor: torch.Tensor, reduced: Reduced) -> None:
+        bound = reduced.error_bound
         if bound is None:
             return
         key = id(tensor)
@@ -132,8 +276,17 @@ class ProcessGroupIna(Backend):
             weakref.finalize(tensor, self._bounds.pop, key, None)
         self._bounds[key] = (weakref.ref(tensor), bound)
 
+    def _keep_split(self, tensors: Sequence[torch.Tensor], reduced: Reduced) -> None:
+        """The bound of a coalesced call, per tensor."""
+        if reduced.error_bound is None:
+            return
+        for t, bound in zip(tensors, split_like(reduced.error_bound.reshape(-1), tensors),
+                            strict=True):
+            self._keep(t, Reduced(bound, reduced.retransmissions, reduced.packets))
+
     def error_bound(self, tensor: torch.Tensor) -> torch.Tensor | None:
-        """The error bound of ``tensor``'s last all_reduce, if it was a float one."""
+        """The error bound of ``tensor``'s last float reduction (all_reduce, reduce at
+        its root, reduce_scatter's output), if it was one."""
         entry = self._bounds.get(id(tensor))
         return entry[1] if entry is not None and entry[0]() is tensor else None
 
@@ -162,12 +315,6 @@ class ProcessGroupIna(Backend):
                 work.future.set_result(result)
 
         self.member.calls.submit(call, done)
-
-    @staticmethod
-    def _failed(error: Exception) -> Work:
-        work = InaWork(torch.futures.Future())
-        work.future.set_exception(error)
-        return work
 
     def shutdown(self) -> None:
         self.member.close()
@@ -216,9 +363,20 @@ def profile(group: dist.ProcessGroup | None = None) -> dict[str, float]:
     return backend_of(group).profile()
 
 
+def set_half_width(width: int, group: dist.ProcessGroup | None = None) -> None:
+    """Reduce float16 and bfloat16 tensors in ``group`` in ``width``-bit elements from
+    now on: 16 (the default: twice the values per packet) or 32 (finer quantization,
+    twice the packets). Every rank must set the same width before the same call (a
+    rank that differs fails that call with CallMismatch at every rank)."""
+    if width not in HALF_WIDTHS:
+        raise UsageError(f"float16 and bfloat16 travel in 16- or 32-bit elements, not {width}")
+    backend_of(group).member.half_width = width
+
+
 def error_bound(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
                 ) -> torch.Tensor | None:
-    """Per element of ``tensor``, how far the result of its last all_reduce in
-    ``group`` may be from the exact reduction (float64, shaped like it); None for
-    an integer tensor (exact) or one never reduced."""
+    """Per element of ``tensor``, how far the result of its last float reduction in
+    ``group`` (all_reduce, reduce at its root, reduce_scatter into it) may be from
+    the exact reduction (float64, shaped like it); None for an integer tensor
+    (exact) or one never reduced."""
     return backend_of(group).error_bound(tensor)

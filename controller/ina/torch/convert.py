@@ -1,22 +1,35 @@
-"""Tensors to the data plane's arrays and back, and torch's reduce ops to its ops.
+"""Tensors to the data plane's arrays and back, and torch's reduce ops to its ops:
+each torch collective as a collective of the rank's worker (ina.host.worker).
 
-The switches reduce signed 32-bit integers. Integer tensors travel as they are
-(int64 only with values that fit in 32 bits); float32, float16 and bfloat16 travel
-as float32 through the block quantization of ina.host.quantize, their result
-rounded back to the tensor's type, and the error bound grows by that rounding.
-Results are written into the tensor, in place, whatever its shape or layout.
+Reductions (all_reduce, reduce, reduce_scatter). The switches reduce signed 32- or
+16-bit integers. Integer tensors travel as they are: int16 in 16-bit elements (its
+SUM wraps in 16 bits, as gloo's; its AVG in 32 bits, whose exact sum it divides),
+the others in 32-bit ones (int64 only with values that fit in 32 bits); float32
+travels through the block quantization of ina.host.quantize in 32-bit elements,
+float16 and bfloat16 in 16-bit ones (twice as many values per packet; 32-bit ones
+with ``half_width`` 32: INA_HALF_WIDTH), their
+result rounded back to the tensor's type, and the error bound grows by that
+rounding. Results are written into the tensor, in place, whatever its shape or
+layout.
+
+Movements (broadcast, all_gather and its forms). A tensor of any type travels as
+its bytes and comes back bit for bit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 from ina.errors import AllreduceError, UsageError
 from ina.host.results import AllreduceResult
 from ina.host.worker import Worker
-from ina.protocol.constants import Op
+from ina.protocol.constants import WIDTH16, WIDTH32, Op
 
 #: torch's reduce ops (ReduceOp.RedOpType, by name) the data plane carries: its op,
 #: and whether to divide by the ranks.
@@ -27,6 +40,8 @@ OPS: dict[str, tuple[Op, bool]] = {
     "MAX": (Op.MAX, False),
 }
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+#: Float types that travel in 16-bit elements.
+HALF_FLOATS = (torch.float16, torch.bfloat16)
 #: Integer types whose values all fit in the data plane's 32 bits: their SUM wraps
 #: around in the tensor's own type, as gloo's does.
 NARROW_INTS = (torch.int8, torch.uint8, torch.int16, torch.int32)
@@ -42,14 +57,18 @@ def plane_op(op: str) -> tuple[Op, bool]:
 
 
 def check_tensor(tensor: torch.Tensor) -> None:
-    """UsageError if the data plane cannot carry ``tensor``."""
-    if tensor.device.type != "cpu":
-        raise UsageError(f"the ina backend takes CPU tensors, not {tensor.device}")
+    """UsageError if the data plane cannot reduce ``tensor``."""
+    check_cpu(tensor)
     if tensor.dtype not in FLOATS + NARROW_INTS + (torch.int64,):
         # float64 would travel at float32 precision, beyond the bound the data plane's
         # quantization reports: refused rather than silently less precise.
         raise UsageError(f"the ina backend reduces float32, float16, bfloat16 and integer "
                          f"tensors, not {tensor.dtype}")
+
+
+def check_cpu(tensor: torch.Tensor) -> None:
+    if tensor.device.type != "cpu":
+        raise UsageError(f"the ina backend takes CPU tensors, not {tensor.device}")
 
 
 @dataclass(frozen=True)
@@ -62,28 +81,37 @@ class Reduced:
     packets: int
 
 
-def allreduce_tensor(worker: Worker, tensor: torch.Tensor, op: str, ranks: int) -> Reduced:
-    """Reduce ``tensor`` with every rank's through ``worker``'s job, in place."""
-    check_tensor(tensor)
-    plane, average = plane_op(op)
-    if tensor.numel() == 0:
-        return Reduced(None, 0, 0)
+# --- reductions ----------------------------------------------------------------------
+
+
+def _plane(tensor: torch.Tensor, average: bool, half_width: int
+           ) -> tuple[npt.NDArray[Any], int]:
+    """``tensor``'s values as the data plane's array, and the elements' width
+    (``half_width`` for float16 and bfloat16)."""
     flat = tensor.detach().reshape(-1)
-    floating = tensor.dtype in FLOATS
-    array = (flat.to(torch.float32) if floating else flat).numpy()
-    result: AllreduceResult = worker.allreduce(array, plane)
+    if tensor.dtype in FLOATS:
+        width = half_width if tensor.dtype in HALF_FLOATS else WIDTH32
+        return flat.to(torch.float32).numpy(), width
+    if tensor.dtype == torch.int16 and not average:
+        return flat.numpy(), WIDTH16
+    return flat.to(torch.int32 if tensor.dtype == torch.int16 else tensor.dtype).numpy(), WIDTH32
+
+
+def _written(result: AllreduceResult, tensor: torch.Tensor, average: bool,
+             ranks: int) -> torch.Tensor | None:
+    """``result`` written into ``tensor`` (in place); the error bound, for floats."""
     if result.overflow and tensor.dtype not in NARROW_INTS:
         raise AllreduceError(f"the SUM of {tensor.dtype} values overflowed the data plane's "
                              "32 bits: the result would not be exact")
-    values = torch.from_numpy(result.values)
+    values = torch.from_numpy(np.ascontiguousarray(result.values))
     bound = None
-    if floating:
+    if tensor.dtype in FLOATS:
         assert result.error_bound is not None
         bound = torch.from_numpy(result.error_bound)
         if average:
             values = values / ranks
             bound = bound / ranks
-        if tensor.dtype in (torch.float16, torch.bfloat16):
+        if tensor.dtype in HALF_FLOATS:
             # Rounded to the tensor's type: half an ulp of it more.
             bound = bound + values.abs().double() * (torch.finfo(tensor.dtype).eps / 2)
         bound = bound.reshape(tensor.shape)
@@ -92,25 +120,203 @@ def allreduce_tensor(worker: Worker, tensor: torch.Tensor, op: str, ranks: int) 
         values = torch.div(values.to(torch.int64), ranks, rounding_mode="trunc")
     with torch.no_grad():
         tensor.copy_(values.reshape(tensor.shape))  # casts, wrapping narrow ints as gloo
+    return bound
+
+
+def allreduce_tensor(worker: Worker, tensor: torch.Tensor, op: str, ranks: int,
+                     half_width: int = WIDTH16) -> Reduced:
+    """Reduce ``tensor`` with every rank's through ``worker``'s job, in place."""
+    check_tensor(tensor)
+    plane, average = plane_op(op)
+    if tensor.numel() == 0:
+        return Reduced(None, 0, 0)
+    array, width = _plane(tensor, average, half_width)
+    result = worker.allreduce(array, plane, width)
+    return Reduced(_written(result, tensor, average, ranks), result.retransmissions,
+                   result.packets)
+
+
+def reduce_tensor(worker: Worker, tensor: torch.Tensor, op: str, root: int,
+                  ranks: int, half_width: int = WIDTH16) -> Reduced:
+    """Reduce ``tensor`` with every rank's into rank ``root``'s (in place there; the
+    other ranks' tensors stay as they are)."""
+    check_tensor(tensor)
+    plane, average = plane_op(op)
+    if tensor.numel() == 0:
+        return Reduced(None, 0, 0)
+    array, width = _plane(tensor, average, half_width)
+    result = worker.reduce(array, root, plane, width)
+    bound = _written(result, tensor, average, ranks) if worker.config.rank == root else None
     return Reduced(bound, result.retransmissions, result.packets)
 
 
-def flat_concat(tensors: list[torch.Tensor]) -> torch.Tensor:
+def reduce_scatter_tensor(worker: Worker, output: torch.Tensor, whole: torch.Tensor,
+                          op: str, ranks: int, half_width: int = WIDTH16) -> Reduced:
+    """Reduce ``whole`` (``ranks`` parts, rank r's part the size of ``output``) with
+    every rank's; this rank's part of the result into ``output``, in place."""
+    check_tensor(whole)
+    check_tensor(output)
+    if whole.numel() != ranks * output.numel():
+        raise UsageError(f"reduce_scatter: the input has {whole.numel()} values, not "
+                         f"{ranks} x the output's {output.numel()}")
+    if whole.dtype != output.dtype:
+        raise UsageError(f"reduce_scatter: the input is {whole.dtype}, the output "
+                         f"{output.dtype}")
+    plane, average = plane_op(op)
+    if output.numel() == 0:
+        return Reduced(None, 0, 0)
+    array, width = _plane(whole, average, half_width)
+    result = worker.reduce_scatter(array, plane, width)
+    return Reduced(_written(result, output, average, ranks), result.retransmissions,
+                   result.packets)
+
+
+# --- movements -----------------------------------------------------------------------
+
+
+def as_bytes(tensor: torch.Tensor) -> npt.NDArray[np.uint8]:
+    """``tensor``'s values as bytes (a copy if it is not contiguous)."""
+    check_cpu(tensor)
+    flat = tensor.detach().contiguous().reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.to(torch.uint8)
+    return flat.view(torch.uint8).numpy()
+
+
+def from_bytes(raw: npt.NDArray[np.uint8], like: torch.Tensor) -> torch.Tensor:
+    """Bytes as a flat tensor of ``like``'s type."""
+    if like.dtype == torch.bool:
+        return torch.from_numpy(raw.copy()).to(torch.bool)
+    return torch.from_numpy(raw.copy()).view(like.dtype)
+
+
+def write(tensor: torch.Tensor, values: torch.Tensor) -> None:
+    with torch.no_grad():
+        tensor.copy_(values.reshape(tensor.shape))
+
+
+def broadcast_tensor(worker: Worker, tensor: torch.Tensor, root: int) -> Reduced:
+    """Rank ``root``'s ``tensor`` into every rank's, in place, bit for bit."""
+    raw = as_bytes(tensor)
+    if raw.size == 0:
+        return Reduced(None, 0, 0)
+    result = worker.broadcast(raw, root)
+    if worker.config.rank != root:
+        write(tensor, from_bytes(result.values, tensor))
+    return Reduced(None, result.retransmissions, result.packets)
+
+
+def _gathered(worker: Worker, raw: npt.NDArray[np.uint8], ranks: int
+              ) -> tuple[list[npt.NDArray[np.uint8]], AllreduceResult]:
+    result = worker.allgather(raw)
+    return [result.values[r * raw.size: (r + 1) * raw.size] for r in range(ranks)], result
+
+
+def allgather_tensors(worker: Worker, outputs: Sequence[torch.Tensor], tensor: torch.Tensor,
+                      ranks: int) -> Reduced:
+    """Every rank's ``tensor`` into ``outputs[r]`` (of its size and type), bit for bit."""
+    if len(outputs) != ranks:
+        raise UsageError(f"all_gather: {len(outputs)} output tensors for {ranks} ranks")
+    for out in outputs:
+        if out.numel() != tensor.numel() or out.dtype != tensor.dtype:
+            raise UsageError(f"all_gather: an output tensor of {out.numel()} {out.dtype} "
+                             f"values for an input of {tensor.numel()} {tensor.dtype}")
+    raw = as_bytes(tensor)
+    if raw.size == 0:
+        return Reduced(None, 0, 0)
+    parts, result = _gathered(worker, raw, ranks)
+    for out, part in zip(outputs, parts, strict=True):
+        write(out, from_bytes(part, tensor))
+    return Reduced(None, result.retransmissions, result.packets)
+
+
+def allgather_into(worker: Worker, output: torch.Tensor, tensor: torch.Tensor,
+                   ranks: int) -> Reduced:
+    """Every rank's ``tensor``, rank 0's first, into ``output`` (``ranks`` times its size)."""
+    if output.numel() != ranks * tensor.numel() or output.dtype != tensor.dtype:
+        raise UsageError(f"all_gather_into_tensor: an output of {output.numel()} "
+                         f"{output.dtype} values for {ranks} inputs of {tensor.numel()} "
+                         f"{tensor.dtype}")
+    raw = as_bytes(tensor)
+    if raw.size == 0:
+        return Reduced(None, 0, 0)
+    result = worker.allgather(raw)
+    write(output, from_bytes(result.values, tensor))
+    return Reduced(None, result.retransmissions, result.packets)
+
+
+def allgather_coalesced(worker: Worker, outputs: Sequence[Sequence[torch.Tensor]],
+                        tensors: Sequence[torch.Tensor], ranks: int) -> Reduced:
+    """Every rank's ``tensors`` (of any types) in one call: ``outputs[r][i]`` gets rank
+    r's ``tensors[i]``."""
+    if len(outputs) != ranks or any(len(o) != len(tensors) for o in outputs):
+        raise UsageError(f"all_gather_coalesced: the outputs must be {ranks} lists of "
+                         f"{len(tensors)} tensors")
+    pieces = [as_bytes(t) for t in tensors]
+    raw = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
+    if raw.size == 0:
+        return Reduced(None, 0, 0)
+    parts, result = _gathered(worker, raw, ranks)
+    for r, part in enumerate(parts):
+        offset = 0
+        for out, t, piece in zip(outputs[r], tensors, pieces, strict=True):
+            write(out, from_bytes(part[offset: offset + piece.size], t))
+            offset += piece.size
+    return Reduced(None, result.retransmissions, result.packets)
+
+
+def allgather_into_coalesced(worker: Worker, outputs: Sequence[torch.Tensor],
+                             tensors: Sequence[torch.Tensor], ranks: int) -> Reduced:
+    """Several all_gather_into_tensor in one call: ``outputs[i]`` gets every rank's
+    ``tensors[i]``, rank 0's first."""
+    if len(outputs) != len(tensors) or any(
+            o.numel() != ranks * t.numel() or o.dtype != t.dtype
+            for o, t in zip(outputs, tensors, strict=True)):
+        raise UsageError("all_gather_into_tensor_coalesced: each output must hold the ranks' "
+                         "inputs of its type")
+    pieces = [as_bytes(t) for t in tensors]
+    raw = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
+    if raw.size == 0:
+        return Reduced(None, 0, 0)
+    parts, result = _gathered(worker, raw, ranks)
+    offset = 0
+    for out, t, piece in zip(outputs, tensors, pieces, strict=True):
+        gathered = np.concatenate([part[offset: offset + piece.size] for part in parts])
+        write(out, from_bytes(gathered, t))
+        offset += piece.size
+    return Reduced(None, result.retransmissions, result.packets)
+
+
+# --- several tensors in one call ----------------------------------------------------
+
+
+def flat_concat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """One flat tensor of ``tensors`` (all of one type), for a coalesced call."""
     if len({t.dtype for t in tensors}) > 1:
-        raise UsageError("a coalesced all_reduce takes tensors of one type")
+        raise UsageError("a coalesced call takes tensors of one type")
     return torch.cat([t.detach().reshape(-1) for t in tensors])
 
 
-def split_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+def rank_major(tensors: Sequence[torch.Tensor], ranks: int) -> torch.Tensor:
+    """Tensors each of ``ranks`` equal parts, as one flat tensor of ``ranks`` parts:
+    part r holds every tensor's part r, in order (a coalesced reduce_scatter's input)."""
+    if len({t.dtype for t in tensors}) > 1:
+        raise UsageError("a coalesced call takes tensors of one type")
+    for t in tensors:
+        if t.numel() % ranks:
+            raise UsageError(f"reduce_scatter: an input of {t.numel()} values does not "
+                             f"split into {ranks} equal parts")
+    return torch.cat([t.detach().reshape(ranks, -1) for t in tensors], dim=1).reshape(-1)
+
+
+def split_into(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
     """``flat``'s values back into ``tensors``, in order."""
     with torch.no_grad():
         for t, piece in zip(tensors, split_like(flat, tensors), strict=True):
             t.copy_(piece)
 
 
-
-def split_like(flat: torch.Tensor, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+def split_like(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """``flat`` cut into pieces shaped like ``tensors``."""
     pieces, offset = [], 0
     for t in tensors:

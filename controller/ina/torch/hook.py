@@ -52,7 +52,7 @@ def allreduce_hook(state: "HookState",
     member = state.member
 
     def call() -> torch.Tensor:
-        allreduce_tensor(member.worker, buffer, "AVG", member.size)
+        allreduce_tensor(member.worker, buffer, "AVG", member.size, member.half_width)
         return buffer
 
     def done(result: torch.Tensor, error: BaseException | None) -> None:

@@ -1,8 +1,8 @@
 """One rank as a worker of an INA job: what the torch backend and the DDP hook share.
 
 ``Settings`` is what the environment says (INA_TOPOLOGY, INA_JOB, INA_WORKER,
-INA_NETWORK, INA_TIMEOUT). ``Member.join`` makes a rank the worker of the job it
-names: it checks the rank, the world size and the worker against the job, agrees
+INA_NETWORK, INA_TIMEOUT, INA_HALF_WIDTH). ``Member.join`` makes a rank the worker
+of the job it names: it checks the rank, the world size and the worker against the job, agrees
 with every other rank through the process group's store (same job, same network,
 no worker twice: any mismatch is one clear error at every rank, never a hang),
 draws the secret of the ring on hosts for them (unless INA_RING_SECRET gives one),
@@ -50,6 +50,10 @@ ENV_JOB = "INA_JOB"
 ENV_WORKER = "INA_WORKER"
 ENV_NETWORK = "INA_NETWORK"
 ENV_TIMEOUT = "INA_TIMEOUT"
+#: The elements' width float16 and bfloat16 tensors are reduced in: 16 (the default,
+#: twice the values per packet) or 32 (the float32 path, finer quantization).
+ENV_HALF_WIDTH = "INA_HALF_WIDTH"
+HALF_WIDTHS = (16, 32)
 #: INA_NETWORK: ``auto`` (a lab if this machine has the worker's address, else the
 #: embedded network), ``lab``, ``embedded``, or a file with an embedded network's
 #: endpoints (``inanet --endpoints FILE``).
@@ -84,6 +88,7 @@ class Settings:
     worker: str | None = None  # None: the job's worker at the rank's index
     network: str = "auto"
     timeout: float = DEFAULT_TIMEOUT
+    half_width: int = 16
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -104,8 +109,12 @@ class Settings:
         if not timeout > 0:
             raise UsageError(f"{ENV_TIMEOUT} must be a positive number of seconds, not "
                              f"{environ.get(ENV_TIMEOUT)!r}")
+        half = environ.get(ENV_HALF_WIDTH) or "16"
+        if half not in {str(w) for w in HALF_WIDTHS}:
+            raise UsageError(f"{ENV_HALF_WIDTH} must be 16 or 32 (the elements' width for "
+                             f"float16 and bfloat16 tensors), not {half!r}")
         return cls(Path(environ[ENV_TOPOLOGY]), Path(environ[ENV_JOB]),
-                   environ.get(ENV_WORKER) or None, network, timeout)
+                   environ.get(ENV_WORKER) or None, network, timeout, int(half))
 
 
 def choose_worker(spec: JobSpec, topology: Topology, rank: int, size: int,
@@ -248,6 +257,8 @@ class Member:
     calls: CallQueue
     deadline: float  # seconds a call may wait on while every rank is alive
     counts: CallCounts = field(default_factory=CallCounts)
+    #: The elements' width of float16 and bfloat16 reductions (Settings.half_width).
+    half_width: int = 16
     spawned: SpawnedNetwork | None = None
     transport: Transport | None = None
 
@@ -266,7 +277,7 @@ class Member:
         except InaError as exc:
             store.set(f"ina/rank/{rank}", json.dumps({"error": str(exc)}))
             raise
-        mine = {"worker": worker, "network": network,
+        mine = {"worker": worker, "network": network, "half_width": str(settings.half_width),
                 "job": _digest(spec.job_id, spec.workers, spec.op, spec.slots),
                 "topology": _digest(sorted(topology.hosts), sorted(topology.switches))}
         store.set(f"ina/rank/{rank}", json.dumps(mine))
@@ -284,7 +295,8 @@ class Member:
         heartbeat = Heartbeat(store, rank, size)
         member = cls(rank, size, Worker(config, transport, timeout=settings.timeout), topology,
                      spec, network, heartbeat, CallQueue(f"ina-calls-{rank}"),
-                     timeout.total_seconds(), spawned=spawned, transport=transport)
+                     timeout.total_seconds(), half_width=settings.half_width,
+                     spawned=spawned, transport=transport)
         member.worker.patience = member._patience
         atexit.register(member.close)
         LOG.info("rank %d of %d is %s of job %d (%s network)", rank, size, worker,
@@ -337,12 +349,12 @@ def _agree(store: Store, rank: int, size: int, mine: dict[str, str], spec: JobSp
     for r, rec in enumerate(records):
         if "error" in rec:
             raise UsageError(f"rank {r} could not join job {spec.job_id}: {rec['error']}")
-    for what in ("job", "topology", "network"):
+    for what in ("job", "topology", "network", "half_width"):
         values = {rec[what] for rec in records}
         if len(values) > 1:
             detail = {r: rec[what] for r, rec in enumerate(records)}
             raise UsageError(f"the ranks do not name the same {what} ({ENV_TOPOLOGY}, "
-                             f"{ENV_JOB}, {ENV_NETWORK}): {detail}")
+                             f"{ENV_JOB}, {ENV_NETWORK}, {ENV_HALF_WIDTH}): {detail}")
     seen: dict[str, int] = {}
     for r, rec in enumerate(records):
         if rec["worker"] in seen:
