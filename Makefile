@@ -5,6 +5,9 @@ JOB ?= $(if $(findstring leaf-spine-2x4.yaml,$(TOPO)),jobs/leaf-spine-sum.yaml,j
 # make demo FAIL="switch spine1" (or "link leaf1 spine1"): fail it mid-AllReduce.
 FAIL ?=
 SIZE ?= $(if $(FAIL),1000000,1000)
+# make soak SOAK_MINUTES=M SOAK_SEED=S: minutes of calls per topology, and the seed.
+SOAK_MINUTES ?= 2
+SOAK_SEED ?= 1
 # make teardown JOB_ID=N: by id; otherwise the job of JOB.
 JOB_ID ?=
 BUILD ?= build
@@ -18,7 +21,7 @@ P4C ?= p4c-bm2-ss
 P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
 
 
-.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy bench-failover train figures simulate test lint clean
+.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy bench-failover soak train figures simulate test lint clean
 
 help:
 	@echo "make setup     Debian packages (as root) and the Python venv ($(VENV))"
@@ -34,6 +37,8 @@ help:
 	@echo "make bench-loss    INA under 1% and 5% loss per link against no loss"
 	@echo "make bench-deploy  deploy time on the k=4 fat-tree, concurrent vs one by one"
 	@echo "make bench-failover  a VAT switch stopped mid-AllReduce: detection, repair, slowdown"
+	@echo "make soak      chaos soak: AllReduce calls while switches and links fail at random,"
+	@echo "               a member misbehaves and an outsider sends garbage (docs/soak.json)"
 	@echo "make train     DDP training with the ina backend against gloo on Mininet (Figure 1, fat-tree)"
 	@echo "make figures   redraw docs/*.png from docs/*.json (no benchmark run, no BMv2)"
 	@echo "make simulate  planned jobs on k=4..16 fat-trees on the reference model"
@@ -95,6 +100,10 @@ bench-loss: build
 
 bench-failover: build
 	$(VENV)/bin/inabench --build $(BUILD) failover --json-out docs/failover.json --png docs/failover.png
+
+soak: build
+	$(VENV)/bin/inabench --build $(BUILD) soak --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) \
+	  --json-out docs/soak.json
 
 train: build
 	$(VENV)/bin/inabench --build $(BUILD) train --json-out docs/train.json --png docs/train.png

@@ -5,7 +5,15 @@ import numpy as np
 
 from ina.protocol import lanes
 from ina.protocol.codec import array_bytes
-from ina.protocol.constants import ELEMS_PER_LANE, ELEMS_PER_PACKET, LANE_BITS, LANES, Op
+from ina.protocol.constants import (
+    ELEMS16_PER_LANE,
+    ELEMS16_PER_PACKET,
+    ELEMS_PER_LANE,
+    ELEMS_PER_PACKET,
+    LANE_BITS,
+    LANES,
+    Op,
+)
 
 EDGES = np.array([-(2**31), -(2**31) + 1, -(2**30), -2, -1, 0, 1, 2, 2**30, 2**31 - 2, 2**31 - 1],
                  dtype=np.int64)
@@ -69,3 +77,81 @@ def test_a_short_array_is_padded_with_zero_lanes() -> None:
     packed = lanes.from_values(np.array([7], dtype=np.int32))
     assert packed[1:] == (0,) * (LANES - 1)
     assert lanes.to_values(packed)[0] == 7
+
+
+# --- 16-bit elements: the same lanes, twice as many elements --------------------------------
+
+EDGES16 = np.array([-(2**15), -(2**15) + 1, -(2**14), -2, -1, 0, 1, 2, 2**14, 2**15 - 2,
+                    2**15 - 1], dtype=np.int64)
+
+
+def _pairs16() -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(16)
+    pairs = []
+    for _ in range(50):
+        pairs.append((rng.integers(-(2**15), 2**15, ELEMS16_PER_PACKET),
+                      rng.integers(-(2**15), 2**15, ELEMS16_PER_PACKET)))
+        pairs.append((rng.choice(EDGES16, ELEMS16_PER_PACKET),
+                      rng.choice(EDGES16, ELEMS16_PER_PACKET)))
+    a, b = np.meshgrid(EDGES16, EDGES16)
+    pairs.append((np.resize(a.ravel(), ELEMS16_PER_PACKET),
+                  np.resize(b.ravel(), ELEMS16_PER_PACKET)))
+    return pairs
+
+
+def _combine16(op: Op, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, bool]:
+    out, overflow = lanes.combine(op, lanes.from_values16(a.astype(np.int16)),
+                                  lanes.from_values16(b.astype(np.int16)), width=16)
+    return lanes.to_values16(out).astype(np.int64), overflow
+
+
+def test_16_bit_sum_wraps_like_int16_and_flags_overflow_exactly() -> None:
+    for a, b in _pairs16():
+        got, overflow = _combine16(Op.SUM, a, b)
+        exact = a + b
+        wrapped = (exact + 2**15) % 2**16 - 2**15
+        assert np.array_equal(got, wrapped)
+        assert overflow == bool(np.any(exact != wrapped))
+
+
+def test_16_bit_min_and_max_are_signed_and_elementwise() -> None:
+    for a, b in _pairs16():
+        assert np.array_equal(_combine16(Op.MAX, a, b)[0], np.maximum(a, b))
+        assert np.array_equal(_combine16(Op.MIN, a, b)[0], np.minimum(a, b))
+
+
+def test_the_16_bit_overflow_of_any_element_is_seen_in_any_lane() -> None:
+    """Every element of every lane: its overflow alone is seen, and, folded onto the
+    32-bit top bits as the data plane does (lanes.fold16), tested with HIGH."""
+    for element in range(ELEMS16_PER_PACKET):
+        a = np.zeros(ELEMS16_PER_PACKET, dtype=np.int64)
+        b = np.zeros(ELEMS16_PER_PACKET, dtype=np.int64)
+        a[element], b[element] = 2**15 - 1, 1
+        assert _combine16(Op.SUM, a, b)[1], element
+        assert not _combine16(Op.SUM, a, -b)[1], element
+        x, y = lanes.from_values16(a), lanes.from_values16(b)
+        lane = element // ELEMS16_PER_LANE
+        s = lanes.lane_sum16(x[lane], y[lane])
+        raw = (x[lane] ^ s) & (y[lane] ^ s)  # what the P4 lanes_sum16 accumulates
+        assert lanes.fold16(raw & lanes.HIGH16) & lanes.HIGH, element
+        assert lanes.lane_overflow16(x[lane], y[lane], s), element
+
+
+def test_16_bit_min_max_of_an_element_at_each_lane_edge() -> None:
+    """The mask spreads to the whole element, the top one of a lane included."""
+    for element in (0, ELEMS16_PER_LANE - 1, ELEMS16_PER_LANE, ELEMS16_PER_PACKET - 1):
+        a = np.full(ELEMS16_PER_PACKET, -1, dtype=np.int64)
+        b = np.zeros(ELEMS16_PER_PACKET, dtype=np.int64)
+        a[element], b[element] = 2**15 - 1, -(2**15)
+        assert np.array_equal(_combine16(Op.MAX, a, b)[0], np.maximum(a, b)), element
+        assert np.array_equal(_combine16(Op.MIN, a, b)[0], np.minimum(a, b)), element
+
+
+def test_16_bit_elements_lie_in_wire_order_in_the_same_bytes() -> None:
+    values = np.arange(ELEMS16_PER_PACKET, dtype=np.int16) - 7
+    packed = lanes.from_values16(values)
+    assert len(packed) == LANES
+    assert packed[0] >> (LANE_BITS - 16) == (-7) & 0xFFFF
+    assert lanes.to_bytes(packed) == array_bytes(values, width=16)
+    assert np.array_equal(lanes.to_values16(packed), values)
+    assert ELEMS16_PER_LANE * LANES == ELEMS16_PER_PACKET == 2 * ELEMS_PER_PACKET

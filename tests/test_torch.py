@@ -50,6 +50,11 @@ def test_init_process_group_makes_every_rank_its_worker(ranks: RankPool) -> None
     assert [r["rank"] for r in reports] == [0, 1, 2, 3]
 
 
+def test_the_ranks_share_a_secret_for_the_ring_on_hosts(ranks: RankPool) -> None:
+    secrets = {r["ring_secret"] for r in ranks.run("backend")}
+    assert len(secrets) == 1 and None not in secrets
+
+
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_all_reduce_of_every_type_and_op(ranks: RankPool, dtype: str, op: str) -> None:

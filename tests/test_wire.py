@@ -6,10 +6,12 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from ina.protocol.bitmaps import bfr_ids_of, bit_of, format_bitmap, join_set, set_of, split_sets
-from ina.protocol.codec import InaHeader, InaPacket, ina_payload
+from ina.protocol.codec import InaHeader, InaPacket, ina_payload, nodata_payload
 from ina.protocol.constants import (
     BIER_BIFT_ID,
     BIER_HEADER_LAYOUT,
+    ELEMS16_PER_PACKET,
+    INA_HEADER_BYTES,
     INA_HEADER_LAYOUT,
     INA_PAYLOAD_BYTES,
     INA_UDP_PORT,
@@ -18,7 +20,7 @@ from ina.protocol.constants import (
     Op,
 )
 from ina.protocol.frames import Bier, bier_frame, ina_frame, parse_frame
-from ina.protocol.scapy_layers import BIER, INA
+from ina.protocol.scapy_layers import BIER, INA, flag_names
 
 
 def test_ina_payload_round_trips_with_negative_values() -> None:
@@ -132,7 +134,8 @@ def test_an_ina_packet_summary_names_every_header_field_and_the_flags() -> None:
     frame = ina_frame("00:00:00:00:00:01", "00:00:00:00:01:00", "10.0.0.1", "10.0.100.1",
                       header.pack())
     assert _summary_of(frame).endswith(
-        "/ INA job=1 seq=42 flags=RESULT|SYNC op=SUM count=256 si=0 gen=1 pbm=0x3")
+        "/ INA job=1 seq=42 flags=RESULT|SYNC op=SUM count=256 si=0 gen=1 dest=0 width=32 "
+        "pbm=0x3")
 
 
 def test_an_ina_packet_summary_shows_the_ip_addresses() -> None:
@@ -143,7 +146,9 @@ def test_an_ina_packet_summary_shows_the_ip_addresses() -> None:
 
 def test_no_flags_and_unknown_bits_are_shown_as_such() -> None:
     assert "flags=NONE " in INA(flags=0).summary()
-    assert "flags=OVERFLOW|0x80 " in INA(flags=0x82).summary()
+    assert "flags=OVERFLOW|NODATA " in INA(flags=0x82).summary()
+    # Every bit of the 8 is a flag since version 4 (NODATA); beyond them, a number.
+    assert flag_names(0x182) == "OVERFLOW|NODATA|0x100"
 
 
 def test_a_bier_result_summary_shows_the_bier_header_in_hex() -> None:
@@ -153,7 +158,8 @@ def test_a_bier_result_summary_shows_the_bier_header_in_hex() -> None:
                        ina_payload(1, 9, bit_of(513), [4], flags=Flag.RESULT))
     assert (f"BIER bift_id={BIER_BIFT_ID + 2:#x} si=2 bfir_id=5 bitstring=0xb0 "
             in _summary_of(frame))
-    assert _summary_of(frame).endswith("flags=RESULT op=SUM count=1 si=2 gen=0 pbm=0x1")
+    assert _summary_of(frame).endswith(
+        "flags=RESULT op=SUM count=1 si=2 gen=0 dest=0 width=32 pbm=0x1")
 
 
 # --- the layouts the dissector is generated from --------------------------------------
@@ -180,3 +186,69 @@ def test_the_bier_header_layout_is_where_the_frames_write_each_field() -> None:
                 bfir_id=0xBEEF)
     fields = _fields_of(bier.pack(), BIER_HEADER_LAYOUT)
     assert fields == {name: getattr(bier, name) for name, _ in BIER_HEADER_LAYOUT}
+
+
+# --- version 4: dest, width, NODATA -------------------------------------------------------
+
+def test_a_16_bit_payload_round_trips_with_edge_values_and_dest() -> None:
+    values = [-(2**15), -1, 0, 1, 2**15 - 1] * 100 + [5]  # 501 values
+    payload = ina_payload(7, 9, bit_of(2), values, Op.SUM, width=16, dest=4096)
+    assert len(payload) == INA_PAYLOAD_BYTES
+    pkt = InaPacket.unpack(payload)
+    assert pkt.header == InaHeader(job_id=7, seq=9, pbm=0b10, count=501, dest=4096, width=16)
+    assert pkt.meaningful == tuple(values) and set(pkt.values[501:]) == {0}
+    assert len(pkt.values) == ELEMS16_PER_PACKET
+    assert InaPacket(pkt.header, pkt.values).pack() == payload
+
+
+def test_payloads_refuse_what_the_switches_would() -> None:
+    with pytest.raises(ValueError, match="16-bit"):
+        ina_payload(1, 0, 1, [2**15], width=16)
+    with pytest.raises(ValueError, match="1..512"):
+        ina_payload(1, 0, 1, [0] * 513, width=16)
+    with pytest.raises(ValueError, match="1..256"):
+        ina_payload(1, 0, 1, [0] * 257)
+    with pytest.raises(ValueError, match="32 or 16"):
+        ina_payload(1, 0, 1, [0], width=8)
+    with pytest.raises(ValueError, match="BFR-id"):
+        ina_payload(1, 0, 1, [0], dest=MAX_BFR_ID + 1)
+    with pytest.raises(ValueError, match="1..512"):
+        nodata_payload(1, 0, 1, 0, width=16)
+
+
+def test_a_nodata_contribution_is_the_header_alone_everywhere() -> None:
+    payload = nodata_payload(3, 11, bit_of(258), 300, Op.MAX, width=16, dest=2)
+    assert len(payload) == INA_HEADER_BYTES
+    pkt = InaPacket.unpack(payload)
+    assert pkt.header == InaHeader(job_id=3, seq=11, pbm=0b10, si=1, count=300, op=Op.MAX,
+                                   flags=Flag.NODATA, dest=2, width=16)
+    assert pkt.values == () and pkt.pack() == payload and not pkt.header.has_array
+    frame = parse_frame(ina_frame("00:00:00:00:00:01", "02:00:00:00:00:01", "10.0.0.1",
+                                  "10.0.100.6", payload + b"junk"))
+    assert frame.error is None and frame.lanes is None and frame.payload == b"junk"
+    dissected = INA(payload)
+    assert (dissected.flags, dissected.width, dissected.dest) == (Flag.NODATA, 16, 2)
+    assert raw(dissected) == payload
+
+
+def test_a_16_bit_packet_in_scapy_and_in_the_parser() -> None:
+    values = list(range(-250, 250))
+    payload = ina_payload(2, 5, bit_of(1), values, Op.MIN, width=16)
+    dissected = INA(payload)
+    assert dissected.width == 16 and dissected.values16[:500] == values
+    assert raw(dissected) == payload
+    assert raw(INA(job_id=2, seq=5, count=500, op=Op.MIN, pbm=1, width=16,
+                   values16=values)) == payload
+    frame = parse_frame(ina_frame("00:00:00:00:00:01", "02:00:00:00:00:01", "10.0.0.1",
+                                  "10.0.100.6", payload))
+    assert frame.values is not None and list(frame.values[:500]) == values
+    assert frame.pack()[-INA_PAYLOAD_BYTES:] == payload
+
+
+def test_the_new_fields_follow_gen_before_the_pbm() -> None:
+    header = InaHeader(job_id=1, seq=2, pbm=1, count=3, gen=4, dest=0x0506, width=16,
+                       reserved=7)
+    packed = header.pack()
+    assert packed[11:16] == bytes([4, 5, 6, 16, 7]) and len(packed) == INA_HEADER_BYTES == 48
+    assert packed[16:] == (1).to_bytes(32, "big")
+    assert InaHeader.unpack(packed) == header

@@ -16,8 +16,15 @@ from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
 from ina.protocol.bitmaps import bit_of, join_set
-from ina.protocol.codec import InaHeader, ina_payload
-from ina.protocol.constants import BIER_BIFT_ID, BIER_PROTO_IPV4, BITSTRING_BYTES, Flag, Op
+from ina.protocol.codec import InaHeader, ina_payload, nodata_payload
+from ina.protocol.constants import (
+    BIER_BIFT_ID,
+    BIER_PROTO_IPV4,
+    BITSTRING_BYTES,
+    INA_HEADER_BYTES,
+    Flag,
+    Op,
+)
 from ina.protocol.frames import Bier, bier_frame, ina_frame, udp_frame
 
 from inatest import NO_TSHARK, TSHARK, dissect
@@ -35,9 +42,15 @@ class Payload(NamedTuple):
     values: list[int]
     op: Op = Op.SUM
     flags: Flag = Flag.NONE
+    width: int = 32
+    dest: int = 0
 
     def pack(self) -> bytes:
-        return ina_payload(self.job, self.seq, self.pbm, self.values, self.op, self.flags)
+        if self.flags & Flag.NODATA:
+            return nodata_payload(self.job, self.seq, self.pbm, len(self.values), self.op,
+                                  self.flags & ~Flag.NODATA, width=self.width, dest=self.dest)
+        return ina_payload(self.job, self.seq, self.pbm, self.values, self.op, self.flags,
+                           width=self.width, dest=self.dest)
 
 
 W1, W2, S1, S6 = (f"00:00:00:00:0{i}:0{i}" for i in (1, 2, 3, 4))
@@ -47,9 +60,14 @@ SYNC = InaHeader(job_id=3, seq=9, pbm=bit_of(2), count=4242, flags=Flag.SYNC | F
                  gen=5)
 RESULT_BIER = Bier(bitstring=0b1011, bift_id=BIER_BIFT_ID + 1, bfir_id=6, ttl=61)
 RESULT = Payload(1, 42, join_set(1, 0b1011), [4, 8, 12], flags=Flag.RESULT)
+#: Version 4: 16-bit elements for dest 3; a completion (NODATA) in BIER.
+WIDE16 = Payload(2, 77, bit_of(1), [-(2**15), -1, 2**15 - 1], Op.MIN, width=16, dest=3)
+COMPLETION = Payload(2, 77, bit_of(1) | bit_of(2), [0, 0, 0], Op.MIN,
+                     Flag.RESULT | Flag.NODATA, width=16, dest=3)
 FIELDS = ("ip.src", "ina.version", "ina.op", "ina.flags", "ina.flags.result",
           "ina.flags.sync", "ina.flags.abort", "ina.job", "ina.seq", "ina.count", "ina.si",
-          "ina.gen", "ina.pbm", "ina.bfr_id", "ina.value", "bier.bift_id", "bier.si",
+          "ina.gen", "ina.pbm", "ina.bfr_id", "ina.value", "ina.dest", "ina.width",
+          "ina.value16", "ina.flags.nodata", "udp.length", "bier.bift_id", "bier.si",
           "bier.ttl", "bier.bsl", "bier.proto", "bier.bfir_id", "bier.bitstring",
           "bier.bfr_id")
 
@@ -60,6 +78,8 @@ def _frames() -> list[bytes]:
         ina_frame(W2, S1, "10.0.0.2", "10.0.100.1", SYNC.pack()),
         bier_frame(S6, S1, "10.0.100.6", RESULT_BIER, RESULT.pack()),
         udp_frame(W1, S1, "10.0.0.1", "10.0.0.2", 5000, 5001, b"not INA"),
+        ina_frame(W1, S1, "10.0.0.1", "10.0.100.1", WIDE16.pack()),
+        bier_frame(S6, S1, "10.0.100.6", Bier(bitstring=0b11), COMPLETION.pack()),
     ]
 
 
@@ -85,7 +105,8 @@ def test_a_contribution_decodes_to_what_it_was_built_with(
         rows: list[dict[str, list[str]]]) -> None:
     row = rows[0]
     assert row["ip.src"] == ["10.0.0.1"]
-    assert row["ina.version"] == ["3"] and row["ina.op"] == [str(int(Op.MAX))]
+    assert row["ina.version"] == ["4"] and row["ina.op"] == [str(int(Op.MAX))]
+    assert (row["ina.dest"], row["ina.width"], row["ina.value16"]) == (["0"], ["32"], [])
     assert row["ina.flags"] == ["0x00"] and row["ina.flags.result"] == ["0"]
     assert (row["ina.job"], row["ina.seq"], row["ina.count"]) == (["1"], ["42"], ["3"])
     assert (row["ina.si"], row["ina.gen"]) == (["0"], ["0"])
@@ -118,16 +139,31 @@ def test_a_bier_result_decodes_the_bier_header_and_the_packet_inside(
     assert row["ina.value"] == [str(v) for v in RESULT.values]
 
 
+def test_16_bit_values_decode_as_such(rows: list[dict[str, list[str]]]) -> None:
+    row = rows[4]
+    assert (row["ina.dest"], row["ina.width"], row["ina.count"]) == (["3"], ["16"], ["3"])
+    assert row["ina.value16"] == [str(v) for v in WIDE16.values] and row["ina.value"] == []
+
+
+def test_a_completion_is_the_header_alone(rows: list[dict[str, list[str]]]) -> None:
+    row = rows[5]
+    assert row["ina.flags.nodata"] == ["1"] and row["ina.flags.result"] == ["1"]
+    assert row["ina.value"] == [] and row["ina.value16"] == []
+    assert row["udp.length"] == [str(8 + INA_HEADER_BYTES)] and row["ina.dest"] == ["3"]
+
+
 def test_a_frame_of_another_udp_port_is_not_taken_for_ina(
         rows: list[dict[str, list[str]]]) -> None:
     assert rows[3]["ip.src"] == ["10.0.0.1"] and rows[3]["ina.job"] == []
 
 
 @pytest.mark.parametrize("display_filter,seqs", [
-    ("ina.flags.result == 1", ["42"]),  # a flag's field is in every packet: test its value
+    ("ina.flags.result == 1", ["42", "77"]),  # a flag's field is in every packet: test its value
     ("ina.job == 3", ["9"]),
     ("bier.si == 1 && ina.value == 8", ["42"]),
-    ("ina && !bier", ["42", "9"]),
+    ("ina && !bier", ["42", "9", "77"]),
+    ("ina.flags.nodata == 1", ["77"]),
+    ("ina.width == 16", ["77", "77"]),
 ])
 def test_display_filters_select_frames_by_the_dissectors_fields(
         capture: Path, display_filter: str, seqs: list[str]) -> None:

@@ -175,8 +175,12 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         return torch.randint(low, high + 1, shape, generator=g, dtype=torch.int64).to(t)
 
     def backend() -> dict[str, Any]:
+        import hashlib
+
+        secret = ina.torch.backend_of().member.worker.config.ring_secret
         return {"backend": dist.get_backend(), "rank": dist.get_rank(),
-                "world": dist.get_world_size(), "stats": ina.torch.stats()}
+                "world": dist.get_world_size(), "stats": ina.torch.stats(),
+                "ring_secret": hashlib.sha256(secret).hexdigest() if secret else None}
 
     def allreduce(dtype: str, op: str, shape: list[int], seed: int = 0) -> dict[str, Any]:
         """One all_reduce; the report compares it with the exact reduction of every

@@ -6,6 +6,15 @@
 // leaves carrying the aggregate with P-BM = A-BM: toward the parent, or, at the
 // root, by BIER to every worker.
 //
+// Widths and NODATA (INA version 4). A round takes one element width, as it takes
+// one count and one op (another: DROP_WIDTH_MISMATCH), and combines 32-bit or
+// 16-bit elements (lanes_<op> or lanes_<op>16). A NODATA contribution (no array)
+// only ORs its P-BM (and its OVERFLOW flag) into the cell: no lane work. The
+// round's first contribution with data stores its array (lanes_store), later ones
+// combine with it; the cell's DATA bit says it has one. A complete cell leaves
+// with its array if it has one (a NODATA packet that completes it grows one), else
+// as NODATA; a resend likewise (grow, strip). The IPv4 and UDP lengths follow.
+//
 // Loss recovery (SwitchML's scheme, extended to a tree). A job's W = slots slots
 // have two cells each, 2W cells from 2 * slot_base on; sequence number s uses
 // cell 2 * slot_base + (s mod 2W): s and s + W, consecutive rounds through the
@@ -91,19 +100,41 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     action start_round() {
         lanes_store();
         cells.write(cell, hdr.ina.pbm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
-                          ++ hdr.ina.count ++ hdr.ina.op
+                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w1
                           ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0) ++ 8w0);
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
     }
 
-    // It joins the round, which lacks more contributions (after lanes_<op>).
+    // A NODATA contribution starts the round: its bit alone, no array yet.
+    action start_round_nodata() {
+        cells.write(cell, hdr.ina.pbm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
+                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w0
+                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0) ++ 8w0);
+        meta.job_stat = JOB_STAT_ABSORBED;
+        meta.consumed = true;
+    }
+
+    // It joins the round, which lacks more contributions (after lanes_<op>, or
+    // lanes_store for the round's first data).
     action join_round() {
         bit<1> overflow = cs[CELL_OVERFLOW]
                           | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0
                                      || (wrapped & LANE_HIGH) != 0);
         cells.write(cell, (cs[CELL_BITMAP] | hdr.ina.pbm) ++ cs[CELL_EPOCH] ++ cs[CELL_SEQ]
-                          ++ cs[CELL_GEN] ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ overflow
+                          ++ cs[CELL_GEN] ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ cs[CELL_WIDTH]
+                          ++ 1w1 ++ overflow ++ cs[CELL_DONE]);
+        meta.job_stat = JOB_STAT_ABSORBED;
+        meta.consumed = true;
+    }
+
+    // A NODATA contribution joins the round: its bit, no lane work.
+    action join_round_nodata() {
+        cells.write(cell, (cs[CELL_BITMAP] | hdr.ina.pbm) ++ cs[CELL_EPOCH] ++ cs[CELL_SEQ]
+                          ++ cs[CELL_GEN] ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ cs[CELL_WIDTH]
+                          ++ cs[CELL_DATA]
+                          ++ (cs[CELL_OVERFLOW]
+                              | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0))
                           ++ cs[CELL_DONE]);
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
@@ -115,27 +146,71 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     action complete_alone() {
         lanes_store();
         cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
-                          ++ hdr.ina.count ++ hdr.ina.op
+                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w1
                           ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0) ++ 8w1);
         meta.job_stat = JOB_STAT_ABSORBED;
     }
 
-    // It completes the round (after lanes_<op>): the cell keeps the aggregate for
-    // resends, the packet carries it on.
+    // The same without data: the packet goes on as it is (NODATA).
+    action complete_alone_nodata() {
+        cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
+                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w0
+                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0) ++ 8w1);
+        meta.job_stat = JOB_STAT_ABSORBED;
+    }
+
+    // It completes the round (after lanes_<op> or lanes_store): the cell keeps the
+    // aggregate for resends, the packet carries it on.
     action complete_round() {
         bool overflow = (hdr.ina.flags & FLAG_OVERFLOW) != 0 || cs[CELL_OVERFLOW] == 1
                         || (wrapped & LANE_HIGH) != 0;
         cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ cs[CELL_GEN]
-                          ++ hdr.ina.count ++ hdr.ina.op ++ (bit<1>)overflow ++ 8w1);
+                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w1
+                          ++ (bit<1>)overflow ++ 8w1);
         lanes_load();
         hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW)
                         | (((bit<8>)(bit<1>)overflow) * FLAG_OVERFLOW);
         meta.job_stat = JOB_STAT_ABSORBED;
     }
 
+    // A NODATA contribution completes the round: the cell's array, if it has one,
+    // is then loaded into the packet (grow, lanes_load).
+    action complete_round_nodata() {
+        bit<1> overflow = cs[CELL_OVERFLOW] | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0);
+        cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ cs[CELL_GEN]
+                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ cs[CELL_DATA]
+                          ++ overflow ++ 8w1);
+        hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW) | (((bit<8>)overflow) * FLAG_OVERFLOW);
+        meta.job_stat = JOB_STAT_ABSORBED;
+    }
+
+    // A packet without an array gets one (then lanes_load fills it): NODATA off, the
+    // IPv4 and UDP lengths grow by the array's bytes.
+    action grow() {
+        hdr.data.setValid();
+        hdr.ina.flags = hdr.ina.flags & ~FLAG_NODATA;
+        hdr.ipv4.total_len = hdr.ipv4.total_len + ARRAY_BYTES;
+        hdr.udp.length = hdr.udp.length + ARRAY_BYTES;
+    }
+
+    // A packet with an array loses it (a resend from a cell without data).
+    action strip() {
+        hdr.data.setInvalid();
+        hdr.ina.flags = hdr.ina.flags | FLAG_NODATA;
+        hdr.ipv4.total_len = hdr.ipv4.total_len - ARRAY_BYTES;
+        hdr.udp.length = hdr.udp.length - ARRAY_BYTES;
+    }
+
     // A retransmission for a complete cell: something after it was lost.
     action resend() {
         lanes_load();
+        hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW)
+                        | (((bit<8>)cs[CELL_OVERFLOW]) * FLAG_OVERFLOW);
+        meta.job_stat = JOB_STAT_RESENT;
+    }
+
+    // The same for a cell without data (after strip, if the packet had an array).
+    action resend_nodata() {
         hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW)
                         | (((bit<8>)cs[CELL_OVERFLOW]) * FLAG_OVERFLOW);
         meta.job_stat = JOB_STAT_RESENT;
@@ -159,12 +234,14 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             ((cs[CELL_SEQ] != hdr.ina.seq) ? JOB_STAT_DROP_STALE :
             ((cs[CELL_COUNT] != hdr.ina.count) ? JOB_STAT_DROP_COUNT_MISMATCH :
             ((cs[CELL_OP] != hdr.ina.op) ? JOB_STAT_DROP_OP_MISMATCH :
+            ((cs[CELL_WIDTH] != hdr.ina.width) ? JOB_STAT_DROP_WIDTH_MISMATCH :
             (((bitmap & hdr.ina.pbm) == 0) ? JOB_STAT_ABSORBED :
             ((done != meta.sets) ? JOB_STAT_DROP_DUPLICATE :
-            JOB_STAT_RESENT)))));  // a retransmission for a complete cell: resend it
+            JOB_STAT_RESENT))))));  // a retransmission for a complete cell: resend it
     }
 
-    // The contribution is in (after lanes_<op> or lanes_store): record the state.
+    // The contribution is in (after lanes_<op> or lanes_store, or nothing for a
+    // NODATA one): record the state.
     action record_sets() {
         bitmap = bitmap | hdr.ina.pbm;
         gen = fresh ? gen + 1 : gen;
@@ -172,8 +249,10 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         complete = done == meta.sets;
         bool overflow = (hdr.ina.flags & FLAG_OVERFLOW) != 0
                         || (!fresh && cs[CELL_OVERFLOW] == 1) || (wrapped & LANE_HIGH) != 0;
+        bool data = hdr.data.isValid() || (!fresh && cs[CELL_DATA] == 1);
         cells.write(cell, 256w0 ++ meta.epoch ++ hdr.ina.seq ++ gen
-                          ++ hdr.ina.count ++ hdr.ina.op ++ (bit<1>)overflow ++ done);
+                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ (bit<1>)data
+                          ++ (bit<1>)overflow ++ done);
         set_bitmaps.write((cell << BIER_SETS_LOG2) | (bit<32>)hdr.ina.si, gen ++ bitmap);
         hdr.ina.flags = overflow ? hdr.ina.flags | FLAG_OVERFLOW
                                  : hdr.ina.flags & ~FLAG_OVERFLOW;
@@ -318,10 +397,16 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             // but the one a lap after the packet's (s + 2W: it is stale) is replaced.
             if (cs[CELL_EPOCH] != meta.epoch
                     || (cs[CELL_SEQ] != hdr.ina.seq && cs[CELL_SEQ] - hdr.ina.seq != meta.lap)) {
-                if (hdr.ina.pbm == meta.abm) {  // a node with this one contributor
-                    complete_alone();
+                if (hdr.data.isValid()) {
+                    if (hdr.ina.pbm == meta.abm) {  // a node with this one contributor
+                        complete_alone();
+                    } else {
+                        start_round();
+                    }
+                } else if (hdr.ina.pbm == meta.abm) {
+                    complete_alone_nodata();
                 } else {
-                    start_round();
+                    start_round_nodata();
                 }
             } else if (cs[CELL_SEQ] != hdr.ina.seq) {
                 refuse(JOB_STAT_DROP_STALE);
@@ -329,46 +414,99 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 refuse(JOB_STAT_DROP_COUNT_MISMATCH);
             } else if (cs[CELL_OP] != hdr.ina.op) {
                 refuse(JOB_STAT_DROP_OP_MISMATCH);
+            } else if (cs[CELL_WIDTH] != hdr.ina.width) {
+                refuse(JOB_STAT_DROP_WIDTH_MISMATCH);
             } else if ((cs[CELL_BITMAP] & hdr.ina.pbm) != 0) {
                 if (cs[CELL_DONE] == 0) {
                     refuse(JOB_STAT_DROP_DUPLICATE);
-                } else {
+                } else if (cs[CELL_DATA] == 1) {
+                    if (!hdr.data.isValid()) {
+                        grow();
+                    }
                     resend();
-                }
-            } else {
-                if (hdr.ina.op == OP_SUM) {
-                    lanes_sum();
-                } else if (hdr.ina.op == OP_MIN) {
-                    lanes_min();
                 } else {
-                    lanes_max();
+                    if (hdr.data.isValid()) {
+                        strip();
+                    }
+                    resend_nodata();
+                }
+            } else if (hdr.data.isValid()) {
+                if (cs[CELL_DATA] == 0) {
+                    lanes_store();  // the round's first data
+                } else if (hdr.ina.width == WIDTH32) {
+                    if (hdr.ina.op == OP_SUM) {
+                        lanes_sum();
+                    } else if (hdr.ina.op == OP_MIN) {
+                        lanes_min();
+                    } else {
+                        lanes_max();
+                    }
+                } else if (hdr.ina.op == OP_SUM) {
+                    lanes_sum16();
+                } else if (hdr.ina.op == OP_MIN) {
+                    lanes_min16();
+                } else {
+                    lanes_max16();
                 }
                 if ((cs[CELL_BITMAP] | hdr.ina.pbm) == meta.abm) {
                     complete_round();
                 } else {
                     join_round();
                 }
+            } else if ((cs[CELL_BITMAP] | hdr.ina.pbm) == meta.abm) {
+                complete_round_nodata();
+                if (cs[CELL_DATA] == 1) {
+                    grow();
+                    lanes_load();
+                }
+            } else {
+                join_round_nodata();
             }
         } else {
             // A root spanning several sets: a bitmap per (cell, set).
             open_sets();
             judge();
             if (meta.job_stat == JOB_STAT_ABSORBED) {
-                if (fresh) {
-                    lanes_store();
-                } else if (hdr.ina.op == OP_SUM) {
-                    lanes_sum();
-                } else if (hdr.ina.op == OP_MIN) {
-                    lanes_min();
-                } else {
-                    lanes_max();
+                if (hdr.data.isValid()) {
+                    if (fresh || cs[CELL_DATA] == 0) {
+                        lanes_store();  // the round's first data
+                    } else if (hdr.ina.width == WIDTH32) {
+                        if (hdr.ina.op == OP_SUM) {
+                            lanes_sum();
+                        } else if (hdr.ina.op == OP_MIN) {
+                            lanes_min();
+                        } else {
+                            lanes_max();
+                        }
+                    } else if (hdr.ina.op == OP_SUM) {
+                        lanes_sum16();
+                    } else if (hdr.ina.op == OP_MIN) {
+                        lanes_min16();
+                    } else {
+                        lanes_max16();
+                    }
                 }
                 record_sets();
                 if (complete && !fresh) {
-                    lanes_load();
+                    if (hdr.data.isValid()) {
+                        lanes_load();
+                    } else if (cs[CELL_DATA] == 1) {
+                        grow();
+                        lanes_load();
+                    }
                 }
             } else if (meta.job_stat == JOB_STAT_RESENT) {
-                resend();
+                if (cs[CELL_DATA] == 1) {
+                    if (!hdr.data.isValid()) {
+                        grow();
+                    }
+                    resend();
+                } else {
+                    if (hdr.data.isValid()) {
+                        strip();
+                    }
+                    resend_nodata();
+                }
             } else {
                 meta.consumed = true;
             }

@@ -5,6 +5,12 @@
 //
 // A root's result arrives as one copy per (port, set), the set as replication
 // id: each copy first gets the job's A-BM in that set as its BitString.
+//
+// A packet whose dest names one worker (a BFR-id: bit (dest - 1) mod 256 of set
+// (dest - 1) div 256) keeps its array only on copies whose BitString, after the
+// port's F-BM, holds that bit; every other copy leaves as a completion: no array,
+// NODATA, the IPv4 and UDP lengths shortened (the IPv4 checksum is recomputed on
+// the way out), counted. With dest 0 every copy keeps its array.
 control BierEgress(inout headers_t hdr, inout metadata_t meta, in standard_metadata_t std) {
     action result_set(bitmap_t abm) {
         hdr.bier.bitstring = abm;
@@ -48,6 +54,21 @@ control BierEgress(inout headers_t hdr, inout metadata_t meta, in standard_metad
         meta.bier_out = BIER_OUT_PRUNED;
     }
 
+    // Not toward dest: the copy leaves without its array.
+    action cut_array() {
+        hdr.data.setInvalid();
+        hdr.ina.flags = hdr.ina.flags | FLAG_NODATA;
+        hdr.ipv4.total_len = hdr.ipv4.total_len - ARRAY_BYTES;
+        hdr.udp.length = hdr.udp.length - ARRAY_BYTES;
+        hdr.udp.checksum = 0;
+        meta.bier_out = meta.bier_out | BIER_OUT_COMPLETION;
+    }
+
+    // Not toward dest, and cut already (upstream), or a result without data.
+    action completion() {
+        meta.bier_out = meta.bier_out | BIER_OUT_COMPLETION;
+    }
+
     table bier_ports {
         key = {
             std.egress_port: exact @name("egress_port");
@@ -68,9 +89,21 @@ control BierEgress(inout headers_t hdr, inout metadata_t meta, in standard_metad
         bier_ports.apply();
         if (hdr.bier.bitstring == 0) {
             meta.bier_out = BIER_OUT_PRUNED;
-        } else if (meta.bier_out == BIER_OUT_DELIVERED) {
-            hdr.bier.setInvalid();
-            hdr.ethernet.ether_type = ETHERTYPE_IPV4;
+        } else {
+            if (hdr.ina.isValid() && hdr.ina.dest != 0
+                    && ((bit<8>)((hdr.ina.dest - 1) >> 8) != meta.bier_si
+                        || (hdr.bier.bitstring & ((bitmap_t)1 << (bit<8>)(hdr.ina.dest - 1)))
+                           == 0)) {
+                if (hdr.data.isValid()) {
+                    cut_array();
+                } else {
+                    completion();
+                }
+            }
+            if ((meta.bier_out & BIER_OUT_DELIVERED) == BIER_OUT_DELIVERED) {
+                hdr.bier.setInvalid();
+                hdr.ethernet.ether_type = ETHERTYPE_IPV4;
+            }
         }
     }
 }

@@ -18,9 +18,11 @@ const bit<2> MEMBER_WORKER = 1;
 const bit<2> MEMBER_ROOT = 2;
 const bit<2> MEMBER_ON_HOSTS = 3;
 
-// What egress did with a BIER copy.
-const bit<2> BIER_OUT_PRUNED = 1;
-const bit<2> BIER_OUT_SENT = 2;
-const bit<2> BIER_OUT_DELIVERED = 3;
+// What egress did with a BIER copy (the low two bits) ...
+const bit<3> BIER_OUT_PRUNED = 1;
+const bit<3> BIER_OUT_SENT = 2;
+const bit<3> BIER_OUT_DELIVERED = 3;
+// ... and whether it left as a completion (not toward the packet's dest: no array).
+const bit<3> BIER_OUT_COMPLETION = 4;
 
 #endif

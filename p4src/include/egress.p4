@@ -1,4 +1,5 @@
-// Egress: only BIER copies need work (mask, prune, decapsulate); count each outcome.
+// Egress: only BIER copies need work (mask, prune, cut to a completion,
+// decapsulate); count each outcome.
 control InaEgress(inout headers_t hdr, inout metadata_t meta,
                   inout standard_metadata_t std) {
     counter(MAX_JOBS * JOB_STAT_STRIDE, CounterType.packets_and_bytes) job_stats;
@@ -12,13 +13,18 @@ control InaEgress(inout headers_t hdr, inout metadata_t meta,
             if (meta.bier_out == BIER_OUT_PRUNED) {
                 switch_stats.count((bit<32>)SWITCH_STAT_BIER_COPY_PRUNED);
                 mark_to_drop(std);
-            } else if (meta.bier_out == BIER_OUT_SENT) {
-                switch_stats.count((bit<32>)SWITCH_STAT_BIER_COPY_SENT);
             } else {
-                switch_stats.count((bit<32>)SWITCH_STAT_BIER_COPY_DELIVERED);
-                if (meta.job_role != ROLE_NONE) {
-                    job_stats.count(((bit<32>)meta.job_index << JOB_STAT_STRIDE_LOG2)
-                                    | (bit<32>)JOB_STAT_DELIVERED);
+                if ((meta.bier_out & BIER_OUT_DELIVERED) == BIER_OUT_SENT) {
+                    switch_stats.count((bit<32>)SWITCH_STAT_BIER_COPY_SENT);
+                } else {
+                    switch_stats.count((bit<32>)SWITCH_STAT_BIER_COPY_DELIVERED);
+                    if (meta.job_role != ROLE_NONE) {
+                        job_stats.count(((bit<32>)meta.job_index << JOB_STAT_STRIDE_LOG2)
+                                        | (bit<32>)JOB_STAT_DELIVERED);
+                    }
+                }
+                if ((meta.bier_out & BIER_OUT_COMPLETION) != 0) {
+                    switch_stats.count((bit<32>)SWITCH_STAT_COMPLETION_SENT);
                 }
             }
         }

@@ -4,8 +4,8 @@
 
 // Widths.
 typedef bit<256> bitmap_t;  // P-BM, A-BM, F-BM and BIER BitString
-typedef bit<2048> lane_t;  // 64 int32 values side by side
-typedef bit<381> cell_t;  // a cell's scalars (CELL_* slices)
+typedef bit<2048> lane_t;  // 64 int32 values side by side (or 128 int16 ones)
+typedef bit<390> cell_t;  // a cell's scalars (CELL_* slices)
 typedef bit<288> set_cell_t;  // a (cell, set) bitmap (SET_* slices)
 
 // Wire format.
@@ -13,8 +13,13 @@ const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_BIER = 0xab37;  // RFC 8296
 const bit<8> IP_PROTO_UDP = 17;
 const bit<16> INA_UDP_PORT = 18753;
-const bit<4> INA_VERSION = 3;
-const bit<16> ELEMS_PER_PACKET = 256;
+const bit<4> INA_VERSION = 4;
+const bit<16> ELEMS_PER_PACKET = 256;  // of width 32
+const bit<16> ELEMS16_PER_PACKET = 512;  // of width 16
+const bit<8> WIDTH32 = 32;
+const bit<8> WIDTH16 = 16;
+const bit<16> ARRAY_BYTES = 1024;  // the array, of either width
+const bit<16> MAX_BFR_ID = 4096;  // dest: 0 or a BFR-id up to this
 const bit<4> BIER_NIBBLE = 5;
 const bit<4> BIER_VERSION = 0;
 const bit<4> BIER_BSL_CODE = 3;  // of BITSTRING_BITS
@@ -36,10 +41,14 @@ const bit<8> FLAG_REPLY = 8;
 const bit<8> FLAG_ABORT = 16;
 const bit<8> FLAG_REPLAN = 32;
 const bit<8> FLAG_ON_HOSTS = 64;
+const bit<8> FLAG_NODATA = 128;
 
 // SWAR masks: the top bit of every 32-bit element of a lane, and the other 31.
 const lane_t LANE_HIGH = 2048w0x80000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000;
 const lane_t LANE_LOW = 2048w0x7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff7fffffff;
+// The same for 16-bit elements.
+const lane_t LANE_HIGH16 = 2048w0x80008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000800080008000;
+const lane_t LANE_LOW16 = 2048w0x7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff7fff;
 
 // Sizes.
 const int AGG_SLOTS = 1024;  // aggregation slots per switch, two cells each
@@ -49,7 +58,7 @@ const int MAX_PORTS = 64;
 const int BIER_SETS_LOG2 = 4;
 const int JOB_STAT_STRIDE = 32;
 const int JOB_STAT_STRIDE_LOG2 = 5;
-const int SWITCH_STATS = 23;
+const int SWITCH_STATS = 26;
 const bit<16> BIER_MCAST_GROUP = 1;  // one copy per port
 const bit<16> JOB_GROUP_BASE = 256;  // + job index: the ports toward the job's workers
 
@@ -74,6 +83,7 @@ const bit<8> JOB_STAT_DROP_OLD_PLAN = 15;
 const bit<8> JOB_STAT_TOLD = 16;
 const bit<8> JOB_STAT_DROP_AHEAD = 17;
 const bit<8> JOB_STAT_DROP_ABORT_AHEAD = 18;
+const bit<8> JOB_STAT_DROP_WIDTH_MISMATCH = 19;
 const bit<8> SWITCH_STAT_NONE = 255;
 const bit<8> SWITCH_STAT_DROP_PARSER_ERROR = 0;
 const bit<8> SWITCH_STAT_DROP_BAD_VERSION = 1;
@@ -98,8 +108,11 @@ const bit<8> SWITCH_STAT_PROBE_RECEIVED = 19;
 const bit<8> SWITCH_STAT_DROP_UNDECLARED_PORT = 20;
 const bit<8> SWITCH_STAT_DROP_SPOOFED_SOURCE = 21;
 const bit<8> SWITCH_STAT_DROP_POLICED = 22;
+const bit<8> SWITCH_STAT_DROP_BAD_WIDTH = 23;
+const bit<8> SWITCH_STAT_DROP_BAD_DEST = 24;
+const bit<8> SWITCH_STAT_COMPLETION_SENT = 25;
 
-// The packet's array: 256 int32 values as 4 lanes.
+// The packet's array: 256 int32 values (or 512 int16 ones) as 4 lanes.
 header ina_data_h {
     lane_t lane0;
     lane_t lane1;
@@ -108,12 +121,14 @@ header ina_data_h {
 }
 
 // Slices of cell_t and set_cell_t.
-#define CELL_BITMAP 380:125
-#define CELL_EPOCH 124:93
-#define CELL_SEQ 92:61
-#define CELL_GEN 60:29
-#define CELL_COUNT 28:13
-#define CELL_OP 12:9
+#define CELL_BITMAP 389:134
+#define CELL_EPOCH 133:102
+#define CELL_SEQ 101:70
+#define CELL_GEN 69:38
+#define CELL_COUNT 37:22
+#define CELL_OP 21:18
+#define CELL_WIDTH 17:10
+#define CELL_DATA 9:9
 #define CELL_OVERFLOW 8:8
 #define CELL_DONE 7:0
 #define SET_GEN 287:256

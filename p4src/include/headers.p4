@@ -74,6 +74,9 @@ header ina_h {
     bit<16>  count;     // meaningful elements; the rest of the array is padding
     bit<8>   si;        // BIER set of the P-BM (RFC 8279 SI)
     bit<8>   gen;       // generation of the job's plan the packet belongs to
+    bit<16>  dest;      // BFR-id of the only worker that gets the data (0: every worker)
+    bit<8>   width;     // bits per element: WIDTH32 or WIDTH16
+    bit<8>   reserved;
     bitmap_t pbm;
 }
 
@@ -125,7 +128,7 @@ struct metadata_t {
     bool        bier_result;    // a root's result for several sets: egress writes each
     // egress
     bit<8>      bier_si;        // the copy's set
-    bit<2>      bier_out;       // BIER_OUT_*
+    bit<3>      bier_out;       // BIER_OUT_*, with BIER_OUT_COMPLETION
 }
 
 #endif

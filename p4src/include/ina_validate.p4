@@ -8,7 +8,11 @@ control InaValidate(in headers_t hdr, inout metadata_t meta) {
     apply {
         if (hdr.ina.version != INA_VERSION) {
             meta.drop_reason = SWITCH_STAT_DROP_BAD_VERSION;
-        } else if ((hdr.ina.count == 0 || hdr.ina.count > ELEMS_PER_PACKET)
+        } else if (hdr.ina.width != WIDTH32 && hdr.ina.width != WIDTH16) {
+            meta.drop_reason = SWITCH_STAT_DROP_BAD_WIDTH;
+        } else if ((hdr.ina.count == 0
+                    || (hdr.ina.width == WIDTH32 && hdr.ina.count > ELEMS_PER_PACKET)
+                    || hdr.ina.count > ELEMS16_PER_PACKET)
                    && (hdr.ina.flags & FLAG_SYNC) == 0) {
             meta.drop_reason = SWITCH_STAT_DROP_BAD_COUNT;
         } else if (hdr.ina.op != OP_SUM && hdr.ina.op != OP_MIN && hdr.ina.op != OP_MAX) {
@@ -17,6 +21,8 @@ control InaValidate(in headers_t hdr, inout metadata_t meta) {
                    || (hdr.ina.flags & FLAG_RESULT) != 0) {
             // Results travel in BIER only; a plain IPv4 "result" is forged.
             meta.drop_reason = SWITCH_STAT_DROP_BAD_PBM;
+        } else if (hdr.ina.dest > MAX_BFR_ID) {
+            meta.drop_reason = SWITCH_STAT_DROP_BAD_DEST;
         } else if (meta.from_host) {
             if (hdr.ipv4.src_addr != meta.host_ip) {
                 meta.drop_reason = SWITCH_STAT_DROP_SPOOFED_SOURCE;

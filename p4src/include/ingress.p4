@@ -110,9 +110,11 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
             }
             if (hdr.ina.isValid()) {
                 // A valid contribution passes this one test (a condition costs BMv2
-                // less than any action); anything else is sorted out by InaValidate.
+                // less than any action); anything else is sorted out by InaValidate
+                // (16-bit elements, a dest beyond the BFR-ids included).
                 if (hdr.ina.version != INA_VERSION
                         || (hdr.ina.flags & (FLAG_SYNC | FLAG_RESULT | FLAG_REPLY)) != 0
+                        || hdr.ina.width != WIDTH32 || hdr.ina.dest > MAX_BFR_ID
                         || hdr.ina.count == 0 || hdr.ina.count > ELEMS_PER_PACKET
                         || (hdr.ina.op != OP_SUM && hdr.ina.op != OP_MIN
                             && hdr.ina.op != OP_MAX)

@@ -1,5 +1,6 @@
-// SWAR arithmetic on lanes: each 32-bit element of one lane is combined with the
-// same element of the other; no carry or borrow crosses an element. BMv2 computes
+// SWAR arithmetic on lanes: each 32-bit (or, the *16 functions, 16-bit) element of
+// one lane is combined with the same element of the other; no carry or borrow
+// crosses an element. BMv2 computes
 // a bit<2048> like a bit<32> (a bignum either way), so one lane operation does
 // the work of 64. controller/ina/protocol/lanes.py has the same formulas, their derivation,
 // and tests against numpy.
@@ -35,6 +36,27 @@ lane_t lane_max(in lane_t a, in lane_t b) {
 
 lane_t lane_min(in lane_t a, in lane_t b) {
     lane_t m = lane_ge_mask(a, b);
+    return (b & m) | (a & ~m);
+}
+
+// 16-bit elements: the same formulas with the top bit of every 16-bit element
+// (LANE_HIGH16) and the other 15 (LANE_LOW16); lane_overflow serves both widths.
+lane_t lane_sum16(in lane_t a, in lane_t b) {
+    return ((a & LANE_LOW16) + (b & LANE_LOW16)) ^ ((a ^ b) & LANE_HIGH16);
+}
+
+lane_t lane_ge_mask16(in lane_t a, in lane_t b) {
+    lane_t ge = ((~a & b) | (~(a ^ b) & ((a | LANE_HIGH16) - (b & LANE_LOW16)))) & LANE_HIGH16;
+    return (ge << 1) - (ge >> 15);
+}
+
+lane_t lane_max16(in lane_t a, in lane_t b) {
+    lane_t m = lane_ge_mask16(a, b);
+    return (a & m) | (b & ~m);
+}
+
+lane_t lane_min16(in lane_t a, in lane_t b) {
+    lane_t m = lane_ge_mask16(a, b);
     return (b & m) | (a & ~m);
 }
 

@@ -46,6 +46,32 @@ action lanes_sum() {
     lane3.write(cell, s);
 }
 
+// The same for 16-bit elements; the overflow indicators (top bits of 16-bit
+// elements) are then folded onto the top bits of the 32-bit elements, so that
+// `wrapped & LANE_HIGH` tells for both widths.
+action lanes_sum16() {
+    lane_t a;
+    lane_t s;
+    lane0.read(a, cell);
+    s = lane_sum16(a, hdr.data.lane0);
+    wrapped = wrapped | lane_overflow(a, hdr.data.lane0, s);
+    lane0.write(cell, s);
+    lane1.read(a, cell);
+    s = lane_sum16(a, hdr.data.lane1);
+    wrapped = wrapped | lane_overflow(a, hdr.data.lane1, s);
+    lane1.write(cell, s);
+    lane2.read(a, cell);
+    s = lane_sum16(a, hdr.data.lane2);
+    wrapped = wrapped | lane_overflow(a, hdr.data.lane2, s);
+    lane2.write(cell, s);
+    lane3.read(a, cell);
+    s = lane_sum16(a, hdr.data.lane3);
+    wrapped = wrapped | lane_overflow(a, hdr.data.lane3, s);
+    lane3.write(cell, s);
+    wrapped = wrapped & LANE_HIGH16;
+    wrapped = wrapped | (wrapped << 16);
+}
+
 // The cell's aggregate becomes the elementwise min with the packet's.
 action lanes_min() {
     lane_t a;
@@ -70,4 +96,30 @@ action lanes_max() {
     lane2.write(cell, lane_max(a, hdr.data.lane2));
     lane3.read(a, cell);
     lane3.write(cell, lane_max(a, hdr.data.lane3));
+}
+
+// The cell's aggregate becomes the elementwise min16 with the packet's.
+action lanes_min16() {
+    lane_t a;
+    lane0.read(a, cell);
+    lane0.write(cell, lane_min16(a, hdr.data.lane0));
+    lane1.read(a, cell);
+    lane1.write(cell, lane_min16(a, hdr.data.lane1));
+    lane2.read(a, cell);
+    lane2.write(cell, lane_min16(a, hdr.data.lane2));
+    lane3.read(a, cell);
+    lane3.write(cell, lane_min16(a, hdr.data.lane3));
+}
+
+// The cell's aggregate becomes the elementwise max16 with the packet's.
+action lanes_max16() {
+    lane_t a;
+    lane0.read(a, cell);
+    lane0.write(cell, lane_max16(a, hdr.data.lane0));
+    lane1.read(a, cell);
+    lane1.write(cell, lane_max16(a, hdr.data.lane1));
+    lane2.read(a, cell);
+    lane2.write(cell, lane_max16(a, hdr.data.lane2));
+    lane3.read(a, cell);
+    lane3.write(cell, lane_max16(a, hdr.data.lane3));
 }

@@ -49,11 +49,13 @@ parser InaParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
         }
     }
 
-    // A call's SYNC and its REPLY carry no array (their count is the worker's nonce).
+    // A call's SYNC and its REPLY carry no array (their count is the worker's nonce),
+    // nor does a NODATA packet (a worker's bit alone, a cell without data, a completion).
     state parse_ina {
         packet.extract(hdr.ina);
         transition select(hdr.ina.flags) {
             FLAG_SYNC &&& FLAG_SYNC: accept;
+            FLAG_NODATA &&& FLAG_NODATA: accept;
             default: parse_data;
         }
     }

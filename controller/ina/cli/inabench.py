@@ -9,11 +9,14 @@
     inabench failover [--case leaf-spine --case fat-tree] [--json-out F] [--png F]
     inabench failover --from-json docs/failover.json --png docs/failover.png   # redraw only
     inabench train [--case figure1 --case fat-tree] [--steps 200] [--json-out F] [--png F]
+    inabench soak [--case leaf-spine --case fat-tree] [--minutes 2] [--seed 1] [--json-out F]
 
 allreduce, loss, deploy and host: see ina.lab.bench; dataplane: what one BMv2
 switch running the program does per second (ina.lab.dataplane_bench); failover: a
 VAT switch stopped mid-AllReduce, detected and repaired (ina.lab.failover_bench);
-train: DDP training with the ina backend against gloo (ina.lab.train_bench).
+train: DDP training with the ina backend against gloo (ina.lab.train_bench); soak:
+a chaos soak, a training-like loop of AllReduce calls while switches and links fail
+and come back, a member misbehaves and an outsider sends garbage (ina.lab.soak).
 --json prints the figures as JSON instead of text, --json-out FILE writes them,
 and --from-json FILE reports (and draws) the figures of an earlier run without
 measuring anything (no BMv2 needed).
@@ -117,6 +120,19 @@ def parser() -> argparse.ArgumentParser:
                    help="on Figure 1, also one float32 bucket of this many MiB (DDP's "
                         "default bucket size), links unlimited; 0: none")
     _outputs(t, "the training losses against steps and seconds")
+    so = common.command(sub, "soak", "a chaos soak: AllReduce calls while switches and links "
+                                     "fail and come back, with a misbehaving member and an "
+                                     "outsider; wrong, hung and retried calls, what is left")
+    so.add_argument("--case", action="append", choices=["leaf-spine", "fat-tree"],
+                    help="a case to run; repeat the option for both (default: both)")
+    so.add_argument("--minutes", type=float, default=2.0,
+                    help="minutes of calls per case (default %(default)s)")
+    so.add_argument("--calls", type=int, default=1000,
+                    help="calls per case at most (default %(default)s)")
+    so.add_argument("--seed", type=int, default=1,
+                    help="seed of the calls' arrays and of what fails when (default "
+                         "%(default)s): the same seed, the same soak")
+    _outputs(so, None)
     # The host benchmark's other end (ina.lab.bench.host_rate): not for people, hidden.
     r = sub.add_parser("reflect")
     r.add_argument("address", help="the address to answer on")
@@ -185,6 +201,11 @@ def _figures(args: argparse.Namespace, doc: Any) -> None:
 
         train = train_bench.TrainFigures.from_figures(doc)
         _report(args, doc, train.render(), train.plot)
+    elif args.cmd == "soak":
+        from ina.lab import chaos, soak
+
+        soaked, bmv2, watch = soak.from_figures(doc)
+        _report(args, doc, chaos.render(soaked, bmv2, watch))
     else:
         from ina.lab import failover_bench
 
@@ -264,6 +285,14 @@ def _bench(args: argparse.Namespace) -> int:
                    for name in args.case or ["figure1", "fat-tree"]]
         _figures(args, train_bench.TrainFigures(trained, conversion, bmv2_build(),
                                                 torch.__version__).figures())
+    elif args.cmd == "soak":
+        from ina.lab import soak
+
+        soak_settings = soak.SoakSettings(minutes=args.minutes, max_calls=args.calls,
+                                          seed=args.seed)
+        soaked = [soak.run_case(soak.CASES[name], args.build, soak_settings)
+                  for name in args.case or ["leaf-spine", "fat-tree"]]
+        _figures(args, soak.figures(soaked, bmv2_build(), soak_settings.watch))
     else:
         print(run_deploy_bench(args.build, repeat=args.repeat))
     return 0

@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from ina.control.watch import Event, OnChange, Watcher, WatchOptions
 from ina.errors import LabError
 from ina.lab.mininet import Lab
 from ina.spec.topology import Failures
+
+T = TypeVar("T")
 
 
 class WatcherThread:
@@ -60,6 +63,12 @@ class WatcherThread:
             raise LabError("the watcher did not stop")
         if self.error is not None:
             raise LabError(f"the watcher failed: {self.error!r}")
+
+    def call(self, fn: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T:
+        """``fn()`` run in the watcher's event loop, for P4Runtime calls made while
+        the watcher runs (grpc's asyncio support does not take two event loops of one
+        process at once); its result, or its exception."""
+        return asyncio.run_coroutine_threadsafe(fn(), self._loop).result(timeout)
 
     @property
     def failures(self) -> Failures:

@@ -23,6 +23,7 @@ from ina.control.switch_state import job_group_id
 from ina.protocol import lanes
 from ina.protocol.arith import seq_add, seq_diff
 from ina.protocol.constants import (
+    ARRAY_BYTES,
     BIER_BIFT_ID,
     BIER_BSL_CODE,
     BIER_MCAST_GROUP,
@@ -31,7 +32,7 @@ from ina.protocol.constants import (
     BIER_VERSION,
     BITSTRING_BITS,
     CPU_PORT,
-    ELEMS_PER_PACKET,
+    ELEMS_BY_WIDTH,
     ETHERTYPE_BIER,
     ETHERTYPE_IPV4,
     ETHERTYPE_PROBE,
@@ -39,6 +40,7 @@ from ina.protocol.constants import (
     IPV4_INITIAL_TTL,
     JOB_STAT_STRIDE,
     LANES,
+    MAX_BFR_ID,
     Flag,
     JobStat,
     Op,
@@ -88,7 +90,9 @@ class CellState:
     the round it holds (epoch of the job entry, sequence number), a generation
     that tags its per-set bitmaps, the round's element count and op, the
     overflow flag, how many BIER sets are full, and the bitmap of a node that
-    lies in one set (a root spanning sets keeps a bitmap per set instead)."""
+    lies in one set (a root spanning sets keeps a bitmap per set instead); and
+    the round's element width and whether it holds an array (a contribution with
+    data came; else only NODATA ones)."""
 
     epoch: int = 0
     seq: int = 0
@@ -98,6 +102,8 @@ class CellState:
     overflow: bool = False
     done: int = 0
     bitmap: int = 0
+    width: int = 0
+    data: bool = False
 
 
 EMPTY_CELL = CellState()
@@ -301,12 +307,17 @@ class ModelSwitch:
         if ina is not None:
             if ina.version != INA_VERSION:
                 meta.drop = SwitchStat.DROP_BAD_VERSION
-            elif not 1 <= ina.count <= ELEMS_PER_PACKET and not ina.flags & Flag.SYNC:
+            elif ina.width not in ELEMS_BY_WIDTH:
+                meta.drop = SwitchStat.DROP_BAD_WIDTH
+            elif (not 1 <= ina.count <= ELEMS_BY_WIDTH[ina.width]
+                  and not ina.flags & Flag.SYNC):
                 meta.drop = SwitchStat.DROP_BAD_COUNT
             elif ina.op not in (Op.SUM, Op.MIN, Op.MAX):
                 meta.drop = SwitchStat.DROP_BAD_OP
             elif ina.pbm == 0 or ina.si >= BIER_SETS or ina.flags & Flag.RESULT:
                 meta.drop = SwitchStat.DROP_BAD_PBM
+            elif ina.dest > MAX_BFR_ID:
+                meta.drop = SwitchStat.DROP_BAD_DEST
             elif meta.from_host and ipv4.src != meta.host_ip:
                 meta.drop = SwitchStat.DROP_SPOOFED_SOURCE
             elif meta.from_host and ina.flags & Flag.REPLY:
@@ -373,7 +384,6 @@ class ModelSwitch:
         if ina.flags & Flag.SYNC:
             self._sync(frame, meta)
             return
-        assert frame.lanes is not None
         abm = meta.abm
         if abm & ina.pbm == 0:
             if meta.to_me:
@@ -420,12 +430,15 @@ class ModelSwitch:
             self._job_drop(meta, JobStat.DROP_COUNT_MISMATCH)
         elif cs.op != ina.op:
             self._job_drop(meta, JobStat.DROP_OP_MISMATCH)
+        elif cs.width != ina.width:
+            self._job_drop(meta, JobStat.DROP_WIDTH_MISMATCH)
         elif bitmap & ina.pbm and not complete:
             self._job_drop(meta, JobStat.DROP_DUPLICATE)
         elif bitmap & ina.pbm:
-            # A retransmission for a complete cell: something after it was lost.
+            # A retransmission for a complete cell: something after it was lost. It
+            # leaves with the cell's array if the cell has one, else without (NODATA).
             meta.job_events.add(JobStat.RESENT)
-            frame.lanes = tuple(s.reg_read(r, cell, 0) for r in REG_LANES)
+            _shape(frame, tuple(s.reg_read(r, cell, 0) for r in REG_LANES) if cs.data else None)
             self._emit(frame, meta, cs.overflow, ina.pbm, all_sets=False)
         else:
             self._absorb(frame, meta, cell, set_index, cs, bitmap, fresh=False)
@@ -470,26 +483,33 @@ class ModelSwitch:
 
     def _absorb(self, frame: Frame, meta: _Meta, cell: int, set_index: int, cs: CellState,
                 bitmap: int, fresh: bool) -> None:
-        """Add the packet's lanes to the cell (or start the cell's round with them)."""
+        """Add the packet's lanes to the cell (or start the cell's round with them). A
+        NODATA contribution adds only its bit (and its OVERFLOW flag); the round's
+        first contribution with data stores its array, later ones combine with it."""
         job, ina, s = meta.job, frame.ina, self.store
-        assert job is not None and ina is not None and frame.lanes is not None
+        assert job is not None and ina is not None
         meta.job_events.add(JobStat.ABSORBED)
         overflow = bool(ina.flags & Flag.OVERFLOW)
         values = frame.lanes
         if fresh:
-            gen, done = (cs.gen + 1) & U32, 0
+            gen, done, data = (cs.gen + 1) & U32, 0, values is not None
         else:
-            stored = tuple(s.reg_read(r, cell, 0) for r in REG_LANES)
-            values, wrapped = lanes.combine(ina.op, stored, frame.lanes)
-            gen, done, overflow = cs.gen, cs.done, overflow or cs.overflow or wrapped
-        for r, lane in zip(REG_LANES, values, strict=True):
-            s.reg_write(r, cell, lane)
+            gen, done, overflow = cs.gen, cs.done, overflow or cs.overflow
+            data = cs.data or values is not None
+            if values is not None and cs.data:
+                stored = tuple(s.reg_read(r, cell, 0) for r in REG_LANES)
+                values, wrapped = lanes.combine(ina.op, stored, values, ina.width)
+                overflow = overflow or wrapped
+        if values is not None:
+            for r, lane in zip(REG_LANES, values, strict=True):
+                s.reg_write(r, cell, lane)
         bitmap |= ina.pbm
         if bitmap == meta.abm:
             done = (done + 1) & 0xFF  # this set is full
         s.reg_write(REG_CELLS, cell, CellState(
             epoch=job.param("epoch"), seq=ina.seq, gen=gen, count=ina.count, op=int(ina.op),
-            overflow=overflow, done=done, bitmap=bitmap if meta.sets == 1 else 0))
+            overflow=overflow, done=done, bitmap=bitmap if meta.sets == 1 else 0,
+            width=ina.width, data=data))
         if meta.sets != 1:
             s.reg_write(REG_SETS, set_index, (gen, bitmap))
         if done != meta.sets:
@@ -499,8 +519,11 @@ class ModelSwitch:
             epoch, last = s.reg_read(REG_PROGRESS, job.param("job_index"), (0, 0))
             if epoch != job.param("epoch") or seq_diff(ina.seq, last) > 0:
                 s.reg_write(REG_PROGRESS, job.param("job_index"), (job.param("epoch"), ina.seq))
-        # Complete: this packet leaves with the aggregate; the cell keeps it for resends.
-        frame.lanes = values
+        # Complete: this packet leaves with the aggregate (without an array if the
+        # cell has none); the cell keeps it for resends.
+        if data and values is None:
+            values = tuple(s.reg_read(r, cell, 0) for r in REG_LANES)
+        _shape(frame, values)
         self._emit(frame, meta, overflow, meta.abm, all_sets=True)
 
     def _emit(self, frame: Frame, meta: _Meta, overflow: bool, bier_bits: int,
@@ -559,6 +582,14 @@ class ModelSwitch:
         bier.bitstring = masked
         frame.eth.src = mac_str(row.param("smac").to_bytes(6, "big"))
         frame.eth.dst = mac_str(row.param("dmac").to_bytes(6, "big"))
+        ina = frame.ina
+        if ina is not None and ina.dest != 0 and not _holds(ina.dest, bier.si, masked):
+            # Not toward dest: the copy leaves as a completion, without its array.
+            if frame.lanes is not None:
+                _shape(frame, None)
+                assert frame.udp is not None
+                frame.udp.checksum = 0
+            self.store.count(n.EGRESS_SWITCH_STATS, SwitchStat.COMPLETION_SENT, nbytes)
         if row.action == n.TO_BFR.name:
             self.store.count(n.EGRESS_SWITCH_STATS, SwitchStat.BIER_COPY_SENT, nbytes)
             return True
@@ -573,3 +604,25 @@ class ModelSwitch:
                 meta.job.param("job_index") * JOB_STAT_STRIDE + JobStat.DELIVERED, nbytes,
             )
         return True
+
+
+def _holds(dest: int, si: int, bitstring: int) -> bool:
+    """Whether a BitString of set ``si`` holds BFR-id ``dest``'s bit: bit
+    (dest - 1) mod 256 of set (dest - 1) div 256 (bier_egress.p4)."""
+    return (dest - 1) >> 8 == si and bool(bitstring >> ((dest - 1) & 0xFF) & 1)
+
+
+def _shape(frame: Frame, values: lanes.Lanes | None) -> None:
+    """The packet carries ``values`` as its array, or no array (None): flag NODATA
+    and the IPv4 and UDP lengths follow (aggregation.p4's grow and strip)."""
+    ina, ipv4, udp = frame.ina, frame.ipv4, frame.udp
+    assert ina is not None and ipv4 is not None and udp is not None
+    if values is not None and frame.lanes is None:
+        ipv4.total_len = (ipv4.total_len + ARRAY_BYTES) & 0xFFFF
+        udp.length = (udp.length + ARRAY_BYTES) & 0xFFFF
+        frame.ina = replace(ina, flags=ina.flags & ~Flag.NODATA)
+    elif values is None and frame.lanes is not None:
+        ipv4.total_len = (ipv4.total_len - ARRAY_BYTES) & 0xFFFF
+        udp.length = (udp.length - ARRAY_BYTES) & 0xFFFF
+        frame.ina = replace(ina, flags=ina.flags | Flag.NODATA)
+    frame.lanes = values

@@ -15,15 +15,25 @@ import enum
 BITSTRING_BITS = 256
 #: RFC 8296 BSL code for BITSTRING_BITS (1=64, 2=128, 3=256, ..., 7=4096).
 BIER_BSL_CODE = {64: 1, 128: 2, 256: 3, 512: 4, 1024: 5, 2048: 6, 4096: 7}[BITSTRING_BITS]
-#: int32 elements carried by every INA packet (unused tail elements are zero).
+#: int32 elements carried by every INA packet of width 32 (unused tail elements are zero).
 ELEMS_PER_PACKET = 256
 #: Bits of one lane: the data plane holds and combines a packet's values as lanes of
-#: this many bits (p4c's widest ``bit<W>``), 32-bit elements side by side (SWAR).
+#: this many bits (p4c's widest ``bit<W>``), elements side by side (SWAR).
 LANE_BITS = 2048
 #: int32 elements per lane.
 ELEMS_PER_LANE = LANE_BITS // 32
 #: Lanes per packet.
 LANES = ELEMS_PER_PACKET // ELEMS_PER_LANE
+#: The INA header's ``width``: elements of 32 bits (ELEMS_PER_PACKET int32 values) or of
+#: 16 bits (ELEMS16_PER_PACKET int16 values), in the same LANES lanes.
+WIDTH32 = 32
+WIDTH16 = 16
+#: int16 elements carried by an INA packet of width 16 (twice as many, the same bytes).
+ELEMS16_PER_PACKET = 2 * ELEMS_PER_PACKET
+#: int16 elements per lane.
+ELEMS16_PER_LANE = LANE_BITS // 16
+#: Elements per packet of each width.
+ELEMS_BY_WIDTH = {WIDTH32: ELEMS_PER_PACKET, WIDTH16: ELEMS16_PER_PACKET}
 
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_BIER = 0xAB37  # RFC 8296 over Ethernet
@@ -32,7 +42,8 @@ IP_PROTO_UDP = 17
 INA_UDP_PORT = 0x4941  # 18753, "IA"
 #: 2: values travel and are combined as LANES lanes of LANE_BITS bits.
 #: 3: the header's 8 reserved bits are the generation of the job's plan (gen).
-INA_VERSION = 3
+#: 4: dest, width and 8 reserved bits after gen; flag NODATA (no array).
+INA_VERSION = 4
 
 BIER_NIBBLE = 0b0101  # RFC 8296: first nibble after the BIFT-id/TC/S/TTL word
 BIER_VERSION = 0
@@ -79,6 +90,10 @@ class Flag(enum.IntFlag):
     #: With SYNC | REPLY, from a worker's edge switch: no switch can aggregate the job
     #: now; its workers reduce among themselves (a ring over TCP).
     ON_HOSTS = 0x40
+    #: The packet has no array (the header alone). From a worker: a contribution of
+    #: its bit only. From a VAT node: a cell that absorbed no array. From the root's
+    #: BIER: a completion (the chunk is complete; its data goes to ``dest`` only).
+    NODATA = 0x80
 
 
 # --- Data-plane sizes -----------------------------------------------------------
@@ -146,6 +161,7 @@ class JobStat(enum.IntEnum):
     DROP_AHEAD = 17
     #: root: an ABORT past the job's window (as DROP_AHEAD), or before any call of this plan
     DROP_ABORT_AHEAD = 18
+    DROP_WIDTH_MISMATCH = 19  # element width differs from the slot's
 
 
 class SwitchStat(enum.IntEnum):
@@ -174,6 +190,11 @@ class SwitchStat(enum.IntEnum):
     DROP_UNDECLARED_PORT = 20  # from a port the controller declared neither a host's nor a switch's
     DROP_SPOOFED_SOURCE = 21  # an INA packet from a host port whose IPv4 source is not the host's
     DROP_POLICED = 22  # a host's INA packet of a job over the rate the controller set for it
+    DROP_BAD_WIDTH = 23  # INA width neither 32 nor 16
+    DROP_BAD_DEST = 24  # INA dest neither 0 nor a BFR-id (1..MAX_BFR_ID)
+    #: A BIER copy that left without its array (a completion: NODATA, lengths
+    #: shortened), its BitString not holding the packet's dest (egress)
+    COMPLETION_SENT = 25
 
 
 SWITCH_STATS = len(SwitchStat)
@@ -192,10 +213,11 @@ MAX_BFR_ID = BITSTRING_BITS * BIER_SETS
 #: Bytes of a BitString (and of the INA P-BM).
 BITSTRING_BYTES = BITSTRING_BITS // 8
 #: Bytes of the INA header (see ina.protocol.codec.InaHeader).
-INA_HEADER_BYTES = 12 + BITSTRING_BYTES
-#: Bytes of a packet's array of int32 values.
+INA_HEADER_BYTES = 16 + BITSTRING_BYTES
+#: Bytes of a packet's array (ELEMS_PER_PACKET int32 or ELEMS16_PER_PACKET int16 values).
 ARRAY_BYTES = 4 * ELEMS_PER_PACKET
-#: Bytes of an INA UDP payload: header plus the array.
+assert ARRAY_BYTES == 2 * ELEMS16_PER_PACKET == LANES * LANE_BITS // 8
+#: Bytes of an INA UDP payload: header plus the array (a NODATA one: the header alone).
 INA_PAYLOAD_BYTES = INA_HEADER_BYTES + ARRAY_BYTES
 #: Bytes of the RFC 8296 header with its BitString.
 BIER_HEADER_BYTES = 12 + BITSTRING_BYTES
@@ -204,7 +226,8 @@ BIER_HEADER_BYTES = 12 + BITSTRING_BYTES
 #: (ina.protocol.codec.InaHeader packs them; the Wireshark dissector's field table,
 #: tools/wireshark/ina.lua, is written from this by ina.protocol.luagen).
 INA_HEADER_LAYOUT = (("version", 4), ("op", 4), ("flags", 8), ("job_id", 16), ("seq", 32),
-                     ("count", 16), ("si", 8), ("gen", 8), ("pbm", BITSTRING_BITS))
+                     ("count", 16), ("si", 8), ("gen", 8), ("dest", 16), ("width", 8),
+                     ("reserved", 8), ("pbm", BITSTRING_BITS))
 #: The RFC 8296 header's fields in wire order, (name, bits) (ina.protocol.frames.Bier).
 BIER_HEADER_LAYOUT = (("bift_id", 20), ("tc", 3), ("s", 1), ("ttl", 8), ("nibble", 4),
                       ("version", 4), ("bsl", 4), ("entropy", 20), ("oam", 2), ("rsv", 2),

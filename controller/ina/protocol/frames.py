@@ -1,7 +1,8 @@
 """Frames as the P4 parser sees them: Ethernet, RFC 8296 BIER, IPv4, UDP, the INA
-header and its lanes (``parse_frame``, the mirror of p4src/include/parser.p4), and
-builders of the frames hosts and roots send. The reference model and the tests use
-them; workers use the UDP payloads of ``ina.protocol.codec`` alone.
+header and its lanes, none after a SYNC or a NODATA header (``parse_frame``, the
+mirror of p4src/include/parser.p4), and builders of the frames hosts and roots
+send. The reference model and the tests use them; workers use the UDP payloads of
+``ina.protocol.codec`` alone.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ina.protocol.constants import (
     INA_UDP_PORT,
     IP_PROTO_UDP,
     IPV4_INITIAL_TTL,
+    WIDTH16,
     Flag,
 )
 
@@ -189,8 +191,13 @@ class Frame:
 
     @property
     def values(self) -> npt.NDArray[np.int32] | None:
-        """The array as int32 values, if the frame has one."""
-        return None if self.lanes is None else lanes_mod.to_values(self.lanes)
+        """The array as int32 values (as int16 ones, widened, for width 16), if the
+        frame has one."""
+        if self.lanes is None:
+            return None
+        if self.ina is not None and self.ina.width == WIDTH16:
+            return lanes_mod.to_values16(self.lanes).astype(np.int32)
+        return lanes_mod.to_values(self.lanes)
 
     def pack(self) -> bytes:
         """Deparse: emit the valid headers in order, then the payload."""
@@ -266,7 +273,7 @@ def parse_frame(raw: bytes) -> Frame:
         return frame
     frame.ina = InaHeader.unpack(rest)
     rest = rest[INA_HEADER_BYTES:]
-    if frame.ina.flags & Flag.SYNC:  # a call's SYNC or its REPLY: no array
+    if frame.ina.flags & (Flag.SYNC | Flag.NODATA):  # a SYNC, its REPLY, NODATA: no array
         frame.payload = rest
         return frame
     if len(rest) < ARRAY_BYTES:

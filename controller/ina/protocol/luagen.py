@@ -30,7 +30,8 @@ FILTER_NAMES = {"job_id": "job"}
 INA_LABELS = {
     "version": "Version", "op": "Operation", "flags": "Flags", "job_id": "Job ID",
     "seq": "Sequence number", "count": "Count", "si": "Set identifier (SI)",
-    "gen": "Plan generation", "pbm": "P-BM",
+    "gen": "Plan generation", "dest": "Destination (BFR-id; 0: every worker)",
+    "width": "Element width (bits)", "reserved": "Reserved", "pbm": "P-BM",
 }
 BIER_LABELS = {
     "bift_id": "BIFT-id", "tc": "Traffic class", "s": "Bottom of stack", "ttl": "TTL",
@@ -69,12 +70,15 @@ def render_section() -> str:
         f"local INA_VERSION = {c.INA_VERSION}",
         f"local INA_HEADER_BYTES = {c.INA_HEADER_BYTES}",
         f"local ELEMS_PER_PACKET = {c.ELEMS_PER_PACKET}",
+        f"local ELEMS16_PER_PACKET = {c.ELEMS16_PER_PACKET}",
+        f"local WIDTH16 = {c.WIDTH16}",
         f"local ARRAY_BYTES = {c.ARRAY_BYTES}",
         f"local BITSTRING_BITS = {c.BITSTRING_BITS}",
         f"local BIER_HEADER_BYTES = {c.BIER_HEADER_BYTES}",
         f"local BIER_BIFT_ID = {c.BIER_BIFT_ID}  -- of set 0; set SI has BIER_BIFT_ID + SI",
         f"local BIER_PROTO_IPV4 = {c.BIER_PROTO_IPV4}",
         f"local SYNC = {int(c.Flag.SYNC):#04x}  -- a call's SYNC (or its REPLY): no array",
+        f"local NODATA = {int(c.Flag.NODATA):#04x}  -- no array: a bit alone, or a completion",
         "local OPS = { " + ", ".join(f'[{int(op)}] = "{op.name}"' for op in c.Op) + " }",
         "local FLAGS = {",
         *(f'  {{ abbr = "{f.name.lower()}", name = "{f.name}", bit = {int(f):#04x} }},'

@@ -6,6 +6,7 @@ BIER is defined here as RFC 8296 has it.
     from ina.protocol.scapy_layers import INA, BIER
     pkt = Ether() / IP(dst=...) / UDP(sport=INA_UDP_PORT, dport=INA_UDP_PORT) / INA(...)
     pkt.summary()   # ... / INA job=1 seq=42 flags=RESULT|SYNC op=SUM count=256 si=0 gen=1 pbm=0x3
+    INA(width=16, values16=[...])   # 16-bit elements; INA(flags=Flag.NODATA): no array
 
 Reading a capture: ``[p.summary() for p in rdpcap("s1-eth1_in.pcap")]`` (see
 docs/inspect.md).
@@ -23,6 +24,7 @@ from scapy.fields import (
     IntField,
     ShortField,
     SignedIntField,
+    SignedShortField,
 )
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -35,11 +37,14 @@ from ina.protocol.constants import (
     BIER_NIBBLE,
     BIER_PROTO_IPV4,
     BITSTRING_BITS,
+    ELEMS16_PER_PACKET,
     ELEMS_PER_PACKET,
     ETHERTYPE_BIER,
     INA_PAYLOAD_BYTES,
     INA_UDP_PORT,
     INA_VERSION,
+    WIDTH16,
+    WIDTH32,
     Flag,
     Op,
 )
@@ -55,6 +60,11 @@ def flag_names(flags: int) -> str:
     return "|".join(names + ([hex(unknown)] if unknown else [])) or "NONE"
 
 
+def _has_array(pkt: Packet) -> bool:
+    """An array follows the header: not a SYNC (or its REPLY), not NODATA."""
+    return not pkt.flags & (Flag.SYNC | Flag.NODATA)
+
+
 class INA(Packet):
     name = "INA"
     fields_desc = [
@@ -67,13 +77,22 @@ class INA(Packet):
         ShortField("count", 0),
         ByteField("si", 0),
         ByteField("gen", 0),
+        ShortField("dest", 0),
+        ByteField("width", WIDTH32),
+        ByteField("reserved", 0),
         BitField("pbm", 0, BITSTRING_BITS),
-        # A call's SYNC and its REPLY carry no array. (scapy's stubs want the default list
-        # to hold fields, not values: hence the ignore.)
+        # A call's SYNC and its REPLY, and a NODATA packet, carry no array; width 16
+        # has twice as many values of 16 bits. (scapy's stubs want the default list
+        # to hold fields, not values: hence the ignores.)
         ConditionalField(
             FieldListField("values", [0] * ELEMS_PER_PACKET, SignedIntField("v", 0),  # type: ignore[list-item]
                            count_from=lambda pkt: ELEMS_PER_PACKET, max_count=ELEMS_PER_PACKET),
-            lambda pkt: not pkt.flags & Flag.SYNC),
+            lambda pkt: _has_array(pkt) and pkt.width != WIDTH16),
+        ConditionalField(
+            FieldListField("values16", [0] * ELEMS16_PER_PACKET, SignedShortField("v", 0),  # type: ignore[list-item]
+                           count_from=lambda pkt: ELEMS16_PER_PACKET,
+                           max_count=ELEMS16_PER_PACKET),
+            lambda pkt: _has_array(pkt) and pkt.width == WIDTH16),
     ]
 
     # scapy takes (summary, outer layers to summarise too), as its TCP layer returns;
@@ -85,11 +104,12 @@ class INA(Packet):
         layers it needs."""
         return (f"INA job={self.job_id} seq={self.seq} flags={flag_names(int(self.flags))} "
                 f"op={OPS.get(self.op, self.op)} count={self.count} si={self.si} "
-                f"gen={self.gen} pbm={self.pbm:#x}", [BIER, IP])
+                f"gen={self.gen} dest={self.dest} width={self.width} pbm={self.pbm:#x}",
+                [BIER, IP])
 
     def post_build(self, pkt: bytes, pay: bytes) -> bytes:
-        # The array is always ELEMS_PER_PACKET values on the wire: pad a short list.
-        if self.flags & Flag.SYNC:
+        # The array is always ARRAY_BYTES on the wire: pad a short list.
+        if not _has_array(self):
             return pkt + pay
         return pkt + bytes(max(0, INA_PAYLOAD_BYTES - len(pkt))) + pay
 

@@ -5,6 +5,7 @@ INA_NETWORK, INA_TIMEOUT). ``Member.join`` makes a rank the worker of the job it
 names: it checks the rank, the world size and the worker against the job, agrees
 with every other rank through the process group's store (same job, same network,
 no worker twice: any mismatch is one clear error at every rank, never a hang),
+draws the secret of the ring on hosts for them (unless INA_RING_SECRET gives one),
 reaches the job's network (a lab host's own UDP socket, or a link of the embedded
 network, which rank 0 starts when the ranks are not on hosts of a lab), and runs
 the rank's calls one after another, in the order they are submitted, on a thread
@@ -18,11 +19,13 @@ No torch here: the store is anything with torch's Store methods used below.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import queue
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -268,6 +271,8 @@ class Member:
                 "topology": _digest(sorted(topology.hosts), sorted(topology.switches))}
         store.set(f"ina/rank/{rank}", json.dumps(mine))
         _agree(store, rank, size, mine, spec, settings)
+        if not config.ring_secret:
+            config = dataclasses.replace(config, ring_secret=_ring_secret(store, rank))
         spawned: SpawnedNetwork | None = None
         transport: Transport
         if network == "lab":
@@ -345,6 +350,17 @@ def _agree(store: Store, rank: int, size: int, mine: dict[str, str], spec: JobSp
                              f"each rank must be another worker of job {spec.job_id} "
                              f"({ENV_WORKER})")
         seen[rec["worker"]] = r
+
+
+def _ring_secret(store: Store, rank: int) -> bytes:
+    """The secret the ranks' ring on hosts authenticates with (a job no switch takes
+    runs there), unless INA_RING_SECRET gave one: rank 0 draws it, the others read it
+    from the process group's store."""
+    key = "ina/ring_secret"
+    if rank == 0:
+        store.set(key, secrets.token_hex(32))
+    store.wait([key], JOIN_TIMEOUT)
+    return bytes.fromhex(store.get(key).decode())
 
 
 def _embedded(store: Store, rank: int, settings: Settings
