@@ -234,6 +234,8 @@ class Lockstep:
         self.done: dict[str, AllreduceResult | Exception] = {}
         self.generation = 0
         self.windows: list[dict[str, ReductionWindow]] = []
+        #: Per reduction: bytes each directed link carried for it (the model's count).
+        self.link_bytes: list[dict[tuple[str, str], int]] = []
 
     def start(self) -> int:
         """The call's first sequence number, from the root's answers to every SYNC."""
@@ -262,6 +264,7 @@ class Lockstep:
                 self.pending[worker] = window
                 if set(self.pending) == active:
                     sessions, self.pending = dict(self.pending), {}
+                    before = dict(self.net.bytes_on_link)
                     try:
                         run_sessions(self.net, sessions)
                     except Exception as exc:  # noqa: BLE001 (each worker raises it)
@@ -271,6 +274,9 @@ class Lockstep:
                         for w, s in sessions.items():
                             self.done[w] = s.outcome()
                     self.windows.append(sessions)
+                    self.link_bytes.append({k: v - before.get(k, 0)
+                                            for k, v in self.net.bytes_on_link.items()
+                                            if v != before.get(k, 0)})
                     self.generation += 1
                     self.lock.notify_all()
                 ok = self.lock.wait_for(lambda: self.generation > generation, timeout=120)

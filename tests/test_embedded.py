@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from ina.host.arrays import random_array
 from ina.host.config import WorkerConfig
 from ina.host.link import LinkTransport
 from ina.host.worker import Worker
@@ -185,6 +186,39 @@ def test_inaworker_runs_on_the_embedded_network(tmp_path: Path) -> None:
         net.send_signal(signal.SIGTERM)
         net.communicate(timeout=20)
     assert not ports.exists()  # removed when inanet ends
+
+
+def test_inaworker_makes_the_collective_it_is_told_with_its_root_and_width(
+        tmp_path: Path) -> None:
+    ports = tmp_path / "ports.json"
+    net = subprocess.Popen([sys.executable, "-m", "ina.cli.inanet", "-t", str(FIGURE1),
+                            "--job", str(FIGURE1_JOB), "--endpoints", str(ports)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    calls = [("reduce-scatter", ["--random", "1000", "--width", "16"]),
+             ("broadcast", ["--random", "300", "--root", "2"])]
+    try:
+        assert net.stdout is not None and net.stdout.readline()
+        for collective, extra in calls:
+            workers = {w: subprocess.Popen(
+                [sys.executable, "-m", "ina.cli.inaworker", "-t", str(FIGURE1), "--job",
+                 str(FIGURE1_JOB), "--worker", w, "--collective", collective, "--seed", str(i),
+                 "--embedded", str(ports), "--output", str(tmp_path / f"{w}.npy"), *extra],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for i, w in enumerate(SPEC.workers)}
+            for w, proc in workers.items():
+                out, err = proc.communicate(timeout=60)
+                assert proc.returncode == 0, (collective, w, err)
+                assert json.loads(out.splitlines()[-1])["collective"] == collective
+            results = [np.load(tmp_path / f"{w}.npy") for w in SPEC.workers]
+            if collective == "reduce-scatter":  # 16-bit elements: sums of 16-bit values
+                whole = sum(random_array(1000, i, 16).astype(np.int64) for i in range(4))
+                assert [r.dtype for r in results] == [np.int16] * 4
+                assert np.array_equal(np.concatenate(results), whole)
+            elif collective == "broadcast":
+                assert all(np.array_equal(r, random_array(300, 2)) for r in results)
+    finally:
+        net.send_signal(signal.SIGTERM)
+        net.communicate(timeout=20)
 
 
 def test_inaworker_off_its_host_says_how_to_run_it_on_the_embedded_network() -> None:

@@ -38,3 +38,32 @@ def test_inaworker_off_its_host_exits_2_before_sending_and_says_where_to_run_it(
     assert lab_line.strip().startswith(f"inalab -t {FIGURE1} host w1 -- ")
     assert lab_line.rstrip().endswith(" ".join(argv))
     assert err.rstrip().endswith(" ".join([*argv, "--embedded", "ports.json"]))
+
+
+_BASE = ["-t", str(FIGURE1), "--job", str(FIGURE1_JOB), "--worker", "w1"]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--collective", "barrier", "--random", "8"], "a barrier takes no array"),
+    (["--collective", "broadcast"], "broadcast needs an array"),
+    (["--collective", "allgather", "--root", "1", "--random", "8"],
+     "--root is for reduce and broadcast, not allgather"),
+    (["--collective", "reduce", "--root", "4", "--random", "8"],
+     "--root 4 is not a rank of the job (0..3)"),
+    (["--collective", "broadcast", "--width", "16", "--random", "8"],
+     "--width is for the reductions"),
+    (["--collective", "allgather", "--op", "max", "--random", "8"],
+     "--op is for the reductions"),
+])
+def test_inaworker_refuses_options_its_collective_has_no_use_for(
+        extra: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert inaworker.main([*_BASE, *extra]) == UsageError.exit_code
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_inaworker_refuses_a_width_it_cannot_carry(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        inaworker.main([*_BASE, "--random", "8", "--width", "8"])
+    assert exc.value.code == 2
+    assert "invalid choice: 8" in capsys.readouterr().err

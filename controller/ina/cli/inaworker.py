@@ -1,8 +1,12 @@
 # PYTHON_ARGCOMPLETE_OK
-"""inaworker: one worker's AllReduce of an int32 array, from a host.
+"""inaworker: one worker's collective (an AllReduce unless --collective says another),
+from a host.
 
     inaworker -t topologies/figure1.yaml --job jobs/figure1-sum.yaml --worker w1 \\
         --random 1000 --seed 1 --output result.npy
+    inaworker ... --collective broadcast --root 2 --input weights.npy
+    inaworker ... --collective reduce-scatter --random 4096 --float --width 16
+    inaworker ... --collective barrier
 
 Run it on the worker's host of the lab (``inalab -t TOPO host w1 -- inaworker ...``):
 elsewhere it stops at once (exit 2), since the worker's address is not this
@@ -29,15 +33,21 @@ from ina.cli import common
 from ina.errors import InaError, UsageError
 from ina.host.arrays import digest, random_array, random_floats
 from ina.host.config import WorkerConfig
-from ina.host.link import LinkTransport, on_loopback
+from ina.host.flow import WIDTHS
+from ina.host.link import Endpoints, LinkTransport, on_loopback
+from ina.host.results import AllreduceResult
 from ina.host.transport import UdpTransport, is_local_address
 from ina.host.window import DEFAULT_RTO, MIN_RTO, RtoEstimator
 from ina.host.worker import Worker
-from ina.model.embedded import Endpoints
 from ina.protocol.constants import Op
 from ina.spec.topology import Topology
 
 PROG = "inaworker"
+#: --collective's choices: the collectives of ina.host.worker, as a shell spells them.
+COLLECTIVES = ("allreduce", "reduce", "reduce-scatter", "broadcast", "allgather", "barrier")
+#: Collectives with a root rank; collectives that reduce (an op, an element width).
+ROOTED = ("reduce", "broadcast")
+REDUCING = ("allreduce", "reduce", "reduce-scatter")
 
 
 class _Progress:
@@ -81,11 +91,24 @@ def parser() -> argparse.ArgumentParser:
                       "steers its packets in the deployed plan)")
     p.add_argument("--worker", required=True, metavar="NAME",
                    help="this host's name in the topology")
-    src = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("--collective", choices=COLLECTIVES, default="allreduce",
+                   help="what every worker of the job makes together (default: allreduce); "
+                        "docs/collectives.md")
+    p.add_argument("--root", type=int, metavar="RANK",
+                   help="reduce: the rank that gets the result; broadcast: the rank whose "
+                        "array every worker gets (default 0; a rank is a worker's place in "
+                        "the job's workers, from 0)")
+    p.add_argument("--width", type=int, choices=WIDTHS,
+                   help="bits per element on the wire, for the reductions (allreduce, "
+                        "reduce, reduce-scatter): 16 puts twice as many values in a packet "
+                        "(integers must fit in 16 bits; floats are quantized to 16) "
+                        "(default: 16 for float16 and int16 arrays, else 32)")
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--values", metavar="V,V,...", help="the array: comma-separated integers")
     src.add_argument("--input", type=Path, metavar="FILE", help="the array: a .npy file")
     src.add_argument("--random", type=int, metavar="SIZE",
-                     help="the array: SIZE random int32 values (or float32, with --float)")
+                     help="the array: SIZE random int32 values (or float32, with --float; "
+                        "with --width 16, integers that fit in 16 bits)")
     p.add_argument("--seed", type=int, default=0, help="seed for --random")
     p.add_argument("--float", action="store_true",
                    help="float32 values (quantized, see ina.host.quantize)")
@@ -113,7 +136,7 @@ def parser() -> argparse.ArgumentParser:
                         "machine's own network, on the worker's lab host)")
     p.add_argument("--wait-go", action="store_true",
                    help="once set up, say 'ready' on stdout and wait for a line on stdin "
-                        "before the AllReduce starts (benchmarks start every worker at once)")
+                        "before the collective starts (benchmarks start every worker at once)")
     return p
 
 
@@ -124,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = WorkerConfig.from_files(args.topology, args.job, args.worker,
                                          ring_port=args.ring_port)
+        _check_collective(args, config.workers)
         values = _values(args)
         if args.embedded is None:
             _on_the_workers_host(args, argv, config.addresses[config.rank])
@@ -160,8 +184,30 @@ def _on_the_workers_host(args: argparse.Namespace, argv: list[str], address: str
         f"--endpoints ports.json &\n  {shlex.join([*here, *argv, '--embedded', 'ports.json'])}")
 
 
+def _check_collective(args: argparse.Namespace, workers: int) -> None:
+    """UsageError for an option the collective has no use for, or a root that is no
+    rank of the job: before anything is sent."""
+    c = args.collective
+    given = args.values is not None or args.input is not None or args.random is not None
+    if c == "barrier" and (given or args.float):
+        raise UsageError("a barrier takes no array: drop --values, --input, --random, --float")
+    if c != "barrier" and not given:
+        raise UsageError(f"{c} needs an array: give --values, --input or --random")
+    if args.root is not None and c not in ROOTED:
+        raise UsageError(f"--root is for reduce and broadcast, not {c}")
+    if args.root is not None and not 0 <= args.root < workers:
+        raise UsageError(f"--root {args.root} is not a rank of the job (0..{workers - 1})")
+    if c not in REDUCING:
+        for option, value in (("--width", args.width), ("--op", args.op)):
+            if value is not None:
+                raise UsageError(f"{option} is for the reductions (allreduce, reduce, "
+                                 f"reduce-scatter), not {c}: it moves its array bit for bit")
+
+
 def _values(args: argparse.Namespace) -> npt.NDArray[Any]:
-    """The array the arguments name."""
+    """The array the arguments name (none for a barrier)."""
+    if args.collective == "barrier":
+        return np.zeros(0, dtype=np.int32)
     try:
         if args.values is not None:
             dtype = np.float32 if args.float else np.int64
@@ -172,24 +218,20 @@ def _values(args: argparse.Namespace) -> npt.NDArray[Any]:
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from exc
     return random_floats(args.random, args.seed) if args.float else \
-        random_array(args.random, args.seed)
+        random_array(args.random, args.seed, args.width or 32)
 
 
 def _transport(args: argparse.Namespace, config: WorkerConfig) -> UdpTransport | LinkTransport:
     """The host's own UDP socket, or its link on the embedded network."""
     if args.embedded is None:
         return UdpTransport(config.target)
-    try:
-        endpoints = Endpoints.from_json(args.embedded.read_text())
-    except (OSError, ValueError, KeyError) as exc:
-        raise UsageError(f"{args.embedded} holds no embedded network's endpoints: {exc}"
-                         ) from exc
+    endpoints = Endpoints.load(args.embedded)
     return LinkTransport(Topology.load(args.topology), args.worker,
                          endpoints.of(args.worker), config.target)
 
 
 def _call(args: argparse.Namespace, config: WorkerConfig, values: npt.NDArray[Any]) -> int:
-    """The AllReduce, and its report on stdout."""
+    """The collective, and its report on stdout."""
     try:
         with _transport(args, config) as transport:
             progress: Callable[[int, int], None] | None = \
@@ -202,7 +244,7 @@ def _call(args: argparse.Namespace, config: WorkerConfig, values: npt.NDArray[An
             worker = Worker(config, transport, timeout=args.timeout,
                             rto=RtoEstimator(initial=args.rto, floor=args.min_rto),
                             progress=timeline or progress)
-            result = worker.allreduce(values, op)
+            result = _collective(worker, args, values, op)
             elapsed = time.monotonic() - started
     except InaError:
         raise
@@ -213,7 +255,8 @@ def _call(args: argparse.Namespace, config: WorkerConfig, values: npt.NDArray[An
     if args.output is not None:
         np.save(args.output, result.values)
     print(json.dumps({
-        "worker": args.worker, "job_id": config.job_id, "values": int(result.values.size),
+        "worker": args.worker, "job_id": config.job_id, "collective": args.collective,
+        "values": int(result.values.size),
         "elapsed": round(elapsed, 4),
         "packets": result.packets, "retransmissions": result.retransmissions,
         "early_retransmissions": worker.stats.early_retransmissions,
@@ -223,11 +266,28 @@ def _call(args: argparse.Namespace, config: WorkerConfig, values: npt.NDArray[An
         "overflow": result.overflow, "sha256": digest(result.values),
         "head": result.values[:4].tolist(),
         **({"max_error_bound": float(result.error_bound.max())}
-           if result.error_bound is not None else {}),
+           if result.error_bound is not None and result.error_bound.size else {}),
         **({"started": round(started, 4), "timeline": timeline.points}
            if timeline is not None else {}),
     }))
     return 0
+
+
+def _collective(worker: Worker, args: argparse.Namespace, values: npt.NDArray[Any],
+                op: Op | None) -> AllreduceResult:
+    """The call ``--collective`` names."""
+    c, root, width = args.collective, args.root or 0, args.width
+    if c == "allreduce":
+        return worker.allreduce(values, op, width)
+    if c == "reduce":
+        return worker.reduce(values, root, op, width)
+    if c == "reduce-scatter":
+        return worker.reduce_scatter(values, op, width)
+    if c == "broadcast":
+        return worker.broadcast(values, root)
+    if c == "allgather":
+        return worker.allgather(values)
+    return worker.barrier()
 
 
 if __name__ == "__main__":

@@ -10,10 +10,13 @@ import numpy as np
 import numpy.typing as npt
 
 
-def random_array(size: int, seed: int) -> npt.NDArray[np.int32]:
-    """The array `--random SIZE --seed SEED` stands for (tests recompute it)."""
+def random_array(size: int, seed: int, width: int = 32) -> npt.NDArray[np.int32]:
+    """The array `--random SIZE --seed SEED` stands for (tests recompute it); with
+    ``width`` 16 (`--width 16`), values that fit in 16-bit elements with room for a
+    sum of 8 workers."""
     rng = np.random.default_rng(seed)
-    return rng.integers(-(2**24), 2**24, size=size, dtype=np.int32)
+    high = 2**12 if width == 16 else 2**24
+    return rng.integers(-high, high, size=size, dtype=np.int32)
 
 
 def random_floats(size: int, seed: int) -> npt.NDArray[np.float32]:

@@ -7,15 +7,20 @@ address from the topology, its edge switch's MAC, UDP checksum 0 as the worker's
 socket sends them) and sends them to the UDP port where the embedded network has
 the host's link; of the frames that come back, it keeps what the host's socket would
 receive (IPv4 to the host's address, UDP to the INA port, a whole INA packet).
+``Endpoints`` says where each host's link ends (what ``inanet --endpoints`` writes).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import socket
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
+from ina.errors import LabError, UsageError
 from ina.host.config import WorkerConfig
 from ina.protocol.constants import ETHERTYPE_IPV4, INA_HEADER_BYTES, INA_UDP_PORT, IP_PROTO_UDP
 from ina.protocol.frames import ina_frame, ip_int
@@ -26,6 +31,38 @@ LOG = logging.getLogger(__name__)
 #: destination port, and where the INA payload begins (a host receives plain IPv4:
 #: its edge switch removed BIER).
 _PROTO, _DST_IP, _DPORT, _PAYLOAD = 14 + 9, 14 + 16, 14 + 20 + 2, 14 + 20 + 8
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where each host's link ends: a UDP port per host on ``address``."""
+
+    address: str
+    ports: dict[str, int]
+
+    def of(self, host: str) -> tuple[str, int]:
+        if host not in self.ports:
+            raise LabError(f"the embedded network has no host {host} "
+                           f"(its hosts: {', '.join(sorted(self.ports))})")
+        return self.address, self.ports[host]
+
+    def to_json(self) -> str:
+        return json.dumps({"address": self.address, "ports": self.ports}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Endpoints:
+        data = json.loads(text)
+        return cls(str(data["address"]), {str(h): int(p) for h, p in data["ports"].items()})
+
+    @classmethod
+    def load(cls, path: str | Path) -> Endpoints:
+        """The endpoints an embedded network wrote to ``path`` (inanet --endpoints),
+        or UsageError."""
+        try:
+            return cls.from_json(Path(path).read_text())
+        except (OSError, ValueError, KeyError) as exc:
+            raise UsageError(f"{path} holds no embedded network's endpoints: {exc}") from exc
+
 
 
 class LinkTransport:

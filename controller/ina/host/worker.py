@@ -28,12 +28,14 @@ from ina.host.barrier import barrier as barrier_body
 from ina.host.broadcast import broadcast as broadcast_body
 from ina.host.call import Caller
 from ina.host.config import WorkerConfig
+from ina.host.link import Endpoints, LinkTransport, on_loopback
 from ina.host.reduce import reduce_to
 from ina.host.reduce_scatter import reduce_scatter as reduce_scatter_body
 from ina.host.results import AllreduceResult
 from ina.host.transport import UdpTransport
 from ina.host.window import DEFAULT_RTO, RtoEstimator
 from ina.protocol.constants import Op
+from ina.spec.topology import Topology
 
 
 @dataclass
@@ -93,9 +95,19 @@ class Worker(Caller):
 
 @contextmanager
 def _worker(topology: str | Path, job: str | Path, worker: str, timeout: float, rto: float,
-            progress: Callable[[int, int], None] | None = None) -> Iterator[Worker]:
+            progress: Callable[[int, int], None] | None = None,
+            embedded: str | Path | None = None) -> Iterator[Worker]:
+    """``worker`` on its host's own network, or (``embedded``: the endpoints file an
+    embedded network wrote, ``inanet --endpoints``) on its link of the embedded network."""
     config = WorkerConfig.from_files(topology, job, worker)
-    with UdpTransport(config.target) as transport:
+    transport: UdpTransport | LinkTransport
+    if embedded is None:
+        transport = UdpTransport(config.target)
+    else:
+        config = on_loopback(config)
+        transport = LinkTransport(Topology.load(topology), worker,
+                                  Endpoints.load(embedded).of(worker), config.target)
+    with transport:
         yield Worker(config, transport, timeout=timeout, rto=RtoEstimator(initial=rto),
                      progress=progress)
 
@@ -107,47 +119,53 @@ def _op_of(op: Op | str | None) -> Op | None:
 def allreduce(values: npt.ArrayLike, *, topology: str | Path, job: str | Path, worker: str,
               op: Op | str | None = None, timeout: float = 5.0, rto: float = DEFAULT_RTO,
               progress: Callable[[int, int], None] | None = None,
-              width: int | None = None) -> AllreduceResult:
+              width: int | None = None, embedded: str | Path | None = None) -> AllreduceResult:
     """One AllReduce from this host as ``worker`` of ``job``: integer or float arrays,
     op SUM, MIN or MAX (default: the job's). Every worker of the job must call it
-    with an array of the same length."""
-    with _worker(topology, job, worker, timeout, rto, progress) as w:
+    with an array of the same length. Each of these functions runs on the worker's
+    lab host, or anywhere on the embedded network whose endpoints file ``embedded``
+    names (``inanet --endpoints FILE``)."""
+    with _worker(topology, job, worker, timeout, rto, progress, embedded) as w:
         return w.allreduce(values, _op_of(op), width)
 
 
 def reduce(values: npt.ArrayLike, *, root: int = 0, topology: str | Path, job: str | Path,
            worker: str, op: Op | str | None = None, timeout: float = 5.0,
-           rto: float = DEFAULT_RTO, width: int | None = None) -> AllreduceResult:
+           rto: float = DEFAULT_RTO, width: int | None = None,
+           embedded: str | Path | None = None) -> AllreduceResult:
     """One Reduce to rank ``root`` (the job's ``root``-th worker) from this host."""
-    with _worker(topology, job, worker, timeout, rto) as w:
+    with _worker(topology, job, worker, timeout, rto, embedded=embedded) as w:
         return w.reduce(values, root, _op_of(op), width)
 
 
 def reduce_scatter(values: npt.ArrayLike, *, topology: str | Path, job: str | Path,
                    worker: str, op: Op | str | None = None, timeout: float = 5.0,
-                   rto: float = DEFAULT_RTO, width: int | None = None) -> AllreduceResult:
+                   rto: float = DEFAULT_RTO, width: int | None = None,
+                   embedded: str | Path | None = None) -> AllreduceResult:
     """One Reduce-scatter from this host: this worker's part of the reduction."""
-    with _worker(topology, job, worker, timeout, rto) as w:
+    with _worker(topology, job, worker, timeout, rto, embedded=embedded) as w:
         return w.reduce_scatter(values, _op_of(op), width)
 
 
 def broadcast(values: npt.ArrayLike, *, root: int = 0, topology: str | Path,
               job: str | Path, worker: str, timeout: float = 5.0,
-              rto: float = DEFAULT_RTO) -> AllreduceResult:
+              rto: float = DEFAULT_RTO, embedded: str | Path | None = None
+              ) -> AllreduceResult:
     """One Broadcast from rank ``root`` (the job's ``root``-th worker) to every worker."""
-    with _worker(topology, job, worker, timeout, rto) as w:
+    with _worker(topology, job, worker, timeout, rto, embedded=embedded) as w:
         return w.broadcast(values, root)
 
 
 def allgather(values: npt.ArrayLike, *, topology: str | Path, job: str | Path, worker: str,
-              timeout: float = 5.0, rto: float = DEFAULT_RTO) -> AllreduceResult:
+              timeout: float = 5.0, rto: float = DEFAULT_RTO,
+              embedded: str | Path | None = None) -> AllreduceResult:
     """One Allgather from this host: every worker's ``values``, rank 0's first."""
-    with _worker(topology, job, worker, timeout, rto) as w:
+    with _worker(topology, job, worker, timeout, rto, embedded=embedded) as w:
         return w.allgather(values)
 
 
 def barrier(*, topology: str | Path, job: str | Path, worker: str, timeout: float = 5.0,
-            rto: float = DEFAULT_RTO) -> AllreduceResult:
+            rto: float = DEFAULT_RTO, embedded: str | Path | None = None) -> AllreduceResult:
     """One Barrier: returns once every worker of the job has entered it."""
-    with _worker(topology, job, worker, timeout, rto) as w:
+    with _worker(topology, job, worker, timeout, rto, embedded=embedded) as w:
         return w.barrier()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import selectors
 import socket
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from ina.errors import LabError
+from ina.host.link import Endpoints as Endpoints  # where it lived first: ina.torch imports it here
 from ina.model.harness import initialised_network
 from ina.model.network import Impairment
 from ina.spec.job import Job, JobSpec
@@ -44,28 +44,6 @@ SPAWN_TIMEOUT = 60.0
 BATCH = 64
 #: Largest frame a link carries (a BIER result is about 1.2 kB).
 MAX_FRAME = 16384
-
-
-@dataclass(frozen=True)
-class Endpoints:
-    """Where each host's link ends: a UDP port per host on ``address``."""
-
-    address: str
-    ports: dict[str, int]
-
-    def of(self, host: str) -> tuple[str, int]:
-        if host not in self.ports:
-            raise LabError(f"the embedded network has no host {host} "
-                           f"(its hosts: {', '.join(sorted(self.ports))})")
-        return self.address, self.ports[host]
-
-    def to_json(self) -> str:
-        return json.dumps({"address": self.address, "ports": self.ports}, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Endpoints:
-        data = json.loads(text)
-        return cls(str(data["address"]), {str(h): int(p) for h, p in data["ports"].items()})
 
 
 @dataclass
