@@ -470,12 +470,13 @@ class CollectivesFigures:
         lines = [f"  {describe_regime(g.rate_mbit)}:",
                  f"    {'collective':<15}{'method':<14}{'seconds':>8}{'values/s':>12}"
                  f"{'INA/x':>7}   {'busiest link':<18}{'B/value':>7}{'up max':>8}"
-                 f"{'down max':>9}  check"]
+                 f"{'down max':>9}  check (every rank)"]
         for k in ARRAY_COLLECTIVES:
             for m in METHODS:
                 r = g.run(k, m)
                 if r is not None:
-                    lines.append(self._row(NAMES[k], r, g.ratio(g.run(k, "INA"), r)))
+                    ratio = None if m == "INA" else g.ratio(g.run(k, "INA"), r)
+                    lines.append(self._row(NAMES[k], r, ratio))
                 else:
                     lines.append(f"    {NAMES[k]:<15}{m:<14}"
                                  f"{c.why_not(m, k) or 'not run'}")
@@ -490,7 +491,8 @@ class CollectivesFigures:
         lines.append("    AllReduce of a float16 array:")
         for r in g.runs:
             if r.collective == "allreduce" and r.dtype == "float16":
-                lines.append(self._row("float16", r, g.ratio(sixteen, r)))
+                lines.append(self._row("float16", r,
+                                       None if r is sixteen else g.ratio(sixteen, r)))
         thirty_two = g.run("allreduce", "INA", "float16", 32)
         gloo16 = g.run("allreduce", "gloo", "float16")
         lines.append(f"    ratios (same run): 16-bit/32-bit {_ratio(g.ratio(sixteen, thirty_two))}"
@@ -506,6 +508,8 @@ class CollectivesFigures:
         link = f"{r.busiest_link[0]}->{r.busiest_link[1]}"
         check = ("exact" if r.max_error == 0 else f"within bound (max error {r.max_error:.1e})"
                  ) if r.ok else _failure(r)
+        if r.retransmissions:
+            check += f"; {r.retransmissions} retransmissions"
         return (f"    {what:<15}{r.label:<14}{r.seconds:>8.2f}{r.values_per_s:>12,.0f}"
                 f"{_ratio(x):>7}   {link:<18}{r.busiest_bytes_per_value:>7.2f}"
                 f"{max(r.uplink_bytes_per_value.values()):>8.2f}"
