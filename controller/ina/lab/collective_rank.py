@@ -176,7 +176,12 @@ class RankProcess:
                           retransmissions, on_hosts)
 
     def _ina(self, command: Command, mine: npt.NDArray[Any]) -> Outcome:
+        from ina.host.window import RtoEstimator
+
         w, c = self.worker, command.collective
+        # Round trips measured before (the other regime's, say) are not this one's: each
+        # measurement starts from the initial timeout, as a fresh inaworker does.
+        w.rto = RtoEstimator()
         if c == "barrier":
             for _ in range(command.repeat):
                 r = w.barrier()
