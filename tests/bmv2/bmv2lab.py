@@ -76,18 +76,20 @@ class NetLab:
             for _, job in jobs:
                 self.teardown(job.job_id)
 
-    def start_workers(self, job_path: Path, job: Job, size: int, seed: int,
+    def start_workers(self, job_path: Path, job: Job, size: int | None, seed: int,
                       timeout: float = 10.0, only: Sequence[str] | None = None,
                       extra: Sequence[str] = ()) -> dict[str, subprocess.Popen[bytes]]:
         """Start ``inaworker`` on the hosts of the job's workers (or of ``only``);
-        worker i's array is ``--random size --seed seed+i``."""
+        worker i's array is ``--random size --seed seed+i`` (no array if ``size`` is
+        None: a barrier). ``extra``: more options (``--collective``, ``--root``...)."""
         procs = {}
         for i, w in enumerate(job.workers):
             if only is not None and w not in only:
                 continue
+            array = [] if size is None else ["--random", str(size), "--seed", str(seed + i)]
             procs[w] = self.lab.host(w).popen(
                 [sys.executable, "-m", "ina.cli.inaworker", "-t", str(self.topology_path), "--job",
-                 str(job_path), "--worker", w, "--random", str(size), "--seed", str(seed + i),
+                 str(job_path), "--worker", w, *array,
                  "--timeout", str(timeout),
                  "--output", str(self.workdir / f"{w}-{job.job_id}.npy"), *extra],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -2,10 +2,10 @@
 
 Each worker gives a part of the same length and type; on the wire the parts lie one
 after another, each padded to whole packets (ina.host.flow.Layout), so that every
-chunk has one owner: the owner contributes its data, every other worker NODATA, and
-the chunk's data goes to every worker. Any type travels as its bytes in 32-bit
-words, exactly. A worker's uplink carries its part and headers; its downlink
-every part.
+chunk has one owner: the owner contributes its data, every other worker zeros (not
+NODATA: a round takes one kind, see ina.host.collective.movement), and the chunk's
+data goes to every worker. Any type travels as its bytes in 32-bit words, exactly.
+A worker's uplink and its downlink carry every part.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Broadcast: the root rank's array at every worker, bit for bit.
 
-The root contributes data to every chunk, every other worker NODATA (its bit only:
-"I have reached this chunk"); the cell completes with every worker's bit and the
-root of the VAT sends the root rank's data by BIER to every worker. Any type
-travels as its bytes in 32-bit words, exactly. The root's uplink carries the array,
-the others' only headers; every downlink carries the array.
+The root contributes its data to every chunk, every other worker zeros (not NODATA:
+a round takes one kind, see ina.host.collective.movement); the cell completes with
+every worker's bit and the root of the VAT sends the root rank's data by BIER to
+every worker. Any type travels as its bytes in 32-bit words, exactly. Every uplink
+and every downlink carries the array.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ one packet in the window (ina.host.window) with a ``Flow`` (ina.host.flow):
   block quantization of ina.host.quantize: their exponents first, with MAX, then
   their values), and each chunk's data goes to its ``dest`` (0: every worker).
   AllReduce, Reduce, Reduce-scatter.
-- ``movement``: each chunk's data comes from one worker (the others send NODATA)
-  and goes to every worker, bit for bit: any type travels as its bytes, in 32-bit
-  words. Broadcast, Allgather.
+- ``movement``: each chunk's data comes from one worker (the others send zeros:
+  see ``movement``) and goes to every worker, bit for bit: any type travels as its
+  bytes, in 32-bit words. Broadcast, Allgather.
 
 A Barrier is one chunk of NODATA from every worker. ``describe`` gives the
 descriptor (ina.host.call.CallDescriptor) the workers agree on first.
@@ -141,7 +141,16 @@ def bytes_kind(array: npt.NDArray[Any]) -> int:
 def movement(reduce: Reduce, wire: npt.NDArray[np.int32], seq: int, layout: Layout,
              data: BoolArray, phase: str) -> tuple[AllreduceResult, int]:
     """32-bit words laid out as ``layout``, each chunk's data from the worker whose
-    ``data`` holds it, the others' NODATA, to every worker: the words as on the
-    wire, bit for bit, and the sequence number after."""
-    r = reduce(wire, Op.SUM, seq, phase, Flow.of(layout, data=data))
+    ``data`` holds it, to every worker: the words as on the wire, bit for bit, and
+    the sequence number after.
+
+    The other workers contribute zeros, not NODATA: a round takes one kind, data or
+    NODATA (aggregation.p4), because BMv2 lets a packet grow by at most 512 bytes
+    over its arrival size, and a NODATA contribution completing a cell with data
+    would have to grow by the whole array. A SUM of one worker's words and zeros is
+    those words, exactly, with no overflow. The cost: every worker's uplink carries
+    the whole array (docs/limits.md)."""
+    owned = np.repeat(np.asarray(data, dtype=bool), layout.per_packet)[: wire.size]
+    r = reduce(np.where(owned, wire, 0).astype(np.int32), Op.SUM, seq, phase,
+               Flow.of(layout))
     return r, seq_add(seq, r.packets)
