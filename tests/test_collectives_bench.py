@@ -16,8 +16,9 @@ from ina.cli import inabench
 from ina.lab.bench import INA_WIRE_PER_VALUE
 from ina.lab.collective_rank import Command, expected, inputs
 from ina.lab.collectives_bench import (
-    BMV2_CANNOT,
-    BMV2_REASON,
+    ARRAY_COLLECTIVES,
+    BIER_WIRE_PER_VALUE,
+    METHODS,
     CollectiveRun,
     CollectivesCase,
     CollectivesFigures,
@@ -42,9 +43,10 @@ def run(collective: str, method: str, seconds: float, *, dtype: str = "float32",
 
 
 def regime(rate: float | None, *, reduce_ina: float = 1.0) -> CollectivesRegime:
-    """A regime as a run without INA's Broadcast and Allgather gives it: INA Reduce
+    """A regime without INA's Allgather (as a run that lost it): INA Reduce
     ``reduce_ina`` seconds against gloo's 2."""
-    runs = [run("broadcast", "gloo", 3.0), run("broadcast", "hosts", 2.0),
+    runs = [run("broadcast", "INA", 1.0, up=0.4), run("broadcast", "gloo", 3.0),
+            run("broadcast", "hosts", 2.0),
             run("reduce", "INA", reduce_ina, down=0.5), run("reduce", "gloo", 2.0),
             run("reduce", "hosts", 2.0),
             run("reduce_scatter", "INA", 1.0, down=INA_WIRE_PER_VALUE * 0.3),
@@ -61,8 +63,7 @@ def regime(rate: float | None, *, reduce_ina: float = 1.0) -> CollectivesRegime:
 
 def case(link: CollectivesRegime | None = None) -> CollectivesCase:
     return CollectivesCase("figure1", "figure1", WORKERS, "root s1", SIZE, 32,
-                           [regime(None), link or regime(4.0)],
-                           {f"INA {c}": BMV2_REASON for c in BMV2_CANNOT})
+                           [regime(None), link or regime(4.0)])
 
 
 def figures(link: CollectivesRegime | None = None) -> CollectivesFigures:
@@ -121,21 +122,31 @@ def test_the_report_puts_ina_over_gloo_and_16_over_32_bits_beside_the_rates() ->
     assert "16-bit/32-bit 2.00x, 16-bit/gloo float16 2.00x" in text
 
 
-def test_the_report_says_why_a_measurement_was_not_run() -> None:
+def test_the_report_says_a_measurement_missing_from_the_figures_was_not_run() -> None:
     text = figures().render()
-    line = next(x for x in text.splitlines() if x.split()[:2] == ["Broadcast", "INA"])
-    assert BMV2_REASON in line
+    line = next(x for x in text.splitlines() if x.split()[:2] == ["Allgather", "INA"])
+    assert line.split()[2:] == ["not", "run"]
 
 
 def test_a_wrong_result_is_reported_as_wrong_not_as_a_rate() -> None:
     link = regime(4.0)
-    link.runs[2] = dataclasses.replace(link.runs[2], correct=False)  # INA Reduce
+    link.runs[3] = dataclasses.replace(link.runs[3], correct=False)  # INA Reduce
     text = figures(link).render()
     assert "WRONG" in text
     assert "NOT: INA Reduce (link)" in text
 
 
 # --- goals ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("copies,passed", [(1.0, True), (2.0, False)])
+def test_broadcasts_goal_of_no_link_carrying_it_twice_counts_copies_inside_bier(
+        copies: float, passed: bool) -> None:
+    link = regime(4.0)
+    link.runs[0] = dataclasses.replace(link.runs[0],
+                                       busiest_bytes_per_value=copies * BIER_WIRE_PER_VALUE)
+    assert goal(case(link), "Broadcast: no link") == (
+        f"busiest s1->s5 {copies:.2f}x one copy", passed)
 
 
 def test_a_goal_met_passes() -> None:
@@ -148,13 +159,12 @@ def test_a_goal_missed_by_a_little_is_a_miss() -> None:
 
 
 def test_a_goal_on_a_collective_not_run_is_not_measured_not_passed() -> None:
-    measured, passed = goal(case(), "Broadcast: INA")
-    assert passed is None and BMV2_REASON in measured
+    assert goal(case(), "Allgather: INA >=") == ("INA Allgather: not run", None)
 
 
 def test_a_goal_on_a_failed_run_is_a_miss() -> None:
     link = regime(4.0)
-    link.runs[5] = dataclasses.replace(link.runs[5], errors=["w1: AllreduceTimeout"])
+    link.runs[6] = dataclasses.replace(link.runs[6], errors=["w1: AllreduceTimeout"])
     measured, passed = goal(case(link), "Reduce-scatter: each downlink")
     assert passed is False and "FAILED" in measured
 
@@ -162,8 +172,8 @@ def test_a_goal_on_a_failed_run_is_a_miss() -> None:
 def test_reduce_scatters_downlink_goal_is_s_over_n_plus_a_tenth_of_s() -> None:
     assert goal(case(), "Reduce-scatter: each downlink") == ("largest 0.300 S", True)
     link = regime(4.0)
-    link.runs[5] = dataclasses.replace(
-        link.runs[5], downlink_bytes_per_value=dict.fromkeys(WORKERS, INA_WIRE_PER_VALUE * 0.4))
+    link.runs[6] = dataclasses.replace(
+        link.runs[6], downlink_bytes_per_value=dict.fromkeys(WORKERS, INA_WIRE_PER_VALUE * 0.4))
     assert goal(case(link), "Reduce-scatter: each downlink") == ("largest 0.400 S", False)
 
 
@@ -175,11 +185,11 @@ def test_without_the_link_regime_no_goal_is_judged() -> None:
 # --- what is measured -------------------------------------------------------------------
 
 
-def test_a_regime_leaves_out_inas_broadcast_and_allgather_unless_asked() -> None:
-    default = {(c.method, c.collective) for c in commands(1024)}
-    asked = {(c.method, c.collective) for c in commands(1024, ina_movements=True)}
-    assert ("INA", "broadcast") not in default and ("INA", "allgather") not in default
-    assert asked - default == {("INA", "broadcast"), ("INA", "allgather")}
+def test_a_regime_measures_every_collective_by_every_method_and_barriers_by_each() -> None:
+    plan = commands(1024)
+    float32 = [(c.method, c.collective) for c in plan if c.dtype == "float32"]
+    assert set(float32) == {(m, k) for k in (*ARRAY_COLLECTIVES, "barrier") for m in METHODS}
+    assert len(float32) == len(set(float32))
 
 
 def test_a_regime_measures_float16_allreduce_in_both_widths_and_gloos() -> None:

@@ -145,7 +145,7 @@ def parser() -> argparse.ArgumentParser:
                     help="a case to run; repeat the option for both (default: both)")
     co.add_argument("--size", type=_positive, metavar="N",
                     help="values S per collective, a multiple of 1024 (default: figure1 "
-                         "131072, fat-tree 65536)")
+                         "262144, fat-tree 131072)")
     co.add_argument("--rate", type=float, metavar="MBIT",
                     help="Mbit/s of every link in the link-bound regime (default: the "
                          "case's, as inabench allreduce: " + ", ".join(
@@ -154,10 +154,6 @@ def parser() -> argparse.ArgumentParser:
     co.add_argument("--regimes", default="cpu,link",
                     help="which regimes, comma-separated: cpu (links unlimited), link "
                          "(links limited)")
-    co.add_argument("--ina-movements", action="store_true",
-                    help="also run Broadcast and Allgather through the switches, which "
-                         "BMv2 1.15 aborts on (a NODATA packet cannot grow by an array: "
-                         "docs/limits.md): for a data plane that does not need it")
     _outputs(co, "values per second and bytes per value of every collective")
     # The host benchmark's other end (ina.lab.bench.host_rate): not for people, hidden.
     r = sub.add_parser("reflect")
@@ -342,7 +338,7 @@ def _bench(args: argparse.Namespace) -> int:
         from ina.lab import collectives_bench
 
         measured = collectives_bench.run(args.case or ["figure1", "fat-tree"], args.build,
-                                         regimes, args.size, args.rate, args.ina_movements)
+                                         regimes, args.size, args.rate)
         _figures(args, measured.figures())
     elif args.cmd == "soak":
         from ina.lab import soak

@@ -62,16 +62,10 @@ NAMES = {"broadcast": "Broadcast", "reduce": "Reduce", "reduce_scatter": "Reduce
          "allgather": "Allgather", "allreduce": "AllReduce", "barrier": "Barrier"}
 #: Barriers in a row per measurement (their mean is the latency).
 BARRIER_REPEAT = 10
-#: Values S per collective, per case: a full run (both cases, both regimes, 21
-#: measurements each) takes about 10 minutes on a 2-core machine.
-SIZES = {"figure1": 131072, "fat-tree": 65536}
-#: INA's collectives that kill a BMv2 switch (simple_switch 1.15): a NODATA
-#: contribution that completes a cell holding data must grow by the whole array, and
-#: BMv2 gives a packet at most 512 bytes more (docs/limits.md). Not run unless asked
-#: (``--ina-movements``): a dead switch would fail every measurement after it.
-BMV2_CANNOT = ("broadcast", "allgather")
-BMV2_REASON = ("not run: BMv2 aborts when a NODATA contribution must grow by an array "
-               "(512 bytes of headroom; docs/limits.md)")
+#: Values S per collective, per case (``inabench allreduce``'s): a full run (both
+#: cases, both regimes, 21 measurements each) takes about 6 minutes on a quiet 2-core
+#: machine.
+SIZES = {"figure1": 262144, "fat-tree": 131072}
 #: The store's port on rank 0's host (gloo).
 MASTER_PORT = 29510
 #: Seconds a rank waits without progress before its collective fails.
@@ -149,11 +143,6 @@ class CollectivesCase:
     size: int  # S: values per collective
     slots: int
     regimes: list[CollectivesRegime] = field(default_factory=list)
-    #: Measurements left out of every regime, and why: "INA broadcast" -> reason.
-    not_run: dict[str, str] = field(default_factory=dict)
-
-    def why_not(self, method: str, collective: str) -> str | None:
-        return self.not_run.get(f"{method} {collective}")
 
 
 @dataclass
@@ -169,11 +158,9 @@ class Goal:
 # --- The plan of one regime ------------------------------------------------------------
 
 
-def commands(size: int, ina_movements: bool = False) -> list[Command]:
-    """What one regime measures, in order (INA's Broadcast and Allgather only if
-    ``ina_movements``: see BMV2_CANNOT)."""
-    plan = [Command(m, c, size) for c in ARRAY_COLLECTIVES for m in METHODS
-            if ina_movements or m != "INA" or c not in BMV2_CANNOT]
+def commands(size: int) -> list[Command]:
+    """What one regime measures, in order."""
+    plan = [Command(m, c, size) for c in ARRAY_COLLECTIVES for m in METHODS]
     plan += [Command(m, "barrier", 1, repeat=BARRIER_REPEAT) for m in METHODS]
     plan += [Command("INA", "allreduce", size, "float16", 16),
              Command("INA", "allreduce", size, "float16", 32),
@@ -282,16 +269,13 @@ def ranks_on(bench: Bench) -> Iterator[Ranks]:
 
 
 def measure_on_bench(bench: Bench, case: Case, regimes: tuple[str, ...], size: int,
-                     plan: list[Command] | None = None, ina_movements: bool = False
-                     ) -> CollectivesCase:
+                     plan: list[Command] | None = None) -> CollectivesCase:
     """On a lab with the job deployed: every command of ``plan`` (default: every
-    collective, ``commands(size, ina_movements)``) in each regime, by the same rank
-    processes."""
+    collective, ``commands(size)``) in each regime, by the same rank processes."""
     job, lab = bench.job, bench.lab
-    plan = plan or commands(size, ina_movements)
-    not_run = {} if ina_movements else {f"INA {c}": BMV2_REASON for c in BMV2_CANNOT}
+    plan = plan or commands(size)
     result = CollectivesCase(case.name, bench.topology.name, list(job.workers),
-                             describe_vat(job), size, job.slots, not_run=not_run)
+                             describe_vat(job), size, job.slots)
     with ranks_on(bench) as ranks:
         for regime in regimes:
             rate = case.rate_mbit if regime == "link" else None
@@ -304,11 +288,11 @@ def measure_on_bench(bench: Bench, case: Case, regimes: tuple[str, ...], size: i
     return result
 
 
-def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...], size: int,
-             ina_movements: bool = False) -> CollectivesCase:
+def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...], size: int
+             ) -> CollectivesCase:
     """Inside the sandbox: the case's lab, its job deployed, every measurement."""
     with _bench_on_lab(case, build_dir) as bench:
-        return measure_on_bench(bench, case, regimes, size, ina_movements=ina_movements)
+        return measure_on_bench(bench, case, regimes, size)
 
 
 def case_for(name: str, rate_mbit: float | None) -> Case:
@@ -337,11 +321,9 @@ def goals(case: CollectivesCase) -> list[Goal]:
         measured if one was not run, missed if one failed."""
         found = []
         for method, collective, dtype, width in runs:
-            why = case.why_not(method, collective)
             r = link.run(collective, method, dtype, width)
-            if why is not None or r is None:
-                out.append(Goal(name, goal, f"{method} {NAMES[collective]}: "
-                                            f"{why or 'not run'}", None))
+            if r is None:
+                out.append(Goal(name, goal, f"{method} {NAMES[collective]}: not run", None))
                 return
             if not r.ok:
                 out.append(Goal(name, goal, f"{r.label} {NAMES[collective]}: "
@@ -478,8 +460,7 @@ class CollectivesFigures:
                     ratio = None if m == "INA" else g.ratio(g.run(k, "INA"), r)
                     lines.append(self._row(NAMES[k], r, ratio))
                 else:
-                    lines.append(f"    {NAMES[k]:<15}{m:<14}"
-                                 f"{c.why_not(m, k) or 'not run'}")
+                    lines.append(f"    {NAMES[k]:<15}{m:<14}not run")
         lines.append("    each worker's uplink/downlink, bytes per value:")
         for r in g.runs:
             if r.collective != "barrier":
@@ -600,13 +581,12 @@ def _failure(r: CollectiveRun) -> str:
 
 
 def run(case_names: list[str], build_dir: Path, regimes: tuple[str, ...],
-        size: int | None, rate_mbit: float | None, ina_movements: bool = False
-        ) -> CollectivesFigures:
+        size: int | None, rate_mbit: float | None) -> CollectivesFigures:
     """Inside the sandbox: every case, in one run."""
     import torch
 
     from ina.lab.mininet import bmv2_build
 
-    cases = [run_case(case_for(name, rate_mbit), build_dir, regimes, size or SIZES[name],
-                      ina_movements) for name in case_names]
+    cases = [run_case(case_for(name, rate_mbit), build_dir, regimes, size or SIZES[name])
+             for name in case_names]
     return CollectivesFigures(cases, bmv2_build(), torch.__version__)
