@@ -112,8 +112,7 @@ class CollectiveRun:
 
     def busiest_line_rate(self, rate_mbit: float) -> float:
         """The busiest link's bytes per second over its line rate."""
-        size = 0 if self.values_per_s == 0 else self.values_per_s * self.seconds
-        return self.busiest_bytes_per_value * size / self.seconds / (rate_mbit * 1e6 / 8)
+        return self.busiest_bytes_per_value * self.values_per_s / (rate_mbit * 1e6 / 8)
 
 
 @dataclass
@@ -540,7 +539,6 @@ class CollectivesFigures:
                      va="top")
             for ax in (top, middle):
                 ax.set_xticks(x, [NAMES[k] for k in ARRAY_COLLECTIVES], fontsize=7)
-                ax.legend(fontsize=6, loc="upper right")
             sixteen = g.run("allreduce", "INA", "float16", 16)
             fp16 = [r for r in g.runs if r.collective == "allreduce" and r.dtype == "float16"]
             bars = bottom.bar([r.label for r in fp16],
@@ -549,7 +547,7 @@ class CollectivesFigures:
             for b, r in zip(bars, fp16, strict=True):
                 text = "FAILED" if not r.ok else (
                     f"{r.values_per_s / 1000:,.0f}k, {r.busiest_bytes_per_value:.2f} B/value"
-                    if r is sixteen else f"16-bit: {_ratio(g.ratio(sixteen, r))}")
+                    if r is sixteen else f"INA 16-bit: {_ratio(g.ratio(sixteen, r))}")
                 bottom.annotate(text, (b.get_x() + b.get_width() / 2, b.get_height()),
                                 ha="center", va="bottom", fontsize=7)
             bottom.set_ylim(0, bottom.get_ylim()[1] * 1.2)
@@ -562,7 +560,9 @@ class CollectivesFigures:
                 bottom.set_ylabel("values per second", fontsize=8)
         fig.text(0.01, 0.005, f"{self.bmv2}; torch {self.torch}", fontsize=6,
                  color="#555555")
-        fig.tight_layout(rect=(0, 0.02, 1, 1))
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="upper center", ncol=len(METHODS), fontsize=8)
+        fig.tight_layout(rect=(0, 0.02, 1, 0.965))
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)
         plt.close(fig)
