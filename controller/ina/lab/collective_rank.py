@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ina.cli import common
 from ina.host.arrays import random_floats
 
 LOG = logging.getLogger(__name__)
@@ -249,6 +248,12 @@ class RankProcess:
         return t.numpy(), None, 0, False
 
 
+def _wait_for_go() -> None:
+    """Say ``ready`` and wait for a line: the benchmark starts every rank at once."""
+    print("ready", flush=True)
+    sys.stdin.readline()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ina.lab.collective_rank",
                                 description=__doc__.split("\n\n")[0])
@@ -263,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in sys.stdin:
             if line.strip() == "quit":
                 break
-            report = rank.run(Command(**json.loads(line)), common.wait_for_go)
+            report = rank.run(Command(**json.loads(line)), _wait_for_go)
             print(json.dumps(asdict(report)), flush=True)
     finally:
         rank.close()
