@@ -213,3 +213,30 @@ def test_a_switch_late_with_every_probe_it_passes_up_breaks_no_link() -> None:
     w.run(1.0)
     for _ in range(20):  # leaf2 passes up nothing for 2 s (busy), everything else flows
         assert not w.step(lambda _, receiver: receiver != "leaf2")
+
+
+def test_a_switch_late_with_every_probe_it_sends_breaks_no_link() -> None:
+    """The chaos soak's false verdicts: under load, switches whose probes wait in
+    their queues are late on every link at once (14 links reported down together on
+    the fat-tree, none failed); the old rule looked only at the receiving side."""
+    w = Watched()
+    w.run(1.0)
+    for _ in range(20):  # spine1's probes reach nobody for 2 s, everything else flows
+        assert not w.step(lambda sender, _: sender != "spine1")
+
+
+def test_several_switches_late_with_their_probes_at_once_break_no_link() -> None:
+    w = Watched()
+    w.run(1.0)
+    slow = {"spine2", "leaf1", "leaf3"}
+    for _ in range(20):
+        assert not w.step(lambda sender, _: sender not in slow)
+
+
+def test_a_switch_whose_probes_reach_nobody_for_the_hang_time_breaks_its_links() -> None:
+    w = Watched()
+    w.run(1.0)
+    verdict = Failures()
+    for _ in range(int(w.det.hang_after / STEP) + 2):
+        verdict = w.step(lambda sender, _: sender != "spine1")
+    assert verdict.links == {lk.nodes for lk in w.det.links if "spine1" in lk.nodes}

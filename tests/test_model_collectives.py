@@ -87,24 +87,48 @@ def test_16_bit_elements_are_reduced_exactly_with_the_overflow_flag(
     assert not any(results[h] for h in ("w5", "w6", "w7", "w8"))
 
 
-@pytest.mark.parametrize("source", WORKERS)
-def test_one_data_contribution_and_nodata_from_the_others_reach_every_worker(
-        model_lab: ModelLab, source: str) -> None:
-    """A broadcast's chunk: whoever sends the data (first, last or between), the
-    cell completes on every worker's bit and every worker gets the data."""
+def _kind(job: Job, worker: str, seq: int, data: bool, values: tuple[int, ...] = (5,)
+          ) -> bytes:
+    """``worker``'s contribution to ``seq``: ``values``, or its bit alone (NODATA)."""
+    return (ina_payload(1, seq, job.worker_bit[worker], list(values)) if data
+            else nodata_payload(1, seq, job.worker_bit[worker], len(values)))
+
+
+def _nothing_left(lab: ModelLab) -> bool:
+    """No frame reached any host, and no switch sent anything on (drained)."""
+    return not any(_frames(lab.net, h) for h in lab.topology.hosts)
+
+
+@pytest.mark.parametrize("first_data", [True, False], ids=["nodata-to-data", "data-to-nodata"])
+def test_a_contribution_of_the_other_kind_than_the_rounds_is_refused(
+        model_lab: ModelLab, first_data: bool) -> None:
+    """A round takes the kind of its first contribution: NODATA to a round of data
+    (it would complete the cell and have to grow a 1,024-byte array: BMv2 aborts
+    past 512 bytes of growth), or data to a NODATA round, is dropped and counted;
+    nothing leaves s1."""
     job, seq = _deploy(model_lab)
-    data = np.arange(-100, 100)
-    for w in WORKERS:
-        _send(model_lab, job, w, ina_payload(1, seq, job.worker_bit[w], data) if w == source
-              else nodata_payload(1, seq, job.worker_bit[w], data.size))
+    _send(model_lab, job, "w1", _kind(job, "w1", seq, first_data))
+    _send(model_lab, job, "w2", _kind(job, "w2", seq, not first_data))
+    s1 = _job_stats(model_lab)["s1"]
+    assert (s1[JobStat.ABSORBED], s1[JobStat.DROP_KIND_MISMATCH]) == (1, 1)
+    assert JobStat.EMITTED not in s1
+    assert _nothing_left(model_lab)
+
+
+@pytest.mark.parametrize("data", [True, False], ids=["data", "nodata"])
+def test_a_round_of_one_kind_completes_whoever_comes_first(
+        model_lab: ModelLab, data: bool) -> None:
+    """Every worker's contribution of one kind, in any order: every worker gets the
+    data (a round of data) or a header alone (a NODATA round)."""
+    job, seq = _deploy(model_lab)
+    for w in reversed(WORKERS):
+        _send(model_lab, job, w, _kind(job, w, seq, data))
     for w in WORKERS:
         (frame,) = _frames(model_lab.net, w)
-        assert len(frame) == DATA_BYTES
+        assert len(frame) == (DATA_BYTES if data else COMPLETION_BYTES), w
         (got,) = [InaPacket.unpack(p) for p in _payloads(frame)]
-        assert not got.header.flags & Flag.NODATA and got.meaningful == tuple(data), w
-    stats = _job_stats(model_lab)
-    assert stats["s6"][JobStat.MULTICAST] == 1 and stats["s6"][JobStat.ABSORBED] == 2
-    assert switch_stat(model_lab, "s5", SwitchStat.COMPLETION_SENT) == 0
+        assert got.values[:1] == ((20,) if data else ()), w
+    assert not _job_stats(model_lab)["s6"].get(JobStat.DROP_KIND_MISMATCH)
 
 
 def _payloads(frame: bytes) -> list[bytes]:
@@ -174,23 +198,32 @@ def test_a_resend_for_dest_carries_data_and_for_others_a_completion(
     assert _job_stats(model_lab)["s6"][JobStat.RESENT] == 2
 
 
-def test_a_nodata_retransmission_gets_the_cells_data_and_vice_versa(
-        model_lab: ModelLab) -> None:
-    """A resend leaves with the cell's array if it has one, else without, whatever
-    the retransmission carried (its lengths follow)."""
+@pytest.mark.parametrize("data", [True, False], ids=["nodata-at-data", "data-at-nodata"])
+def test_a_retransmission_of_the_other_kind_at_a_complete_cell_is_refused(
+        model_lab: ModelLab, data: bool) -> None:
+    """Before, a NODATA retransmission at a complete cell of data grew the cell's
+    array: refused now, as any contribution of the other kind; nothing is resent."""
     job, seq = _deploy(model_lab)
-    for w in WORKERS:  # seq: w1 has data; seq + 1: nobody has
-        _send(model_lab, job, w, ina_payload(1, seq, job.worker_bit[w], [5]) if w == "w1"
-              else nodata_payload(1, seq, job.worker_bit[w], 1))
-        _send(model_lab, job, w, nodata_payload(1, seq + 1, job.worker_bit[w], 1))
-    _results(model_lab)
-    _send(model_lab, job, "w2", nodata_payload(1, seq, job.worker_bit["w2"], 1))
-    _send(model_lab, job, "w2", ina_payload(1, seq + 1, job.worker_bit["w2"], [9]))
-    frames = _frames(model_lab.net, "w2")
-    assert [len(f) for f in frames] == [DATA_BYTES, COMPLETION_BYTES]
-    first, second = (InaPacket.unpack(_payloads(f)[0]) for f in frames)
-    assert first.meaningful == (5,) and second.values == ()
-    assert _job_stats(model_lab)["s1"][JobStat.RESENT] == 2
+    for w in WORKERS:
+        _send(model_lab, job, w, _kind(job, w, seq, data))
+    assert all(_frames(model_lab.net, w) for w in WORKERS)
+    _send(model_lab, job, "w2", _kind(job, "w2", seq, not data))
+    s1 = _job_stats(model_lab)["s1"]
+    assert s1[JobStat.DROP_KIND_MISMATCH] == 1 and JobStat.RESENT not in s1
+    assert s1[JobStat.EMITTED] == 1
+    assert _nothing_left(model_lab)
+
+
+def test_a_nodata_retransmission_at_a_complete_nodata_cell_is_resent_as_it_came(
+        model_lab: ModelLab) -> None:
+    job, seq = _deploy(model_lab)
+    for w in WORKERS:
+        _send(model_lab, job, w, _kind(job, w, seq, False))
+    _frames(model_lab.net, "w2")
+    _send(model_lab, job, "w2", _kind(job, "w2", seq, False))
+    (frame,) = _frames(model_lab.net, "w2")
+    assert len(frame) == COMPLETION_BYTES
+    assert _job_stats(model_lab)["s1"][JobStat.RESENT] == 1
 
 
 def test_a_cell_takes_one_width_and_the_switches_refuse_bad_width_and_dest(
@@ -220,30 +253,64 @@ def test_a_cell_takes_one_width_and_the_switches_refuse_bad_width_and_dest(
     assert switch_stat(model_lab, "s1", SwitchStat.DROP_BAD_COUNT) == 1
 
 
-def test_a_root_spanning_sets_cuts_and_completes_alike() -> None:
-    """The root's general path (a bitmap per cell and set) on the leaf-spine whose
-    leaves are BIER sets of their own: NODATA contributions, one data source, and
-    dest in set 2."""
+def _sets_lab() -> tuple[ModelLab, Job, int]:
+    """The leaf-spine whose leaves are BIER sets of their own, a job whose root
+    spine1 spans sets (the root's general path: a bitmap per cell and set), a call
+    open."""
     from ina.spec.topology import Topology
 
     from inatest import ROOT
 
     topology = Topology.load(ROOT / "topologies" / "leaf-spine-2x4-sets.yaml")
-    workers = ["h1_1", "h1_2", "h2_1", "h3_2", "h4_1"]
-    job = job_from(topology, job_id=3, op="sum", workers=workers, root="spine1",
+    job = job_from(topology, job_id=1, op="sum", workers=list(SETS_WORKERS), root="spine1",
                    aggregators={"leaf1": ["h1_1", "h1_2"]})
     net, ctl = deployed_network(topology, job)
     lab = ModelLab(topology, {sw: s.store for sw, s in net.switches.items()}, ctl, net)
-    seq = open_call(lab, job)
-    dest = topology.hosts["h3_2"].bfr_id
-    for w in workers:
-        payload = (ina_payload(3, seq, job.worker_bit[w], [4, 5], dest=dest) if w == "h2_1"
-                   else nodata_payload(3, seq, job.worker_bit[w], 2, dest=dest))
-        _send(lab, job, w, payload)
-    got = {w: [parse_frame(f) for f in _frames(net, w)] for w in workers}
-    assert [f.values[:2].tolist() for f in got["h3_2"] if f.values is not None] == [[4, 5]]
-    for w in workers:
+    return lab, job, open_call(lab, job)
+
+
+SETS_WORKERS = ("h1_1", "h1_2", "h2_1", "h3_2", "h4_1")
+
+
+def test_a_root_spanning_sets_cuts_toward_dest() -> None:
+    """dest in set 2: h3_2 gets the sum, every other worker a completion."""
+    lab, job, seq = _sets_lab()
+    dest = lab.topology.hosts["h3_2"].bfr_id
+    for i, w in enumerate(SETS_WORKERS):
+        _send(lab, job, w, ina_payload(1, seq, job.worker_bit[w], [i, 1], dest=dest))
+    got = {w: [parse_frame(f) for f in _frames(lab.net, w)] for w in SETS_WORKERS}
+    assert [f.values[:2].tolist() for f in got["h3_2"] if f.values is not None] == [[10, 5]]
+    for w in SETS_WORKERS:
         if w != "h3_2":
             (frame,) = got[w]
             assert frame.lanes is None and frame.ina is not None, w
             assert frame.ina.flags == Flag.RESULT | Flag.NODATA
+
+
+def test_a_root_spanning_sets_completes_a_nodata_round_as_nodata() -> None:
+    lab, job, seq = _sets_lab()
+    for w in SETS_WORKERS:
+        _send(lab, job, w, nodata_payload(1, seq, job.worker_bit[w], 2))
+    for w in SETS_WORKERS:
+        (frame,) = [parse_frame(f) for f in _frames(lab.net, w)]
+        assert frame.lanes is None and frame.ina is not None, w
+        assert frame.ina.flags == Flag.RESULT | Flag.NODATA
+
+
+@pytest.mark.parametrize("data", [True, False], ids=["nodata-to-data", "data-to-nodata"])
+def test_a_root_spanning_sets_refuses_the_other_kind_and_its_retransmission(data: bool) -> None:
+    """h2_1 and h3_2 send to spine1 directly, from two sets: h3_2's contribution of
+    the other kind is refused; so is, once the round is complete, h2_1's
+    retransmission of the other kind."""
+    lab, job, seq = _sets_lab()
+    _send(lab, job, "h2_1", _kind(job, "h2_1", seq, data, (1, 2)))
+    _send(lab, job, "h3_2", _kind(job, "h3_2", seq, not data, (1, 2)))
+    assert _job_stats(lab)["spine1"][JobStat.DROP_KIND_MISMATCH] == 1
+    for w in SETS_WORKERS:
+        if w != "h2_1":
+            _send(lab, job, w, _kind(job, w, seq, data, (1, 2)))
+    assert all(_frames(lab.net, w) for w in SETS_WORKERS)
+    _send(lab, job, "h2_1", _kind(job, "h2_1", seq, not data, (1, 2)))
+    spine1 = _job_stats(lab)["spine1"]
+    assert spine1[JobStat.DROP_KIND_MISMATCH] == 2 and JobStat.RESENT not in spine1
+    assert _nothing_left(lab)

@@ -43,8 +43,6 @@ def test_on_change_sees_the_newest_verdict_and_never_two_at_once() -> None:
         await asyncio.sleep(0.05)
         seen.append(failures)
         running -= 1
-        if failures.switches == {"boom"}:
-            raise RuntimeError("a repair that fails")
 
     async def main() -> None:
         notifier = Notifier(on_change)
@@ -55,15 +53,72 @@ def test_on_change_sees_the_newest_verdict_and_never_two_at_once() -> None:
         for name in ("s2", "s3", "s4"):  # meanwhile: only the last one matters
             notifier.post(NONE.with_switch(name))
         await notifier.drained()
-        notifier.post(NONE.with_switch("boom"))
-        await notifier.drained()
-        notifier.post(NONE)  # still running after a failed call
+        notifier.post(NONE)
         await notifier.drained()
         task.cancel()
 
     asyncio.run(main())
-    assert seen == [NONE.with_switch("s1"), NONE.with_switch("s4"), NONE.with_switch("boom"),
-                    NONE]
+    assert seen == [NONE.with_switch("s1"), NONE.with_switch("s4"), NONE]
+
+
+def test_a_failed_repair_is_made_again_with_backoff_while_the_verdict_holds() -> None:
+    """The old watcher repaired once per verdict change: a repair that failed (a switch
+    stopped under it) was left failed until the next change, which may never come."""
+    calls: list[Failures] = []
+    delays: list[int] = []
+    reported: list[int] = []
+
+    async def on_change(failures: Failures) -> None:
+        calls.append(failures)
+        if len(calls) < 4:
+            raise RuntimeError("a switch stopped under the repair")
+
+    def delay(failed: int) -> float:
+        delays.append(failed)
+        return 0.01 * failed
+
+    async def main() -> Notifier:
+        notifier = Notifier(on_change, delay,
+                            lambda _f, attempt, _d, _e: reported.append(attempt))
+        task = asyncio.create_task(notifier.run())
+        notifier.post(NONE.with_switch("s1"))
+        async with asyncio.timeout(5):
+            await notifier.drained()
+        task.cancel()
+        return notifier
+
+    notifier = asyncio.run(main())
+    assert calls == [NONE.with_switch("s1")] * 4
+    assert delays == reported == [1, 2, 3]  # each failed attempt, and the backoff after it
+    assert notifier.attempts.to_dict() == {"made": 4, "failed": 3, "retried": 3}
+
+
+def test_a_newer_verdict_is_handed_on_at_once_instead_of_the_retry() -> None:
+    calls: list[Failures] = []
+
+    async def on_change(failures: Failures) -> None:
+        calls.append(failures)
+        if failures.switches:
+            raise RuntimeError("fails while s1 is down")
+
+    async def main() -> None:
+        notifier = Notifier(on_change, lambda _: 60.0)  # a retry far away
+        task = asyncio.create_task(notifier.run())
+        notifier.post(NONE.with_switch("s1"))
+        while not calls:
+            await asyncio.sleep(0.001)
+        notifier.post(NONE)
+        async with asyncio.timeout(5):
+            await notifier.drained()
+        task.cancel()
+
+    asyncio.run(main())
+    assert calls == [NONE.with_switch("s1"), NONE]
+
+
+def test_the_backoff_doubles_up_to_its_bound() -> None:
+    opts = WatchOptions(retry_after=0.5, retry_max=3.0)
+    assert [opts.retry_delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
 
 
 def test_the_clock_does_not_count_a_stall_of_its_own() -> None:
@@ -79,7 +134,9 @@ def test_the_clock_does_not_count_a_stall_of_its_own() -> None:
 
 
 @pytest.mark.parametrize("kw", [{"interval": 0}, {"interval": 0.5, "detect_after": 0.4},
-                                {"election_id": 0}])
+                                {"election_id": 0}, {"retry_after": 0},
+                                {"retry_after": 5.0, "retry_max": 1.0},
+                                {"connect_timeout": 0}])
 def test_options_that_cannot_work_are_refused(kw: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         WatchOptions(**kw)

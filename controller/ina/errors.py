@@ -151,6 +151,11 @@ class DeployError(ControllerError):
         self.rollback_failures = rollback_failures
 
 
+class ConnectionLost(InaError, ConnectionError):
+    """A P4Runtime call cancelled under its caller: its channel was closed (the
+    connection ended, or finsy gave up on it), not the caller's task."""
+
+
 class LabError(InaError, RuntimeError):
     """The emulation could not be started or driven (a switch exited, a command on a
     host failed, a timeout)."""

@@ -8,12 +8,15 @@
 //
 // Widths and NODATA (INA version 4). A round takes one element width, as it takes
 // one count and one op (another: DROP_WIDTH_MISMATCH), and combines 32-bit or
-// 16-bit elements (lanes_<op> or lanes_<op>16). A NODATA contribution (no array)
-// only ORs its P-BM (and its OVERFLOW flag) into the cell: no lane work. The
-// round's first contribution with data stores its array (lanes_store), later ones
-// combine with it; the cell's DATA bit says it has one. A complete cell leaves
-// with its array if it has one (a NODATA packet that completes it grows one), else
-// as NODATA; a resend likewise (grow, strip). The IPv4 and UDP lengths follow.
+// 16-bit elements (lanes_<op> or lanes_<op>16). It also takes one kind, data or
+// NODATA (no array), fixed by its first contribution (the cell's DATA bit); the
+// other kind, retransmissions included, is refused (DROP_KIND_MISMATCH). So a
+// packet leaves with the array it came with, or none: it never grows. (It could
+// not: BMv2 lets a packet grow by at most 512 bytes over its arrival size, a
+// recirculated or cloned copy too, and aborts the switch past it; an array is
+// 1,024 bytes.) A round of data stores its first array (lanes_store) and combines
+// the others with it; a NODATA round only ORs P-BMs (and OVERFLOW flags) into the
+// cell, no lane work, and completes as NODATA.
 //
 // Loss recovery (SwitchML's scheme, extended to a tree). A job's W = slots slots
 // have two cells each, 2W cells from 2 * slot_base on; sequence number s uses
@@ -41,8 +44,8 @@
 // before it (s = cell's - 2W: stale), so a stray round lasts until the job's
 // next round in that cell. What a member can still do is what it can do by not
 // contributing: hold up the call in progress (its own round within the window,
-// or the first contribution of a round with another count or op, which then
-// refuses everyone else's); its workers give that call up (ABORT) and the next
+// or the first contribution of a round with another count, op, width or kind, which
+// then refuses everyone else's); its workers give that call up (ABORT) and the next
 // one is exact. Since ABORTs are legitimate, a member can also move the job's
 // calls forward, at most W + 1 sequence numbers per ABORT.
 //
@@ -106,7 +109,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.consumed = true;
     }
 
-    // A NODATA contribution starts the round: its bit alone, no array yet.
+    // A NODATA contribution starts a NODATA round: its bit alone.
     action start_round_nodata() {
         cells.write(cell, hdr.ina.pbm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w0
@@ -115,8 +118,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.consumed = true;
     }
 
-    // It joins the round, which lacks more contributions (after lanes_<op>, or
-    // lanes_store for the round's first data).
+    // It joins the round, which lacks more contributions (after lanes_<op>).
     action join_round() {
         bit<1> overflow = cs[CELL_OVERFLOW]
                           | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0
@@ -128,11 +130,11 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.consumed = true;
     }
 
-    // A NODATA contribution joins the round: its bit, no lane work.
+    // A NODATA contribution joins a NODATA round: its bit, no lane work.
     action join_round_nodata() {
         cells.write(cell, (cs[CELL_BITMAP] | hdr.ina.pbm) ++ cs[CELL_EPOCH] ++ cs[CELL_SEQ]
                           ++ cs[CELL_GEN] ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ cs[CELL_WIDTH]
-                          ++ cs[CELL_DATA]
+                          ++ 1w0
                           ++ (cs[CELL_OVERFLOW]
                               | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0))
                           ++ cs[CELL_DONE]);
@@ -159,7 +161,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.job_stat = JOB_STAT_ABSORBED;
     }
 
-    // It completes the round (after lanes_<op> or lanes_store): the cell keeps the
+    // It completes the round (after lanes_<op>): the cell keeps the
     // aggregate for resends, the packet carries it on.
     action complete_round() {
         bool overflow = (hdr.ina.flags & FLAG_OVERFLOW) != 0 || cs[CELL_OVERFLOW] == 1
@@ -173,32 +175,14 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.job_stat = JOB_STAT_ABSORBED;
     }
 
-    // A NODATA contribution completes the round: the cell's array, if it has one,
-    // is then loaded into the packet (grow, lanes_load).
+    // A NODATA contribution completes a NODATA round: the packet goes on as it is.
     action complete_round_nodata() {
         bit<1> overflow = cs[CELL_OVERFLOW] | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0);
         cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ cs[CELL_GEN]
-                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ cs[CELL_DATA]
+                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w0
                           ++ overflow ++ 8w1);
         hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW) | (((bit<8>)overflow) * FLAG_OVERFLOW);
         meta.job_stat = JOB_STAT_ABSORBED;
-    }
-
-    // A packet without an array gets one (then lanes_load fills it): NODATA off, the
-    // IPv4 and UDP lengths grow by the array's bytes.
-    action grow() {
-        hdr.data.setValid();
-        hdr.ina.flags = hdr.ina.flags & ~FLAG_NODATA;
-        hdr.ipv4.total_len = hdr.ipv4.total_len + ARRAY_BYTES;
-        hdr.udp.length = hdr.udp.length + ARRAY_BYTES;
-    }
-
-    // A packet with an array loses it (a resend from a cell without data).
-    action strip() {
-        hdr.data.setInvalid();
-        hdr.ina.flags = hdr.ina.flags | FLAG_NODATA;
-        hdr.ipv4.total_len = hdr.ipv4.total_len - ARRAY_BYTES;
-        hdr.udp.length = hdr.udp.length - ARRAY_BYTES;
     }
 
     // A retransmission for a complete cell: something after it was lost.
@@ -209,7 +193,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.job_stat = JOB_STAT_RESENT;
     }
 
-    // The same for a cell without data (after strip, if the packet had an array).
+    // The same for a NODATA round.
     action resend_nodata() {
         hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW)
                         | (((bit<8>)cs[CELL_OVERFLOW]) * FLAG_OVERFLOW);
@@ -235,13 +219,14 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             ((cs[CELL_COUNT] != hdr.ina.count) ? JOB_STAT_DROP_COUNT_MISMATCH :
             ((cs[CELL_OP] != hdr.ina.op) ? JOB_STAT_DROP_OP_MISMATCH :
             ((cs[CELL_WIDTH] != hdr.ina.width) ? JOB_STAT_DROP_WIDTH_MISMATCH :
+            ((cs[CELL_DATA] != (bit<1>)hdr.data.isValid()) ? JOB_STAT_DROP_KIND_MISMATCH :
             (((bitmap & hdr.ina.pbm) == 0) ? JOB_STAT_ABSORBED :
             ((done != meta.sets) ? JOB_STAT_DROP_DUPLICATE :
-            JOB_STAT_RESENT))))));  // a retransmission for a complete cell: resend it
+            JOB_STAT_RESENT)))))));  // a retransmission for a complete cell: resend it
     }
 
-    // The contribution is in (after lanes_<op> or lanes_store, or nothing for a
-    // NODATA one): record the state.
+    // The contribution is in (after lanes_<op> or lanes_store, or nothing in a
+    // NODATA round): record the state.
     action record_sets() {
         bitmap = bitmap | hdr.ina.pbm;
         gen = fresh ? gen + 1 : gen;
@@ -249,9 +234,9 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         complete = done == meta.sets;
         bool overflow = (hdr.ina.flags & FLAG_OVERFLOW) != 0
                         || (!fresh && cs[CELL_OVERFLOW] == 1) || (wrapped & LANE_HIGH) != 0;
-        bool data = hdr.data.isValid() || (!fresh && cs[CELL_DATA] == 1);
         cells.write(cell, 256w0 ++ meta.epoch ++ hdr.ina.seq ++ gen
-                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ (bit<1>)data
+                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width
+                          ++ (bit<1>)hdr.data.isValid()
                           ++ (bit<1>)overflow ++ done);
         set_bitmaps.write((cell << BIER_SETS_LOG2) | (bit<32>)hdr.ina.si, gen ++ bitmap);
         hdr.ina.flags = overflow ? hdr.ina.flags | FLAG_OVERFLOW
@@ -416,24 +401,18 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 refuse(JOB_STAT_DROP_OP_MISMATCH);
             } else if (cs[CELL_WIDTH] != hdr.ina.width) {
                 refuse(JOB_STAT_DROP_WIDTH_MISMATCH);
+            } else if (cs[CELL_DATA] != (bit<1>)hdr.data.isValid()) {
+                refuse(JOB_STAT_DROP_KIND_MISMATCH);  // so the packet never grows
             } else if ((cs[CELL_BITMAP] & hdr.ina.pbm) != 0) {
                 if (cs[CELL_DONE] == 0) {
                     refuse(JOB_STAT_DROP_DUPLICATE);
-                } else if (cs[CELL_DATA] == 1) {
-                    if (!hdr.data.isValid()) {
-                        grow();
-                    }
+                } else if (hdr.data.isValid()) {
                     resend();
                 } else {
-                    if (hdr.data.isValid()) {
-                        strip();
-                    }
                     resend_nodata();
                 }
             } else if (hdr.data.isValid()) {
-                if (cs[CELL_DATA] == 0) {
-                    lanes_store();  // the round's first data
-                } else if (hdr.ina.width == WIDTH32) {
+                if (hdr.ina.width == WIDTH32) {
                     if (hdr.ina.op == OP_SUM) {
                         lanes_sum();
                     } else if (hdr.ina.op == OP_MIN) {
@@ -455,10 +434,6 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 }
             } else if ((cs[CELL_BITMAP] | hdr.ina.pbm) == meta.abm) {
                 complete_round_nodata();
-                if (cs[CELL_DATA] == 1) {
-                    grow();
-                    lanes_load();
-                }
             } else {
                 join_round_nodata();
             }
@@ -468,7 +443,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             judge();
             if (meta.job_stat == JOB_STAT_ABSORBED) {
                 if (hdr.data.isValid()) {
-                    if (fresh || cs[CELL_DATA] == 0) {
+                    if (fresh) {
                         lanes_store();  // the round's first data
                     } else if (hdr.ina.width == WIDTH32) {
                         if (hdr.ina.op == OP_SUM) {
@@ -487,24 +462,13 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                     }
                 }
                 record_sets();
-                if (complete && !fresh) {
-                    if (hdr.data.isValid()) {
-                        lanes_load();
-                    } else if (cs[CELL_DATA] == 1) {
-                        grow();
-                        lanes_load();
-                    }
+                if (complete && !fresh && hdr.data.isValid()) {
+                    lanes_load();
                 }
             } else if (meta.job_stat == JOB_STAT_RESENT) {
-                if (cs[CELL_DATA] == 1) {
-                    if (!hdr.data.isValid()) {
-                        grow();
-                    }
+                if (hdr.data.isValid()) {
                     resend();
                 } else {
-                    if (hdr.data.isValid()) {
-                        strip();
-                    }
                     resend_nodata();
                 }
             } else {

@@ -8,6 +8,8 @@ fabric busy with an AllReduce of every host is not mistaken for a broken one. Ru
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,9 +19,11 @@ import pytest
 
 from ina.control import p4names as n
 from ina.control.controller import Controller
-from ina.control.watch import WatchOptions
+from ina.control.repair import repair_switches
+from ina.control.watch import OnChange, WatchOptions
 from ina.errors import LabError
 from ina.lab.deploy import deploy
+from ina.lab.mininet import Lab
 from ina.lab.watching import WatcherThread
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.spec.job import JobSpec
@@ -37,8 +41,8 @@ MARGIN = 0.4
 class Background(WatcherThread):
     """The watcher beside the test; what it waits for fails the test."""
 
-    def __init__(self, lab: NetLab, options: WatchOptions):
-        super().__init__(lab.lab, options)
+    def __init__(self, lab: NetLab, options: WatchOptions, on_change: OnChange | None = None):
+        super().__init__(lab.lab, options, on_change)
 
     def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> float:
         try:
@@ -167,3 +171,56 @@ def test_a_busy_fabric_is_not_mistaken_for_a_broken_one(
     print(f"\n{busy:.1f}s of AllReduce over 8 workers: {len(watching.events)} verdicts")
     assert busy > 3.0, "too short to say anything"
     assert watching.events == []
+
+
+def _hang_then_die(lab: Lab, name: str) -> None:
+    """The switch stops answering (SIGSTOP) long enough for a liveness read to be in
+    flight, then dies under it (SIGKILL): the read is cancelled when its channel
+    closes, as under load, where reads take long."""
+    proc = lab.net[name].proc
+    os.kill(proc.pid, signal.SIGSTOP)
+    time.sleep(3 * OPTIONS.interval)  # the stimulus: a switch hung this long
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    lab.fail_switch(name)
+
+
+def test_a_restarted_switch_is_reported_up_and_repaired(fabric: NetLab) -> None:
+    """As the soak does: a switch stopped and started again (empty, same gRPC address),
+    again and again, while the watcher repairs on every change as ``inactl watch``
+    does: each time it is reported up within a few probe periods and given its base
+    state again. Before the fix, a switch that died with a read in flight was never
+    reported up again."""
+    lab = fabric.lab
+    repaired: list[Failures] = []
+
+    async def on_change(failures: Failures) -> None:
+        await repair_switches(lab.topology, failures, lab.p4info, lab.p4blob, lab.access)
+        repaired.append(failures)
+
+    bg = Background(fabric, WatchOptions(), on_change)
+    try:
+        bg.settled()
+        for hang_first in (False, True, True, True):
+            if hang_first:
+                _hang_then_die(lab, "spine2")
+            else:
+                lab.fail_switch("spine2")
+            bg.wait_for(lambda: "spine2" in bg.failures.switches and bool(repaired)
+                        and "spine2" in repaired[-1].switches, OPTIONS.detect_after + 5,
+                        "the switch to be reported down and repaired around")
+            lab.recover_switch("spine2")
+            took = bg.wait_for(lambda: not bg.failures, 5, "the switch to be reported up")
+            print(f"\nrestarted switch reported up {took * 1000:.0f} ms after its gRPC port "
+                  "opened")
+            bg.wait_for(lambda: bool(repaired) and repaired[-1] == Failures()
+                        and not bg.watcher.repairing, 15, "the repair after it")
+            routes = fabric.controller_call(
+                lambda ctl: ctl.clients["spine2"].read_table(n.IPV4_ROUTES.name))
+            assert routes, "the repair gave the switch its base state again"
+            bg.settled()
+    finally:
+        bg.stop()
+        if lab.failures:
+            lab.recover_switch("spine2")
+        lab.init_switches_sync()

@@ -27,7 +27,8 @@ DEFAULTS = WatchOptions()
 def add_parser(subparsers: common.SubParsers) -> None:
     w = common.command(subparsers, "watch",
                        "detect failed switches and links (P4Runtime liveness, link probes) "
-                       "until stopped; repair on each change")
+                       "until stopped; repair on each change (a repair that fails is made again, "
+                       "with backoff, while the verdict holds)")
     w.add_argument("--interval", type=float, default=DEFAULTS.interval, metavar="S",
                    help="seconds between link probes and liveness reads (default %(default)s)")
     w.add_argument("--detect-after", type=float, default=DEFAULTS.detect_after, metavar="S",

@@ -15,10 +15,11 @@ Two kinds of evidence, both timed by the caller's clock:
   leads to another switch (packet-out) and the neighbour passes it up
   (packet-in, ``probe_received``). A link is down when no probe crossed it in one
   direction for ``detect_after`` seconds while both its switches answer and
-  carry probes, and the receiving switch passed up probes from its other ports
-  meanwhile (a switch too busy to pass probes up at once is late on all of its
-  ports, a dead link only on its own; after ``hang_after`` the link is down
-  whatever the other ports do). A switch whose own probes cannot be sent
+  carry probes, the receiving switch passed up probes from its other ports
+  meanwhile and the sending switch's probes crossed its other links meanwhile (a
+  switch too busy to pass probes up, or to send them out, at once is late on all
+  of its links, a dead link only on its own; after ``hang_after`` the link is
+  down whatever the other links do). A switch whose own probes cannot be sent
   (another controller is primary for a moment, or the write times out) pauses
   the verdict on its links.
 
@@ -168,10 +169,18 @@ class Detector:
                   or now - answered > self.hang_after):
                 switches.add(sw)
         # What each switch passed up last, on any port: a switch too busy to pass up
-        # probes at once is late on every port, a dead link only on its own.
-        freshest: dict[str, float] = {}
-        for (sw, _), h in self._heard.items():
-            freshest[sw] = max(freshest.get(sw, h.at), h.at)
+        # probes at once is late on every port, a dead link only on its own. And the
+        # last of each switch's probes heard anywhere: a switch too busy to send its
+        # probes out at once (packet-outs wait in its queues, or in our connection to
+        # it) is late on every link, a dead link only on its own.
+        passed_up: dict[str, float] = {}
+        sent: dict[str, float] = {}
+        for link in self._links:
+            for receiver, port, sender in ((link.a, link.a_port, link.b),
+                                           (link.b, link.b_port, link.a)):
+                at = self._heard[(receiver, port)].at
+                passed_up[receiver] = max(passed_up.get(receiver, at), at)
+                sent[sender] = max(sent.get(sender, at), at)
         links = set()
         for link in self._links:
             if link.a in switches or link.b in switches:
@@ -185,8 +194,9 @@ class Detector:
             judged_since = max(self._probing_since[link.a], self._probing_since[link.b])
             if not (self._can_probe[link.a] and self._can_probe[link.b]):
                 continue
-            if any(self._late(h, judged_since, freshest[sw], now)
-                   for h, sw in zip(ends, (link.a, link.b), strict=True)):
+            late_ab = self._late(ends[1], judged_since, passed_up[link.b], sent[link.a], now)
+            late_ba = self._late(ends[0], judged_since, passed_up[link.a], sent[link.b], now)
+            if late_ab or late_ba:
                 links.add(link.nodes)
         for sw in switches - self.down.switches:
             self._went_down[sw] = now
@@ -197,9 +207,13 @@ class Detector:
         self.down = Failures(frozenset(switches), frozenset(links))
         return self.down
 
-    def _late(self, heard: _Heard, since: float, freshest: float, now: float) -> bool:
-        """No probe on this end for detect_after while its switch passed up probes on
-        other ports (or for hang_after, whatever the other ports do)."""
+    def _late(self, heard: _Heard, since: float, passed_up: float, sent: float,
+              now: float) -> bool:
+        """No probe on this direction of a link for detect_after, while its receiver
+        passed up probes from its other ports and its sender's probes crossed its other
+        links (or for hang_after, whatever the others do)."""
         last = max(heard.at, since)
-        return (now - last > self.detect_after
-                and (freshest - last > self.detect_after or now - last > self.hang_after))
+        if now - last <= self.detect_after:
+            return False
+        return (passed_up - last > self.detect_after and sent - last > self.detect_after
+                or now - last > self.hang_after)

@@ -34,7 +34,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -49,6 +49,7 @@ from ina.control import p4names as n
 from ina.control.access import Access
 from ina.control.detect import Detector, Probe
 from ina.control.p4runtime import tls_credentials
+from ina.errors import ConnectionLost
 from ina.protocol.constants import ETHERTYPE_PROBE
 from ina.protocol.frames import mac_bytes
 from ina.spec.topology import Failures, SwitchSpec, Topology
@@ -105,7 +106,10 @@ class WatchOptions:
     election_id: int = 1  # below one-shot clients' (finsy's default: 10)
     reconnect: float = 0.5  # seconds between attempts to reach a switch that is down
     startup: float = 5.0  # seconds every switch has to answer first, after run() starts
-    events: Path | None = None  # JSON lines, one per verdict change
+    connect_timeout: float = 5.0  # seconds a connection may take (handshake, pipeline)
+    retry_after: float = 0.5  # seconds before a failed on_change (repair) is made again
+    retry_max: float = 10.0  # the longest wait between attempts (doubling from retry_after)
+    events: Path | None = None  # JSON lines, one per verdict change and failed repair
 
     def __post_init__(self) -> None:
         if not 0 < self.interval < self.detect_after <= self.hang_after:
@@ -113,6 +117,38 @@ class WatchOptions:
                              f"({self.detect_after:g}) <= hang_after ({self.hang_after:g})")
         if self.election_id < 1:
             raise ValueError("the election id must be at least 1")
+        if not 0 < self.retry_after <= self.retry_max:
+            raise ValueError(f"need 0 < retry_after ({self.retry_after:g}) <= retry_max "
+                             f"({self.retry_max:g})")
+        if self.connect_timeout <= 0:
+            raise ValueError("the connect timeout must be positive")
+
+    def retry_delay(self, failed: int) -> float:
+        """Seconds to wait after the ``failed``-th failed attempt in a row."""
+        return min(self.retry_max, self.retry_after * 2.0 ** (failed - 1))
+
+
+def _cancelled_by_us() -> bool:
+    """Whether the running task is being cancelled (by its owner or a timeout), as
+    opposed to receiving a CancelledError from below: grpc raises CancelledError in
+    every call in flight on a channel that closes, and finsy cancels its connection
+    task when another of its tasks fails (its pipeline step on a switch that just
+    started, say). Taken for our own cancellation, either would end a loop of the
+    watcher for good (asyncio.TaskGroup ignores a child that ends cancelled), and
+    with it a switch's connection or liveness: down forever."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+@contextlib.asynccontextmanager
+async def _calls_below() -> AsyncIterator[None]:
+    """Turn a CancelledError that is not ours into ConnectionLost."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        if _cancelled_by_us():
+            raise
+        raise ConnectionLost("cancelled under us: the connection closed") from None
 
 
 class ActiveClock:
@@ -174,24 +210,51 @@ def events_between(old: Failures, new: Failures, at: float, monotonic: float) ->
     return events
 
 
+@dataclass
+class RepairAttempts:
+    """What ``on_change`` (the repair) did so far: calls made, failed, and made again
+    after a failure (``retried``, a subset of ``made``)."""
+
+    made: int = 0
+    failed: int = 0
+    retried: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {"made": self.made, "failed": self.failed, "retried": self.retried}
+
+
 class Notifier:
     """Hands verdicts to ``on_change`` one call at a time, always the newest: a
-    verdict posted while a call runs replaces any other one still waiting."""
+    verdict posted while a call runs replaces any other one still waiting. A call
+    that fails is made again, with the same verdict, after ``retry_delay(n)``
+    seconds (n: failures in a row), until one succeeds or a newer verdict arrives
+    (which is then handed on at once): a repair that failed is not left failed
+    while the fault it was for persists."""
 
-    def __init__(self, on_change: OnChange):
+    def __init__(self, on_change: OnChange, retry_delay: Callable[[int], float] | None = None,
+                 on_failure: Callable[[Failures, int, float, BaseException], None] | None = None):
         self._on_change = on_change
+        self._retry_delay = retry_delay or WatchOptions().retry_delay
+        self._on_failure = on_failure
         self._pending: Failures | None = None
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        self.attempts = RepairAttempts()
 
     def post(self, failures: Failures) -> None:
         self._pending = failures
         self._idle.clear()
         self._wake.set()
 
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting to be handed on, running, or waiting to be made again."""
+        return self._idle.is_set()
+
     async def drained(self) -> None:
-        """Wait until every posted verdict has been handed on."""
+        """Wait until every posted verdict has been handed on (successfully, or
+        superseded by a newer one)."""
         await self._idle.wait()
 
     async def run(self) -> None:
@@ -200,23 +263,57 @@ class Notifier:
             self._wake.clear()
             failures, self._pending = self._pending, None
             if failures is not None:
-                try:
-                    await self._on_change(failures)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # a repair that failed must not stop detection
-                    LOG.exception("on_change(%s) failed", failures.describe())
+                await self._hand_on(failures)
             if self._pending is None:
                 self._idle.set()
+
+    async def _hand_on(self, failures: Failures) -> None:
+        failed = 0
+        while True:
+            self.attempts.made += 1
+            if failed:
+                self.attempts.retried += 1
+            try:
+                await self._on_change(failures)
+            except asyncio.CancelledError:
+                if _cancelled_by_us():
+                    raise
+                exc: BaseException = ConnectionLost("on_change was cancelled under us")
+            except Exception as e:  # noqa: BLE001 (a repair that failed must not stop detection)
+                exc = e
+            else:
+                if failed:
+                    LOG.warning("on_change(%s) succeeded at attempt %d", failures.describe(),
+                                failed + 1)
+                return
+            failed += 1
+            self.attempts.failed += 1
+            delay = self._retry_delay(failed)
+            LOG.warning("on_change(%s) failed (attempt %d): %r; again in %gs unless the "
+                        "verdict changes", failures.describe(), failed, exc, delay,
+                        exc_info=exc if failed == 1 else None)
+            if self._on_failure is not None:
+                self._on_failure(failures, failed, delay, exc)
+            if self._pending is not None:
+                return  # a newer verdict: hand that on instead
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+            if self._pending is not None:
+                return  # the newer verdict (its wake-up is still set)
+
+
+#: Makes a switch's client: finsy's Switch (tests give a fake).
+SwitchFactory = Callable[[str, str, fy.SwitchOptions], fy.Switch]
 
 
 class _Link:
     """One switch's connection: finsy's Switch, and what the watcher knows of it."""
 
     def __init__(self, spec: SwitchSpec, options: fy.SwitchOptions,
-                 probe_ports: list[int]):
+                 probe_ports: list[int], factory: SwitchFactory):
         self.spec = spec
-        self.switch = fy.Switch(spec.name, spec.grpc, options)
+        self.switch = factory(spec.name, spec.grpc, options)
         self.switch._arbitrator = _OwnElectionId(  # noqa: SLF001 (see _OwnElectionId)
             options.initial_election_id, options.role_name, options.role_config)
         self.probe_ports = probe_ports
@@ -246,6 +343,7 @@ class Watcher:
     clock: Callable[[], float] = time.monotonic
     #: Every verdict change so far (also logged, and written to options.events).
     events: list[Event] = field(default_factory=list)
+    switch_factory: SwitchFactory = field(default=fy.Switch, kw_only=True)
 
     def __post_init__(self) -> None:
         self._now = ActiveClock(self.clock, 2 * self.options.interval)
@@ -260,11 +358,23 @@ class Watcher:
                                     initial_election_id=self.options.election_id,
                                     channel_credentials=None if tls is None
                                     else tls_credentials(tls, name))
-            self._links[name] = _Link(spec, opts, ports)
+            self._links[name] = _Link(spec, opts, ports, self.switch_factory)
         #: Probes heard, by receiving (switch, port): what a test or a status shows.
         self.heard: dict[tuple[str, int], int] = {}
-        self._notifier = Notifier(self.on_change)
+        self._notifier = Notifier(self.on_change, self.options.retry_delay,
+                                  self._repair_failed)
         self._events_file: IO[str] | None = None
+
+    @property
+    def repairs(self) -> RepairAttempts:
+        """``on_change`` calls so far: made, failed, made again after a failure."""
+        return self._notifier.attempts
+
+    @property
+    def repairing(self) -> bool:
+        """Whether an ``on_change`` call is running, waiting, or waiting to be made
+        again after it failed."""
+        return not self._notifier.idle
 
     @property
     def failures(self) -> Failures:
@@ -309,7 +419,8 @@ class Watcher:
         while True:
             lost = False
             try:
-                await self._connected(link)
+                async with _calls_below():
+                    await self._connected(link)
                 was_up = True
             except asyncio.CancelledError:
                 raise
@@ -323,7 +434,8 @@ class Watcher:
                 link.connected = link.ready = False
                 self.detector.probing(name, False, self._now())
                 self.detector.switch_connected(name, False, self._now())
-            assert not sw.is_up
+            if sw.is_up:  # finsy's exit closes the channel: never here (an assert would
+                LOG.error("%s: still up after its connection ended", name)  # stop all)
             if not lost:
                 # A connection that just ended is tried again at once: a live switch
                 # takes it back within detect_after, a dead one refuses it.
@@ -351,7 +463,11 @@ class Watcher:
         sw.ee.on(fy.SwitchEvent.BECOME_PRIMARY, on_role)
         sw.ee.on(fy.SwitchEvent.BECOME_BACKUP, on_role)
         try:
-            async with sw:  # connected, arbitrated, pipeline installed if primary: ready
+            async with contextlib.AsyncExitStack() as stack:
+                # Connected, arbitrated, pipeline installed if primary: ready. finsy waits
+                # for the arbitration's answer and the pipeline step without a bound.
+                async with asyncio.timeout(self.options.connect_timeout):
+                    await stack.enter_async_context(sw)
                 link.connected = link.ready = True
                 self.detector.switch_connected(name, True, self._now())
                 LOG.info("%s: connected (%s)", name,
@@ -386,19 +502,21 @@ class Watcher:
                 LOG.debug("%s: stray probe on port %d: %s", name, in_port, probe)
 
     async def _liveness(self, name: str) -> None:
-        """A cheap read every interval, answered within detect_after or not at all."""
+        """A cheap read every interval. A busy switch answers late: the read waits up to
+        hang_after (a shorter bound would turn load into a hang that never clears,
+        each answer arriving after its read was given up)."""
         link = self._links[name]
         cell = fy.P4CounterEntry(_LIVENESS_COUNTER, index=0)
         while True:
             started = self.clock()
             if link.connected:
                 try:
-                    async with asyncio.timeout(self.options.detect_after):
+                    async with _calls_below(), asyncio.timeout(self.options.hang_after):
                         async for _ in link.switch.read(cell):  # type: ignore[attr-defined]
                             pass
                     self.detector.switch_answered(name, self._now())
-                except (TimeoutError, fy.P4ClientError, AssertionError) as exc:
-                    # AssertionError: the connection ended under the read.
+                except (TimeoutError, fy.P4ClientError, AssertionError, ConnectionLost) as exc:
+                    # AssertionError, ConnectionLost: the connection ended under the read.
                     LOG.debug("%s: liveness read failed: %r", name, exc)
             await asyncio.sleep(max(0.0, started + self.options.interval - self.clock()))
 
@@ -422,9 +540,9 @@ class Watcher:
                                   egress_port=port, pad=0)
                    for port in link.probe_ports]
         try:
-            async with asyncio.timeout(self.options.detect_after):
+            async with _calls_below(), asyncio.timeout(self.options.detect_after):
                 await link.switch.write(packets)
-        except (TimeoutError, fy.P4ClientError, AssertionError) as exc:
+        except (TimeoutError, fy.P4ClientError, AssertionError, ConnectionLost) as exc:
             # Not taken at once (a switch too busy to answer): its links are judged
             # again from the next probes it takes.
             LOG.debug("%s: probes not sent: %r", name, exc)
@@ -441,6 +559,14 @@ class Watcher:
             if self._events_file is not None:
                 self._events_file.write(event.to_json() + "\n")
         self._notifier.post(new)
+
+    def _repair_failed(self, failures: Failures, attempt: int, delay: float,
+                       exc: BaseException) -> None:
+        if self._events_file is not None:
+            self._events_file.write(json.dumps({
+                "time": round(time.time(), 6), "monotonic": round(self.clock(), 6),
+                "event": "repair_failed", "down": failures.describe(), "attempt": attempt,
+                "retry_in": delay, "error": repr(exc)}) + "\n")
 
 
 async def watch(topology: Topology, p4info: Path, p4blob: Path | None, on_change: OnChange,

@@ -274,7 +274,6 @@ class Soak:
         self.down_spans: list[tuple[tuple[str, ...], float, float | None]] = []
         self.stop_chaos = threading.Event()
         self.repairs: list[tuple[float, Failures, bool]] = []
-        self.repaired_at_end = False
 
     # --- bookkeeping ---
 
@@ -402,8 +401,8 @@ class Soak:
         lab, job_id = self.lab, self.spec.job_id
 
         async def redeploy() -> str:
-            # `inactl repair` first: a repair that failed is not made again until the
-            # watcher's verdict changes (and a deploy needs every switch initialised).
+            # `inactl repair` first: a deploy needs every switch initialised, and the
+            # watcher's last repair may have failed (it is made again, after a while).
             await repair_switches(self.topology, lab.failures, lab.p4info, lab.p4blob,
                                   lab.access)
             topology = self.topology.without(lab.failures)
@@ -541,33 +540,40 @@ class Soak:
     # --- the watcher ---
 
     async def on_change(self, failures: Failures) -> None:
-        """What ``inactl watch`` does: repair the switches for what is down now."""
-        self.note(f"verdict: down {failures.describe()}")
+        """What ``inactl watch`` does: repair the switches for what is down now. A
+        repair that fails raises: the watcher makes it again (with backoff) until it
+        succeeds or the verdict changes."""
+        again = bool(self.repairs) and self.repairs[-1][1] == failures \
+            and not self.repairs[-1][2]
+        self.note(f"repairing again for: down {failures.describe()}" if again
+                  else f"verdict: down {failures.describe()}")
+        if again:
+            self._count(self.run.repairs, "made again")
         for target in list(self.down):
             self._seen_down(target, failures)
         try:
             report = await repair_switches(self.topology, failures, self.lab.p4info,
                                            self.lab.p4blob, self.lab.access)
-        except Exception as exc:  # noqa: BLE001 (the next change repairs again)
+        except Exception as exc:
             self._count(self.run.repairs, "failed")
             self.repairs.append((time.monotonic(), failures, False))
             self.note(f"repair for {failures.describe()} failed: {exc!r}")
-            return
+            raise
         for j in report.jobs:
             self._count(self.run.repairs, j.action)
         self.repairs.append((time.monotonic(), failures, True))
         self.note("repaired: " + ("; ".join(j.describe() for j in report.jobs) or "no job"))
 
-    def settled(self, or_failed: bool = False) -> bool:
-        """Nothing down for the watcher, and the repair for that done and successful
-        (``or_failed``: or done and failed); true too if nothing ever changed."""
+    def settled(self) -> bool:
+        """Nothing down for the watcher, and its repair for that done and successful
+        (none waiting to be made, or made again); true too if nothing ever changed."""
         assert self.watcher is not None
-        if self.watcher.failures or len(self.repairs) != len(self.watcher.changes):
+        if self.watcher.failures or self.watcher.watcher.repairing:
             return False
         if not self.repairs:
             return True
         _, failures, ok = self.repairs[-1]
-        return not failures and (ok or or_failed)
+        return not failures and ok
 
     def verdict_problems(self) -> tuple[list[str], list[str]]:
         """What the watcher got wrong, from its verdicts and what the soak did: the
@@ -654,7 +660,7 @@ class Soak:
                 run.false_verdicts, run.stale_verdicts = self.verdict_problems()
                 self.watcher.stop()
         finally:
-            if self.watcher is not None and not (self.settled() or self.repaired_at_end):
+            if self.watcher is not None and not self.settled():
                 self.note("the last repair did not settle: repairing again")
                 self._safely("repairing", lambda: repair_lab(self.lab))
             run.drops = _drops(self.lab, job)
@@ -678,28 +684,13 @@ class Soak:
                 self.note(f"bringing {target} back failed: {exc!r}")
         assert self.watcher is not None
         try:
-            # A repair that failed is made again once the watcher has stopped.
-            self.watcher.wait_for(lambda: self.settled(or_failed=True), SETTLE_TIMEOUT,
-                                  "everything back and repaired")
+            # The watcher makes a repair that failed again; if it never succeeds, the
+            # soak repairs once the watcher has stopped.
+            self.watcher.wait_for(self.settled, SETTLE_TIMEOUT, "everything back and repaired")
         except Exception as exc:  # noqa: BLE001 (repaired again after the watcher stops)
             self.note(f"not settled: {exc}")
-            return
         finally:
             self.run.end_verdict = self.watcher.failures.describe()
-        if not self.settled():
-            # The watcher's last repair failed, and nothing changed since: it is not made
-            # again (as with `inactl watch`). What an operator does: `inactl repair`.
-            lab = self.lab
-            try:
-                self.watcher.call(lambda: repair_switches(self.topology, lab.failures,
-                                                          lab.p4info, lab.p4blob, lab.access),
-                                  120)
-            except Exception as exc:  # noqa: BLE001 (repaired again after the watcher stops)
-                self.note(f"repairing again at the end failed: {exc!r}")
-                return
-            self._count(self.run.repairs, "made again at the end")
-            self.repaired_at_end = True
-            self.note("the last repair had failed: repaired again (inactl repair)")
 
     def _final_call(self) -> None:
         """One more call once everything is back (not counted with the loop's): does

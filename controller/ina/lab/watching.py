@@ -20,7 +20,8 @@ T = TypeVar("T")
 
 class WatcherThread:
     """``Watcher`` of the lab's switches, running until ``stop``; ``on_change`` runs
-    in its thread (the default only records the verdicts, in ``changes``)."""
+    in its thread (the default only records the verdicts, in ``changes``: one entry
+    per call, so a call that failed and was made again is there twice)."""
 
     def __init__(self, lab: Lab, options: WatchOptions, on_change: OnChange | None = None):
         self.changes: list[tuple[float, Failures]] = []

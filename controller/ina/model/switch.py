@@ -432,13 +432,17 @@ class ModelSwitch:
             self._job_drop(meta, JobStat.DROP_OP_MISMATCH)
         elif cs.width != ina.width:
             self._job_drop(meta, JobStat.DROP_WIDTH_MISMATCH)
+        elif cs.data != (frame.lanes is not None):
+            # A round takes one kind, data or NODATA: the packet never grows an array.
+            self._job_drop(meta, JobStat.DROP_KIND_MISMATCH)
         elif bitmap & ina.pbm and not complete:
             self._job_drop(meta, JobStat.DROP_DUPLICATE)
         elif bitmap & ina.pbm:
             # A retransmission for a complete cell: something after it was lost. It
-            # leaves with the cell's array if the cell has one, else without (NODATA).
+            # leaves with the cell's array (a round of data), or as it came (NODATA).
             meta.job_events.add(JobStat.RESENT)
-            _shape(frame, tuple(s.reg_read(r, cell, 0) for r in REG_LANES) if cs.data else None)
+            if cs.data:
+                frame.lanes = tuple(s.reg_read(r, cell, 0) for r in REG_LANES)
             self._emit(frame, meta, cs.overflow, ina.pbm, all_sets=False)
         else:
             self._absorb(frame, meta, cell, set_index, cs, bitmap, fresh=False)
@@ -484,19 +488,21 @@ class ModelSwitch:
     def _absorb(self, frame: Frame, meta: _Meta, cell: int, set_index: int, cs: CellState,
                 bitmap: int, fresh: bool) -> None:
         """Add the packet's lanes to the cell (or start the cell's round with them). A
-        NODATA contribution adds only its bit (and its OVERFLOW flag); the round's
-        first contribution with data stores its array, later ones combine with it."""
+        round takes the kind of its first contribution (``_aggregate`` refused the
+        other): in a round of data the first array is stored, later ones combine
+        with it; in a NODATA round a contribution adds only its bit (and its
+        OVERFLOW flag)."""
         job, ina, s = meta.job, frame.ina, self.store
         assert job is not None and ina is not None
         meta.job_events.add(JobStat.ABSORBED)
         overflow = bool(ina.flags & Flag.OVERFLOW)
         values = frame.lanes
+        data = values is not None
         if fresh:
-            gen, done, data = (cs.gen + 1) & U32, 0, values is not None
+            gen, done = (cs.gen + 1) & U32, 0
         else:
             gen, done, overflow = cs.gen, cs.done, overflow or cs.overflow
-            data = cs.data or values is not None
-            if values is not None and cs.data:
+            if values is not None:
                 stored = tuple(s.reg_read(r, cell, 0) for r in REG_LANES)
                 values, wrapped = lanes.combine(ina.op, stored, values, ina.width)
                 overflow = overflow or wrapped
@@ -519,11 +525,9 @@ class ModelSwitch:
             epoch, last = s.reg_read(REG_PROGRESS, job.param("job_index"), (0, 0))
             if epoch != job.param("epoch") or seq_diff(ina.seq, last) > 0:
                 s.reg_write(REG_PROGRESS, job.param("job_index"), (job.param("epoch"), ina.seq))
-        # Complete: this packet leaves with the aggregate (without an array if the
-        # cell has none); the cell keeps it for resends.
-        if data and values is None:
-            values = tuple(s.reg_read(r, cell, 0) for r in REG_LANES)
-        _shape(frame, values)
+        # Complete: this packet leaves with the aggregate (NODATA: as it came); the
+        # cell keeps it for resends.
+        frame.lanes = values
         self._emit(frame, meta, overflow, meta.abm, all_sets=True)
 
     def _emit(self, frame: Frame, meta: _Meta, overflow: bool, bier_bits: int,
@@ -586,9 +590,7 @@ class ModelSwitch:
         if ina is not None and ina.dest != 0 and not _holds(ina.dest, bier.si, masked):
             # Not toward dest: the copy leaves as a completion, without its array.
             if frame.lanes is not None:
-                _shape(frame, None)
-                assert frame.udp is not None
-                frame.udp.checksum = 0
+                _strip(frame)
             self.store.count(n.EGRESS_SWITCH_STATS, SwitchStat.COMPLETION_SENT, nbytes)
         if row.action == n.TO_BFR.name:
             self.store.count(n.EGRESS_SWITCH_STATS, SwitchStat.BIER_COPY_SENT, nbytes)
@@ -612,17 +614,13 @@ def _holds(dest: int, si: int, bitstring: int) -> bool:
     return (dest - 1) >> 8 == si and bool(bitstring >> ((dest - 1) & 0xFF) & 1)
 
 
-def _shape(frame: Frame, values: lanes.Lanes | None) -> None:
-    """The packet carries ``values`` as its array, or no array (None): flag NODATA
-    and the IPv4 and UDP lengths follow (aggregation.p4's grow and strip)."""
+def _strip(frame: Frame) -> None:
+    """The packet leaves without its array: flag NODATA, the IPv4 and UDP lengths
+    shortened (bier_egress.p4's completion)."""
     ina, ipv4, udp = frame.ina, frame.ipv4, frame.udp
     assert ina is not None and ipv4 is not None and udp is not None
-    if values is not None and frame.lanes is None:
-        ipv4.total_len = (ipv4.total_len + ARRAY_BYTES) & 0xFFFF
-        udp.length = (udp.length + ARRAY_BYTES) & 0xFFFF
-        frame.ina = replace(ina, flags=ina.flags & ~Flag.NODATA)
-    elif values is None and frame.lanes is not None:
-        ipv4.total_len = (ipv4.total_len - ARRAY_BYTES) & 0xFFFF
-        udp.length = (udp.length - ARRAY_BYTES) & 0xFFFF
-        frame.ina = replace(ina, flags=ina.flags | Flag.NODATA)
-    frame.lanes = values
+    ipv4.total_len = (ipv4.total_len - ARRAY_BYTES) & 0xFFFF
+    udp.length = (udp.length - ARRAY_BYTES) & 0xFFFF
+    udp.checksum = 0
+    frame.ina = replace(ina, flags=ina.flags | Flag.NODATA)
+    frame.lanes = None

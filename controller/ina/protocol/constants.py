@@ -162,6 +162,9 @@ class JobStat(enum.IntEnum):
     #: root: an ABORT past the job's window (as DROP_AHEAD), or before any call of this plan
     DROP_ABORT_AHEAD = 18
     DROP_WIDTH_MISMATCH = 19  # element width differs from the slot's
+    #: data to a NODATA round, or NODATA to a round of data (retransmissions too): a
+    #: round takes the kind of its first contribution, so no packet has to grow an array
+    DROP_KIND_MISMATCH = 20
 
 
 class SwitchStat(enum.IntEnum):

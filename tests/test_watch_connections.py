@@ -1,0 +1,157 @@
+"""The watcher's connection and liveness loops against a scripted stand-in for
+finsy's Switch (no gRPC): whatever finsy and grpc throw at them, they keep a
+switch's connection and its liveness checks going, so that a switch that answers
+again is seen again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import finsy as fy
+import pyee
+
+from ina.control.access import Access
+from ina.control.watch import Watcher, WatchOptions
+from ina.spec.topology import Failures, Topology
+
+from inatest import ROOT
+
+TOPO = Topology.load(ROOT / "topologies" / "leaf-spine-2x4.yaml")
+FAST = WatchOptions(interval=0.02, detect_after=0.1, hang_after=0.5, reconnect=0.02,
+                    connect_timeout=0.2, startup=0.0)
+
+
+class ScriptedSwitch:
+    """What the watcher uses of finsy's Switch. Each connection attempt and each read
+    takes the next step of its script ("ok" once the script is used up)."""
+
+    def __init__(self, name: str, address: str, options: fy.SwitchOptions):
+        self.name = name
+        self.ee = pyee.EventEmitter()
+        self.is_up = False
+        self.is_primary = True
+        self.primary_id = 1
+        self.connect_script: list[str] = []
+        self.read_script: list[str] = []
+        self.connects = 0
+        self.reads = 0
+
+    async def __aenter__(self) -> ScriptedSwitch:
+        self.connects += 1
+        step = self.connect_script.pop(0) if self.connect_script else "ok"
+        if step == "cancelled":  # finsy: its pipeline step failed, it cancelled its run
+            raise asyncio.CancelledError()
+        if step == "hang":  # finsy: no answer to the arbitration, waited for unbounded
+            await asyncio.Event().wait()
+        if step == "refused":
+            raise ConnectionRefusedError("no switch there")
+        self.is_up = True
+        return self
+
+    async def __aexit__(self, *_: Any) -> None:
+        self.is_up = False
+
+    async def read(self, entity: Any) -> AsyncIterator[Any]:
+        self.reads += 1
+        step = self.read_script.pop(0) if self.read_script else "ok"
+        if step == "cancelled":  # grpc: the channel closed under the call
+            raise asyncio.CancelledError()
+        yield entity
+
+    async def write(self, _: Any) -> None:
+        step = self.read_script.pop(0) if self.read_script else "ok"
+        if step == "cancelled":
+            raise asyncio.CancelledError()
+
+    async def read_packets(self, **_: Any) -> AsyncIterator[Any]:
+        await asyncio.Event().wait()
+        yield None  # never reached: no probe comes back here
+
+
+def watcher(options: WatchOptions = FAST) -> Watcher:
+    async def on_change(_: Failures) -> None:
+        pass
+
+    return Watcher(TOPO, Path("unused.p4info.txtpb"), None, on_change, options,
+                   access=Access.insecure(), switch_factory=ScriptedSwitch)  # type: ignore[arg-type]
+
+
+def scripted(w: Watcher, name: str) -> ScriptedSwitch:
+    sw = w._links[name].switch
+    assert isinstance(sw, ScriptedSwitch)
+    return sw
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+def run_for(w: Watcher, loop: Callable[[], Coroutine[Any, Any, None]],
+            check: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    async def main() -> None:
+        task = asyncio.create_task(loop())
+        try:
+            await check()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_a_connection_cancelled_under_the_watcher_is_made_again() -> None:
+    """finsy cancels its own connection task when its pipeline step fails (a switch
+    that just started): the old loop took that for its own end, and never connected
+    to the switch again."""
+    w = watcher()
+    sw = scripted(w, "spine2")
+    sw.connect_script = ["cancelled"]
+    run_for(w, lambda: w._connection("spine2"),
+            lambda: until(lambda: w._links["spine2"].connected))
+    assert sw.connects == 2
+
+
+def test_a_connection_stuck_in_its_handshake_is_given_up_and_made_again() -> None:
+    w = watcher()
+    sw = scripted(w, "spine2")
+    sw.connect_script = ["hang"]
+    run_for(w, lambda: w._connection("spine2"),
+            lambda: until(lambda: w._links["spine2"].connected))
+    assert sw.connects == 2
+
+
+def test_a_read_cancelled_under_the_watcher_does_not_end_its_liveness_checks() -> None:
+    """grpc raises CancelledError in a read in flight when the channel closes (the
+    switch stopped): the old loop ended there, and the switch, once back, never
+    answered again for the watcher."""
+    w = watcher()
+    sw = scripted(w, "spine2")
+    sw.read_script = ["cancelled"]
+    w._links["spine2"].connected = True
+    answered: list[float] = []
+    w.detector.switch_answered = lambda switch, now: answered.append(now)  # type: ignore[method-assign]
+    run_for(w, lambda: w._liveness("spine2"), lambda: until(lambda: len(answered) >= 3))
+    assert sw.reads >= 4
+
+
+def test_a_liveness_read_answered_late_counts() -> None:
+    """A busy switch answers after detect_after: the old loop gave the read up at
+    detect_after, so a switch slower than that was never heard (down for good once
+    hang_after passed)."""
+    w = watcher()
+    sw = scripted(w, "spine2")
+    w._links["spine2"].connected = True
+
+    async def slow_read(entity: Any) -> AsyncIterator[Any]:
+        await asyncio.sleep(2 * FAST.detect_after)
+        yield entity
+
+    sw.read = slow_read  # type: ignore[method-assign]
+    answered: list[float] = []
+    w.detector.switch_answered = lambda switch, now: answered.append(now)  # type: ignore[method-assign]
+    run_for(w, lambda: w._liveness("spine2"), lambda: until(lambda: len(answered) >= 2))
