@@ -63,7 +63,7 @@ NAMES = {"broadcast": "Broadcast", "reduce": "Reduce", "reduce_scatter": "Reduce
 #: Barriers in a row per measurement (their mean is the latency).
 BARRIER_REPEAT = 10
 #: Values S per collective, per case (``inabench allreduce``'s): a full run (both
-#: cases, both regimes, 21 measurements each) takes about 6 minutes on a quiet 2-core
+#: cases, both regimes, 21 measurements each) takes 4 to 6 minutes on a 2-core
 #: machine.
 SIZES = {"figure1": 262144, "fat-tree": 131072}
 #: The store's port on rank 0's host (gloo).
