@@ -21,7 +21,7 @@ P4C ?= p4c-bm2-ss
 P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
 
 
-.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy bench-failover soak train figures simulate test lint clean
+.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy bench-failover bench-collectives soak train figures simulate test lint clean
 
 help:
 	@echo "make setup     Debian packages (as root) and the Python venv ($(VENV))"
@@ -37,6 +37,8 @@ help:
 	@echo "make bench-loss    INA under 1% and 5% loss per link against no loss"
 	@echo "make bench-deploy  deploy time on the k=4 fat-tree, concurrent vs one by one"
 	@echo "make bench-failover  a VAT switch stopped mid-AllReduce: detection, repair, slowdown"
+	@echo "make bench-collectives  every collective: INA vs gloo vs the ring on hosts, CPU- and"
+	@echo "               link-bound, float16 AllReduce in 16 and 32 bits (Figure 1, fat-tree)"
 	@echo "make soak      chaos soak: AllReduce calls while switches and links fail at random,"
 	@echo "               a member misbehaves and an outsider sends garbage (docs/soak.json)"
 	@echo "make train     DDP training with the ina backend against gloo on Mininet (Figure 1, fat-tree)"
@@ -101,6 +103,10 @@ bench-loss: build
 bench-failover: build
 	$(VENV)/bin/inabench --build $(BUILD) failover --json-out docs/failover.json --png docs/failover.png
 
+bench-collectives: build
+	$(VENV)/bin/inabench --build $(BUILD) collectives --json-out docs/collectives.json \
+	  --png docs/collectives.png
+
 soak: build
 	$(VENV)/bin/inabench --build $(BUILD) soak --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) \
 	  --json-out docs/soak.json
@@ -116,6 +122,7 @@ figures:
 	$(VENV)/bin/inabench dataplane --from-json docs/dataplane.json --png docs/dataplane.png
 	$(VENV)/bin/inabench failover --from-json docs/failover.json --png docs/failover.png
 	$(VENV)/bin/inabench train --from-json docs/train.json --png docs/train.png
+	$(VENV)/bin/inabench collectives --from-json docs/collectives.json --png docs/collectives.png
 
 simulate:
 	$(PY) -m ina.lab.simulate --k 4 6 8 16

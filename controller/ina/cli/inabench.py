@@ -10,13 +10,17 @@
     inabench failover --from-json docs/failover.json --png docs/failover.png   # redraw only
     inabench train [--case figure1 --case fat-tree] [--steps 200] [--json-out F] [--png F]
     inabench soak [--case leaf-spine --case fat-tree] [--minutes 2] [--seed 1] [--json-out F]
+    inabench collectives [--case figure1 --case fat-tree] [--rate R] [--size N] [--json-out F]
+        [--png F]
 
 allreduce, loss, deploy and host: see ina.lab.bench; dataplane: what one BMv2
 switch running the program does per second (ina.lab.dataplane_bench); failover: a
 VAT switch stopped mid-AllReduce, detected and repaired (ina.lab.failover_bench);
 train: DDP training with the ina backend against gloo (ina.lab.train_bench); soak:
 a chaos soak, a training-like loop of AllReduce calls while switches and links fail
-and come back, a member misbehaves and an outsider sends garbage (ina.lab.soak).
+and come back, a member misbehaves and an outsider sends garbage (ina.lab.soak);
+collectives: every collective through the switches against gloo's and the ring on
+hosts, and float16 AllReduce in 16- and 32-bit elements (ina.lab.collectives_bench).
 --json prints the figures as JSON instead of text, --json-out FILE writes them,
 and --from-json FILE reports (and draws) the figures of an earlier run without
 measuring anything (no BMv2 needed).
@@ -133,10 +137,48 @@ def parser() -> argparse.ArgumentParser:
                     help="seed of the calls' arrays and of what fails when (default "
                          "%(default)s): the same seed, the same soak")
     _outputs(so, None)
+    co = common.command(sub, "collectives", "every collective through the switches against "
+                                            "gloo and the ring on hosts, links unlimited and "
+                                            "limited; float16 AllReduce in 16 and 32 bits "
+                                            "(needs the train extra)")
+    co.add_argument("--case", action="append", choices=["figure1", "fat-tree"],
+                    help="a case to run; repeat the option for both (default: both)")
+    co.add_argument("--size", type=_positive, metavar="N",
+                    help="values S per collective, a multiple of 1024 (default: figure1 "
+                         "262144, fat-tree 131072)")
+    co.add_argument("--rate", type=float, metavar="MBIT",
+                    help="Mbit/s of every link in the link-bound regime (default: the "
+                         "case's, as inabench allreduce: " + ", ".join(
+                             f"{name} {CASES[name].rate_mbit:g}"
+                             for name in ("figure1", "fat-tree")) + ")")
+    co.add_argument("--regimes", default="cpu,link",
+                    help="which regimes, comma-separated: cpu (links unlimited), link "
+                         "(links limited)")
+    _outputs(co, "values per second and bytes per value of every collective")
     # The host benchmark's other end (ina.lab.bench.host_rate): not for people, hidden.
     r = sub.add_parser("reflect")
     r.add_argument("address", help="the address to answer on")
     return p
+
+
+def _positive(text: str) -> int:
+    """A size of the collectives benchmark: a positive multiple of 1024 (every
+    case's worker count divides it, and each part is whole packets)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0 or value % 1024:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive multiple of 1024")
+    return value
+
+
+def _regimes(text: str) -> tuple[str, ...]:
+    regimes = tuple(x.strip() for x in text.split(","))
+    unknown = [r for r in regimes if r not in ("cpu", "link")]
+    if unknown or not regimes:
+        raise UsageError(f"--regimes takes cpu, link or both, not {text!r}")
+    return regimes
 
 
 def reflect(address: str) -> None:
@@ -201,6 +243,11 @@ def _figures(args: argparse.Namespace, doc: Any) -> None:
 
         train = train_bench.TrainFigures.from_figures(doc)
         _report(args, doc, train.render(), train.plot)
+    elif args.cmd == "collectives":
+        from ina.lab.collectives_bench import CollectivesFigures
+
+        collectives = CollectivesFigures.from_figures(doc)
+        _report(args, doc, collectives.render(), collectives.plot)
     elif args.cmd == "soak":
         from ina.lab import chaos, soak
 
@@ -227,6 +274,8 @@ def _bench(args: argparse.Namespace) -> int:
     """The benchmark, inside the sandbox (entered first), printed; or, with
     --from-json, the figures of an earlier run."""
     earlier = getattr(args, "from_json", None)
+    # checked before anything is measured
+    regimes = _regimes(args.regimes) if args.cmd == "collectives" else ()
     if earlier is not None:
         try:
             _figures(args, _read_json(earlier))
@@ -285,6 +334,12 @@ def _bench(args: argparse.Namespace) -> int:
                    for name in args.case or ["figure1", "fat-tree"]]
         _figures(args, train_bench.TrainFigures(trained, conversion, bmv2_build(),
                                                 torch.__version__).figures())
+    elif args.cmd == "collectives":
+        from ina.lab import collectives_bench
+
+        measured = collectives_bench.run(args.case or ["figure1", "fat-tree"], args.build,
+                                         regimes, args.size, args.rate)
+        _figures(args, measured.figures())
     elif args.cmd == "soak":
         from ina.lab import soak
 

@@ -1,0 +1,592 @@
+"""Every collective through the switches against gloo and the ring on hosts, on the
+same Mininet network, in one run (``inabench collectives``, ``make bench-collectives``).
+
+Per case (Figure 1 with 4 workers, the k=4 fat-tree with 8) and regime (links
+unlimited, CPU-bound; every link limited with tc htb, link-bound: ``inabench
+allreduce``'s two), each collective (Broadcast, Reduce, Reduce-scatter, Allgather,
+AllReduce) on an array of S float32 values three ways:
+
+- ``INA``: through the switches (ina.host.worker.Worker; reductions through the block
+  quantization in 32-bit elements, movements bit for bit);
+- ``gloo``: torch.distributed's same collective on the same hosts (TCP between them
+  through the switches' IPv4 forwarding), on the same float32 arrays;
+- ``hosts``: the ring of hosts the fallback uses when no switch aggregates a job
+  (ina.host.onhosts), the same call bodies as through the switches.
+
+Barrier: latency only, the mean of BARRIER_REPEAT in a row. And an AllReduce of a
+float16 array with 16-bit elements, with 32-bit elements, and gloo's float16 one.
+
+Each rank is one process per worker's host for the whole case (ina.lab.collective_rank),
+so torch's import and gloo's set-up are in no figure; every measurement starts all
+ranks at once (ina.lab.bench._start_together) and takes the slowest rank's time.
+Bytes come from the switch-side interface counters (ina.lab.bench._intf_bytes): the
+busiest link direction, and each worker's uplink and downlink, per value of S. Every
+result is checked at every rank against the exact one: bit for bit for movements,
+within the reported bound for the switches' reductions (and within float rounding
+for gloo's). The issue's goals (issue 17) are printed next to what was measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ina.lab.bench import (
+    CASES,
+    INA_WIRE_PER_VALUE,
+    Bench,
+    Case,
+    Link,
+    _bench_on_lab,
+    _intf_bytes,
+    _start_together,
+    describe_regime,
+    describe_vat,
+)
+from ina.lab.collective_rank import Command
+from ina.lab.ranks import Rank, rank_env
+from ina.protocol.constants import BIER_HEADER_BYTES, ELEMS16_PER_PACKET, ELEMS_PER_PACKET
+
+#: The collectives with an array, in the order they are run and shown.
+ARRAY_COLLECTIVES = ("broadcast", "reduce", "reduce_scatter", "allgather", "allreduce")
+METHODS = ("INA", "gloo", "hosts")
+NAMES = {"broadcast": "Broadcast", "reduce": "Reduce", "reduce_scatter": "Reduce-scatter",
+         "allgather": "Allgather", "allreduce": "AllReduce", "barrier": "Barrier"}
+#: Barriers in a row per measurement (their mean is the latency).
+BARRIER_REPEAT = 10
+#: Values S per collective, per case (``inabench allreduce``'s): a full run (both
+#: cases, both regimes, 21 measurements each) takes 4 to 6 minutes on a 2-core
+#: machine.
+SIZES = {"figure1": 262144, "fat-tree": 131072}
+#: The store's port on rank 0's host (gloo).
+MASTER_PORT = 29510
+#: Seconds a rank waits without progress before its collective fails.
+RANK_TIMEOUT = 120.0
+#: A 32-bit data packet inside BIER, per value (a host link's is INA_WIRE_PER_VALUE).
+BIER_WIRE_PER_VALUE = INA_WIRE_PER_VALUE + BIER_HEADER_BYTES / ELEMS_PER_PACKET
+#: The same with 16-bit elements.
+BIER_WIRE_PER_VALUE16 = BIER_WIRE_PER_VALUE * ELEMS_PER_PACKET / ELEMS16_PER_PACKET
+
+
+@dataclass
+class CollectiveRun:
+    """One collective by one method, measured: ``seconds`` is the slowest rank's (a
+    Barrier's: per barrier), bytes are per value of S on the interface counters."""
+
+    collective: str
+    method: str  # INA, gloo or hosts
+    dtype: str  # float32 or float16
+    width: int | None  # INA's elements (bits); None: the type's default / not INA
+    seconds: float
+    values_per_s: float  # S / seconds (0 for a Barrier)
+    busiest_link: Link
+    busiest_bytes_per_value: float
+    all_links_bytes_per_value: float
+    uplink_bytes_per_value: dict[str, float]  # per worker: worker -> its edge switch
+    downlink_bytes_per_value: dict[str, float]  # its edge switch -> worker
+    correct: bool  # at every rank
+    max_error: float  # largest difference from the exact result, of every rank
+    retransmissions: int = 0
+    on_hosts: int = 0  # ranks whose call through the switches ran on hosts instead
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        if self.method == "INA" and self.width is not None:
+            return f"INA {self.width}-bit"
+        if self.method == "gloo" and self.dtype != "float32":
+            return f"gloo {self.dtype}"
+        return "hosts (ring)" if self.method == "hosts" else self.method
+
+    @property
+    def ok(self) -> bool:
+        return self.correct and not self.errors and self.on_hosts == 0
+
+    def busiest_line_rate(self, rate_mbit: float) -> float:
+        """The busiest link's bytes per second over its line rate."""
+        return self.busiest_bytes_per_value * self.values_per_s / (rate_mbit * 1e6 / 8)
+
+
+@dataclass
+class CollectivesRegime:
+    regime: str  # "cpu" (links unlimited) or "link" (every link rate-limited)
+    rate_mbit: float | None
+    runs: list[CollectiveRun]
+
+    def run(self, collective: str, method: str, dtype: str = "float32",
+            width: int | None = None) -> CollectiveRun | None:
+        return next((r for r in self.runs if (r.collective, r.method, r.dtype, r.width)
+                     == (collective, method, dtype, width)), None)
+
+    def ratio(self, a: CollectiveRun | None, b: CollectiveRun | None) -> float | None:
+        """``a``'s speed over ``b``'s (None if either is missing or failed)."""
+        if a is None or b is None or not a.ok or not b.ok:
+            return None
+        return b.seconds / a.seconds
+
+
+@dataclass
+class CollectivesCase:
+    case: str
+    topology: str
+    workers: list[str]
+    vat: str
+    size: int  # S: values per collective
+    slots: int
+    regimes: list[CollectivesRegime] = field(default_factory=list)
+
+
+@dataclass
+class Goal:
+    """One of the issue's goals against what was measured (None: not measured here)."""
+
+    case: str
+    goal: str
+    measured: str
+    passed: bool | None
+
+
+# --- The plan of one regime ------------------------------------------------------------
+
+
+def commands(size: int) -> list[Command]:
+    """What one regime measures, in order."""
+    plan = [Command(m, c, size) for c in ARRAY_COLLECTIVES for m in METHODS]
+    plan += [Command(m, "barrier", 1, repeat=BARRIER_REPEAT) for m in METHODS]
+    plan += [Command("INA", "allreduce", size, "float16", 16),
+             Command("INA", "allreduce", size, "float16", 32),
+             Command("gloo", "allreduce", size, "float16")]
+    return plan
+
+
+# --- Measuring on a lab ----------------------------------------------------------------
+
+
+class Ranks:
+    """The rank processes (ina.lab.collective_rank) on the job's workers' hosts."""
+
+    def __init__(self, bench: Bench, workdir: Path):
+        self.bench = bench
+        self.workers = list(bench.job.workers)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, IO[bytes]] = {}
+        topology, master = bench.topology, bench.topology.hosts[self.workers[0]].ip
+        for rank, w in enumerate(self.workers):
+            host = bench.lab.host(w)
+            env = rank_env(Rank(rank, w, host.pid), len(self.workers), topology,
+                           bench.topology_path, bench.job_path, master, MASTER_PORT,
+                           host.defaultIntf().name)
+            self.logs[w] = (workdir / f"{w}.log").open("w+b")
+            self.procs[w] = host.popen(
+                [sys.executable, "-m", "ina.lab.collective_rank", "--worker", w,
+                 "--timeout", str(RANK_TIMEOUT)],
+                env={**env, "OMP_NUM_THREADS": "1"}, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=self.logs[w])
+        for w in self.workers:
+            self._expect(w, b"up")
+
+    def _log(self, worker: str) -> str:
+        log = self.logs[worker]
+        log.seek(0)
+        return log.read().decode(errors="replace").strip()[-3000:]
+
+    def _line(self, worker: str) -> bytes:
+        stdout = self.procs[worker].stdout
+        assert stdout is not None
+        line = stdout.readline().strip()
+        if not line:
+            raise RuntimeError(f"the rank on {worker} ended ({self.procs[worker].wait()}): "
+                               f"{self._log(worker)}")
+        return line
+
+    def _expect(self, worker: str, what: bytes) -> None:
+        line = self._line(worker)
+        if line != what:
+            raise RuntimeError(f"the rank on {worker} said {line!r}, not {what!r}: "
+                               f"{self._log(worker)}")
+
+    def measure(self, command: Command) -> CollectiveRun:
+        """``command`` at every rank at once; its figures."""
+        topology = self.bench.topology
+        payload = (json.dumps(asdict(command)) + "\n").encode()
+        for proc in self.procs.values():
+            assert proc.stdin is not None
+            proc.stdin.write(payload)
+            proc.stdin.flush()
+        before = _intf_bytes(topology)
+        _start_together(self.procs)
+        reports = {w: json.loads(self._line(w)) for w in self.workers}
+        after = _intf_bytes(topology)
+        link_bytes = {k: after[k] - before.get(k, 0) for k in after}
+        per = command.size * command.repeat
+        busiest = max(link_bytes, key=lambda k: link_bytes[k])
+        edges = {w: topology.host_attachment(w)[0] for w in self.workers}
+        seconds = max(r["seconds"] for r in reports.values()) / command.repeat
+        errors = [f"{w}: {r['error']}" for w, r in reports.items() if r["error"]]
+        return CollectiveRun(
+            command.collective, command.method, command.dtype,
+            command.width if command.method == "INA" and command.dtype != "float32" else None,
+            seconds, 0.0 if command.collective == "barrier" else command.size / seconds,
+            busiest, link_bytes[busiest] / per, sum(link_bytes.values()) / per,
+            {w: link_bytes[(w, edges[w])] / per for w in self.workers},
+            {w: link_bytes[(edges[w], w)] / per for w in self.workers},
+            all(r["correct"] for r in reports.values()),
+            max((r["max_error"] for r in reports.values() if not r["error"]), default=0.0),
+            sum(r["retransmissions"] for r in reports.values()),
+            sum(1 for r in reports.values() if r["on_hosts"] and command.method == "INA"),
+            errors)
+
+    def close(self) -> None:
+        for w, proc in self.procs.items():
+            try:
+                if proc.poll() is None and proc.stdin is not None:
+                    proc.stdin.write(b"quit\n")
+                    proc.stdin.flush()
+                proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+            self.logs[w].close()
+
+
+@contextmanager
+def ranks_on(bench: Bench) -> Iterator[Ranks]:
+    with tempfile.TemporaryDirectory() as tmp:
+        ranks = Ranks(bench, Path(tmp))
+        try:
+            yield ranks
+        finally:
+            ranks.close()
+
+
+def measure_on_bench(bench: Bench, case: Case, regimes: tuple[str, ...], size: int,
+                     plan: list[Command] | None = None) -> CollectivesCase:
+    """On a lab with the job deployed: every command of ``plan`` (default: every
+    collective, ``commands(size)``) in each regime, by the same rank processes."""
+    job, lab = bench.job, bench.lab
+    plan = plan or commands(size)
+    result = CollectivesCase(case.name, bench.topology.name, list(job.workers),
+                             describe_vat(job), size, job.slots)
+    with ranks_on(bench) as ranks:
+        for regime in regimes:
+            rate = case.rate_mbit if regime == "link" else None
+            lab.limit_links(rate)
+            try:
+                runs = [ranks.measure(c) for c in plan]
+            finally:
+                lab.limit_links(None)
+            result.regimes.append(CollectivesRegime(regime, rate, runs))
+    return result
+
+
+def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...], size: int
+             ) -> CollectivesCase:
+    """Inside the sandbox: the case's lab, its job deployed, every measurement."""
+    with _bench_on_lab(case, build_dir) as bench:
+        return measure_on_bench(bench, case, regimes, size)
+
+
+def case_for(name: str, rate_mbit: float | None) -> Case:
+    """The case ``name`` of ``inabench allreduce`` (its network, job and link rate)."""
+    case = CASES[name]
+    return dataclasses.replace(case, rate_mbit=rate_mbit or case.rate_mbit)
+
+
+# --- Goals -------------------------------------------------------------------------------
+
+
+def goals(case: CollectivesCase) -> list[Goal]:
+    """The issue's goals (rate-limited links) against this case's measurements: passed,
+    missed, or None where nothing was measured (with why)."""
+    g = next((r for r in case.regimes if r.regime == "link"), None)
+    name, n = case.case, len(case.workers)
+    if g is None or g.rate_mbit is None:
+        return [Goal(name, "every goal (rate-limited links)", "the link regime was not run",
+                     None)]
+    link: CollectivesRegime = g
+    out: list[Goal] = []
+
+    def check(goal: str, runs: list[tuple[str, str, str, int | None]],
+              judge: Callable[[list[CollectiveRun]], tuple[str, bool]]) -> None:
+        """``goal`` judged on ``runs`` (method, collective, dtype, width): not
+        measured if one was not run, missed if one failed."""
+        found = []
+        for method, collective, dtype, width in runs:
+            r = link.run(collective, method, dtype, width)
+            if r is None:
+                out.append(Goal(name, goal, f"{method} {NAMES[collective]}: not run", None))
+                return
+            if not r.ok:
+                out.append(Goal(name, goal, f"{r.label} {NAMES[collective]}: "
+                                            f"{_failure(r)}", False))
+                return
+            found.append(r)
+        measured, passed = judge(found)
+        out.append(Goal(name, goal, measured, passed))
+
+    def ina(collective: str, dtype: str = "float32", width: int | None = None
+            ) -> tuple[str, str, str, int | None]:
+        return ("INA", collective, dtype, width)
+
+    def gloo(collective: str, dtype: str = "float32") -> tuple[str, str, str, int | None]:
+        return ("gloo", collective, dtype, None)
+
+    def downlinks(r: CollectiveRun) -> list[float]:
+        """Each worker's downlink, in S's bytes in 32-bit packets on a host link."""
+        return [v / INA_WIRE_PER_VALUE for v in r.downlink_bytes_per_value.values()]
+
+    most = 1 / n + 0.1
+    check(f"Reduce-scatter: each downlink carries S/N + completions, <= S/N + 10% of S "
+          f"(<= {most:.3f} S)", [ina("reduce_scatter")],
+          lambda rs: (f"largest {max(downlinks(rs[0])):.3f} S",
+                      max(downlinks(rs[0])) <= most))
+    for c in ("broadcast", "allgather"):
+        check(f"{NAMES[c]}: each downlink carries S (0.95 to 1.10 S)", [ina(c)],
+              lambda rs: (f"{min(downlinks(rs[0])):.3f} to {max(downlinks(rs[0])):.3f} S",
+                          min(downlinks(rs[0])) >= 0.95 and max(downlinks(rs[0])) <= 1.10))
+    check("Broadcast: no link carries its data twice (busiest <= 1.1x one copy in BIER)",
+          [ina("broadcast")],
+          lambda rs: (f"busiest {'->'.join(rs[0].busiest_link)} "
+                      f"{rs[0].busiest_bytes_per_value / BIER_WIRE_PER_VALUE:.2f}x one copy",
+                      rs[0].busiest_bytes_per_value / BIER_WIRE_PER_VALUE <= 1.1))
+    check("16-bit elements (float16 AllReduce): <= 2.3 bytes per value on every link",
+          [ina("allreduce", "float16", 16)],
+          lambda rs: (f"busiest {'->'.join(rs[0].busiest_link)} "
+                      f"{rs[0].busiest_bytes_per_value:.2f}",
+                      rs[0].busiest_bytes_per_value <= 2.3))
+    def faster(least: float) -> Callable[[list[CollectiveRun]], tuple[str, bool]]:
+        """The first run at least ``least`` times as fast as the second."""
+        return lambda rs: (f"{rs[1].seconds / rs[0].seconds:.2f}x",
+                           rs[1].seconds / rs[0].seconds >= least)
+
+    for c, least in (("broadcast", 1.5), ("reduce", 1.3), ("reduce_scatter", 0.9),
+                     ("allgather", 0.9)):
+        check(f"{NAMES[c]}: INA >= {least}x gloo's speed", [ina(c), gloo(c)], faster(least))
+    rate = link.rate_mbit or 0.0
+    for c in ("reduce_scatter", "allgather"):
+        check(f"{NAMES[c]}: INA at >= 90% of its busiest link's line rate", [ina(c)],
+              lambda rs: (f"{rs[0].busiest_line_rate(rate):.0%} of {rate:g} Mbit/s on "
+                          f"{'->'.join(rs[0].busiest_link)}",
+                          rs[0].busiest_line_rate(rate) >= 0.9))
+    check("float16 AllReduce: 16-bit elements >= 1.8x 32-bit elements",
+          [ina("allreduce", "float16", 16), ina("allreduce", "float16", 32)], faster(1.8))
+    least = 1.3 if n <= 4 else 1.5
+    check(f"float16 AllReduce: 16-bit elements >= {least}x gloo's (float16: gloo takes it)",
+          [ina("allreduce", "float16", 16), gloo("allreduce", "float16")], faster(least))
+    wrong = [f"{r.label} {NAMES[r.collective]} ({regime.regime})" for regime in case.regimes
+             for r in regime.runs if r.method == "INA" and not r.ok]
+    out.append(Goal(name, "INA exact or within the reported bound at every worker, lossless",
+                    "every INA result" if not wrong else f"NOT: {', '.join(wrong)}",
+                    not wrong))
+    out.append(Goal(name, "... under 1% and 5% loss per link, nothing at non-members",
+                    "not measured by this benchmark (tests/bmv2/test_collectives.py)", None))
+    return out
+
+
+# --- Figures (JSON) ----------------------------------------------------------------------
+
+
+@dataclass
+class CollectivesFigures:
+    """What ``inabench collectives`` measured, the BMv2 build and torch's version."""
+
+    cases: list[CollectivesCase]
+    bmv2: str
+    torch: str
+
+    def figures(self) -> dict[str, Any]:
+        """As JSON-ready data (docs/collectives.json); the goals are derived, for readers."""
+        return {"bmv2": self.bmv2, "torch": self.torch,
+                "cases": [asdict(c) for c in self.cases],
+                "goals": [asdict(x) for c in self.cases for x in goals(c)]}
+
+    @classmethod
+    def from_figures(cls, doc: Any) -> CollectivesFigures:
+        """From ``figures()``'s data (KeyError or TypeError if it is not that)."""
+        cases = [CollectivesCase(**{**c, "regimes": [
+            CollectivesRegime(g["regime"], g["rate_mbit"],
+                              [CollectiveRun(**{**r, "busiest_link": tuple(r["busiest_link"])})
+                               for r in g["runs"]])
+            for g in c["regimes"]]}) for c in doc["cases"]]
+        return cls(cases, str(doc["bmv2"]), str(doc["torch"]))
+
+    # --- text ---------------------------------------------------------------------------
+
+    def render(self) -> str:
+        lines = [f"Collectives on Mininet + {self.bmv2}; gloo of torch {self.torch}. One run: "
+                 "every method on the same network and the same arrays, each measurement "
+                 "starting every rank at once and taking the slowest rank's time; bytes per "
+                 "value of S from the switches' interface counters.", ""]
+        for c in self.cases:
+            n = len(c.workers)
+            lines.append(f"{c.case} ({c.topology}): {n} workers ({', '.join(c.workers)}); "
+                         f"S = {c.size:,} float32 values (Allgather: S/{n} from each worker; "
+                         f"Reduce-scatter: S/{n} to each); Broadcast from and Reduce to rank "
+                         f"0; INA VAT (planned): {c.vat}; {c.slots} slots.")
+            for g in c.regimes:
+                lines += self._regime(c, g)
+            lines.append("")
+        lines.append(f"Per value on the wire with INA: {INA_WIRE_PER_VALUE:.2f} bytes on a host "
+                     f"link ({ELEMS_PER_PACKET} 32-bit values a packet), "
+                     f"{BIER_WIRE_PER_VALUE:.2f} inside BIER; 16-bit elements "
+                     f"{INA_WIRE_PER_VALUE / 2:.2f} and {BIER_WIRE_PER_VALUE16:.2f}. INA/x: "
+                     "INA's speed over x's in the same run. hosts (ring): the ring on hosts "
+                     "the fallback uses, which moves the whole array whatever the collective.")
+        lines += ["", "Goals of issue 17 (rate-limited links), against this run:"]
+        for c in self.cases:
+            for x in goals(c):
+                mark = {True: "pass", False: "MISS", None: "not measured"}[x.passed]
+                lines.append(f"  [{mark:^12}] {x.case}: {x.goal}: {x.measured}")
+        return "\n".join(lines)
+
+    def _regime(self, c: CollectivesCase, g: CollectivesRegime) -> list[str]:
+        lines = [f"  {describe_regime(g.rate_mbit)}:",
+                 f"    {'collective':<15}{'method':<14}{'seconds':>8}{'values/s':>12}"
+                 f"{'INA/x':>7}   {'busiest link':<18}{'B/value':>7}{'up max':>8}"
+                 f"{'down max':>9}  check (every rank)"]
+        for k in ARRAY_COLLECTIVES:
+            for m in METHODS:
+                r = g.run(k, m)
+                if r is not None:
+                    ratio = None if m == "INA" else g.ratio(g.run(k, "INA"), r)
+                    lines.append(self._row(NAMES[k], r, ratio))
+                else:
+                    lines.append(f"    {NAMES[k]:<15}{m:<14}not run")
+        lines.append("    each worker's uplink/downlink, bytes per value:")
+        for r in g.runs:
+            if r.collective != "barrier":
+                per = " ".join(f"{w} {r.uplink_bytes_per_value[w]:.2f}/"
+                               f"{r.downlink_bytes_per_value[w]:.2f}" for w in c.workers)
+                what = NAMES[r.collective] + ("" if r.dtype == "float32" else f" {r.dtype}")
+                lines.append(f"      {what:<20}{r.label:<14}{per}")
+        sixteen = g.run("allreduce", "INA", "float16", 16)
+        lines.append("    AllReduce of a float16 array:")
+        for r in g.runs:
+            if r.collective == "allreduce" and r.dtype == "float16":
+                lines.append(self._row("float16", r,
+                                       None if r is sixteen else g.ratio(sixteen, r)))
+        thirty_two = g.run("allreduce", "INA", "float16", 32)
+        gloo16 = g.run("allreduce", "gloo", "float16")
+        lines.append(f"    ratios (same run): 16-bit/32-bit {_ratio(g.ratio(sixteen, thirty_two))}"
+                     f", 16-bit/gloo float16 {_ratio(g.ratio(sixteen, gloo16))}")
+        barriers = [r for r in g.runs if r.collective == "barrier"]
+        lines.append(f"    Barrier, mean of {BARRIER_REPEAT} in a row: " + ", ".join(
+            f"{r.label} {r.seconds * 1000:.1f} ms" + ("" if r.ok else " (FAILED)")
+            for r in barriers))
+        return lines
+
+    @staticmethod
+    def _row(what: str, r: CollectiveRun, x: float | None) -> str:
+        link = f"{r.busiest_link[0]}->{r.busiest_link[1]}"
+        check = ("exact" if r.max_error == 0 else f"within bound (max error {r.max_error:.1e})"
+                 ) if r.ok else _failure(r)
+        if r.retransmissions:
+            check += f"; {r.retransmissions} retransmissions"
+        return (f"    {what:<15}{r.label:<14}{r.seconds:>8.2f}{r.values_per_s:>12,.0f}"
+                f"{_ratio(x):>7}   {link:<18}{r.busiest_bytes_per_value:>7.2f}"
+                f"{max(r.uplink_bytes_per_value.values()):>8.2f}"
+                f"{max(r.downlink_bytes_per_value.values()):>9.2f}  {check}")
+
+    # --- picture --------------------------------------------------------------------------
+
+    def plot(self, path: Path) -> None:
+        """Per case and regime, a column: values per second of every collective by each
+        method (INA's speed over the others' on their bars), bytes per value on the
+        busiest link, and the float16 AllReduce three ways."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import numpy as np
+
+        colors = {"INA": "#1b5e20", "gloo": "#b0413e", "hosts": "#2a7ab0"}
+        panels = [(c, g) for c in self.cases for g in c.regimes]
+        fig, axes = plt.subplots(3, len(panels), figsize=(5.2 * len(panels), 10.5),
+                                 squeeze=False)
+        x = np.arange(len(ARRAY_COLLECTIVES))
+        bar = 0.27
+        for col, (c, g) in enumerate(panels):
+            top, middle, bottom = (axes[row][col] for row in range(3))
+            regime = ("links unlimited (CPU-bound)" if g.rate_mbit is None
+                      else f"every link {g.rate_mbit:g} Mbit/s")
+            for i, m in enumerate(METHODS):
+                runs = [g.run(k, m) for k in ARRAY_COLLECTIVES]
+                rates = [0.0 if r is None or not r.ok else r.values_per_s for r in runs]
+                per = [0.0 if r is None else r.busiest_bytes_per_value for r in runs]
+                label = "hosts (ring)" if m == "hosts" else m
+                bars = top.bar(x + (i - 1) * bar, rates, bar, color=colors[m], label=label)
+                for b, k, r in zip(bars, ARRAY_COLLECTIVES, runs, strict=True):
+                    ratio = g.ratio(g.run(k, "INA"), r)
+                    text = ("not run" if r is None else "FAILED" if not r.ok else
+                            f"{b.get_height() / 1000:,.0f}k" if m == "INA" else _ratio(ratio))
+                    top.annotate(text, (b.get_x() + b.get_width() / 2, b.get_height()),
+                                 ha="center", va="bottom", fontsize=6, rotation=90)
+                middle.bar(x + (i - 1) * bar, per, bar, color=colors[m], label=label)
+            top.set_title(f"{c.case}: {len(c.workers)} workers, S = {c.size:,} float32\n"
+                          f"{regime}", fontsize=9)
+            top.set_ylim(0, top.get_ylim()[1] * 1.3)
+            barriers = ", ".join(f"{r.label} {r.seconds * 1000:.1f} ms" for r in g.runs
+                                 if r.collective == "barrier")
+            top.text(0.01, 0.97, f"Barrier: {barriers}", transform=top.transAxes, fontsize=6,
+                     va="top")
+            for ax in (top, middle):
+                ax.set_xticks(x, [NAMES[k] for k in ARRAY_COLLECTIVES], fontsize=7)
+            sixteen = g.run("allreduce", "INA", "float16", 16)
+            fp16 = [r for r in g.runs if r.collective == "allreduce" and r.dtype == "float16"]
+            bars = bottom.bar([r.label for r in fp16],
+                              [r.values_per_s if r.ok else 0.0 for r in fp16],
+                              color=[colors[r.method] for r in fp16])
+            for b, r in zip(bars, fp16, strict=True):
+                text = "FAILED" if not r.ok else (
+                    f"{r.values_per_s / 1000:,.0f}k, {r.busiest_bytes_per_value:.2f} B/value"
+                    if r is sixteen else f"INA 16-bit: {_ratio(g.ratio(sixteen, r))}")
+                bottom.annotate(text, (b.get_x() + b.get_width() / 2, b.get_height()),
+                                ha="center", va="bottom", fontsize=7)
+            bottom.set_ylim(0, bottom.get_ylim()[1] * 1.2)
+            bottom.set_title("AllReduce of a float16 array", fontsize=8)
+            if col == 0:
+                top.set_ylabel("values per second (higher is better);\n"
+                               "on a bar: INA's speed over that method's", fontsize=8)
+                middle.set_ylabel("bytes on the busiest link\nper value (lower is better)",
+                                  fontsize=8)
+                bottom.set_ylabel("values per second", fontsize=8)
+        fig.text(0.01, 0.005, f"{self.bmv2}; torch {self.torch}", fontsize=6,
+                 color="#555555")
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="upper center", ncol=len(METHODS), fontsize=8)
+        fig.tight_layout(rect=(0, 0.02, 1, 0.965))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def _failure(r: CollectiveRun) -> str:
+    if r.errors:
+        return "FAILED: " + r.errors[0][:120]
+    if r.on_hosts:
+        return f"ran on hosts at {r.on_hosts} ranks (not through the switches)"
+    return f"WRONG (max error {r.max_error:.1e})"
+
+
+def run(case_names: list[str], build_dir: Path, regimes: tuple[str, ...],
+        size: int | None, rate_mbit: float | None) -> CollectivesFigures:
+    """Inside the sandbox: every case, in one run."""
+    import torch
+
+    from ina.lab.mininet import bmv2_build
+
+    cases = [run_case(case_for(name, rate_mbit), build_dir, regimes, size or SIZES[name])
+             for name in case_names]
+    return CollectivesFigures(cases, bmv2_build(), torch.__version__)
