@@ -16,6 +16,7 @@ import pytest
 
 from ina.lab import sandbox
 from ina.lab.mininet import missing_tools
+from ina.spec.job import Job
 
 from bmv2.bmv2lab import Deployed, Labs, NetLab
 from inatest import FIGURE1, FIGURE1_SPEC, ROOT
@@ -55,6 +56,16 @@ def labs(compiled: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
 @pytest.fixture
 def figure1_lab(labs: Labs) -> NetLab:
     return labs.get(FIGURE1)
+
+
+@pytest.fixture
+def figure1_job(figure1_lab: NetLab) -> Iterator[tuple[Path, Job]]:
+    """Figure 1's job deployed for the test; afterwards links unimpaired, job torn down."""
+    path = figure1_lab.write_job(**FIGURE1_SPEC)
+    job = figure1_lab.deploy(path)
+    yield path, job
+    figure1_lab.lab.impair()
+    figure1_lab.teardown(job.job_id)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ elements included). Run with `make test`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +34,6 @@ CLI = {"allreduce": "allreduce", "reduce": "reduce", "reduce_scatter": "reduce-s
        "broadcast": "broadcast", "allgather": "allgather", "barrier": "barrier"}
 ROOT_RANK = 2
 OUTSIDERS = ("w5", "w6", "w7", "w8")
-@pytest.fixture
-def figure1_job(figure1_lab: NetLab) -> Iterator[tuple[Path, Job]]:
-    path = figure1_lab.write_job(**FIGURE1_SPEC)
-    job = figure1_lab.deploy(path)
-    yield path, job
-    figure1_lab.lab.impair()
-    figure1_lab.teardown(job.job_id)
 
 
 def _options(collective: str, width: int | None = None, floats: bool = False) -> list[str]:

@@ -10,7 +10,6 @@ of order, since nothing here can delay a packet on a link.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,21 +28,11 @@ from ina.protocol.scapy_layers import INA
 from ina.spec.job import Job
 
 from bmv2.bmv2lab import NetLab
-from inatest import FIGURE1_SPEC
 
 # Other workers, and VAT nodes on s5 (root), s6 and s7: all three switches carry
 # both jobs at once (s6 and s7 are VAT nodes of both).
 SHARING_SPEC = {"job_id": 2, "op": "sum", "workers": ["w5", "w6", "w7", "w8"], "root": "s5",
                 "aggregators": {"s6": ["w5", "w6"], "s7": ["w7", "w8"]}, "slots": 32}
-
-
-@pytest.fixture
-def figure1_job(figure1_lab: NetLab) -> Iterator[tuple[Path, Job]]:
-    path = figure1_lab.write_job(**FIGURE1_SPEC)
-    job = figure1_lab.deploy(path)
-    yield path, job
-    figure1_lab.lab.impair()
-    figure1_lab.teardown(job.job_id)
 
 
 def _stats(lab: NetLab, job_id: int) -> dict[str, dict[JobStat, int]]:
