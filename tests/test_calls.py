@@ -74,8 +74,8 @@ def test_each_call_starts_past_every_sequence_number_of_the_last(model_lab: Mode
     workers = model_workers(model_lab, job)
     arrays = int_arrays(job, P * 40, seed=1)  # 41 packets, the descriptor included
     _call(model_lab, job, arrays, workers=workers)
-    # Every worker is told the same start, the slots (16) + 1 past the last of 41.
-    assert _starts(workers) == {40 + job.slots + 1}
+    # Every worker is told the same start, twice the slots (16) + 1 past the last of 41.
+    assert _starts(workers) == {40 + 2 * job.slots + 1}
 
 
 def test_workers_that_disagree_on_the_call_all_fail_saying_so(model_lab: ModelLab) -> None:
@@ -112,7 +112,7 @@ def test_a_worker_that_gives_up_tells_the_root_how_far_it_went(model_lab: ModelL
     _call(model_lab, job, first, workers=workers)
     stats = asyncio.run(model_lab.ctl.status())["s6"].job_stats[1]
     assert stats[JobStat.ABORTED].packets == 3 * 3  # three copies from each
-    assert _starts(model_workers(model_lab, job)) == {0 + job.slots + 1}  # past the barrier
+    assert _starts(model_workers(model_lab, job)) == {0 + 2 * job.slots + 1}  # past the barrier
 
 
 def test_a_call_after_one_interrupted_mid_array_is_exact(

@@ -209,7 +209,7 @@ def test_after_a_completion_a_sync_gets_the_completed_seq_plus_the_window_plus_o
                                         _packet(1000, job.worker_bit[w], [1]))
     results = _inboxes(model_lab)
     assert sorted(results) == sorted(job.workers)
-    assert _sync_answer(model_lab, "w2", 5).seq == 1000 + job.slots + 1
+    assert _sync_answer(model_lab, "w2", 5).seq == 1000 + 2 * job.slots + 1
 
 
 # --- link probes ------------------------------------------------------------------------

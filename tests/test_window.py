@@ -1,7 +1,7 @@
 """The window a job can be in (reference model, real Worker objects in threads): one
 packet from a member must not freeze its job. The root takes a contribution only
-within what a call can have sent (its progress P: from P - 2W to P + W + 1) and an
-ABORT no further than P + W + 1, both only once a call of the plan has started; a
+within what a call can have sent (its progress P: from P - 2W to P + 2W + 1) and an
+ABORT no further than P + 2W + 1, both only once a call of the plan has started; a
 node below the root replaces a stray round with the job's next round in that
 cell; a count or op foreign to a round is refused. After each, the job's next
 call is exact."""
@@ -11,16 +11,26 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 
+from ina.host.call import sync_answer, sync_request
+from ina.host.config import WorkerConfig
 from ina.host.results import AllreduceResult
 from ina.host.worker import Worker
 from ina.protocol.arith import seq_add
 from ina.protocol.bitmaps import bit_of
-from ina.protocol.codec import InaHeader, InaPacket
+from ina.protocol.codec import InaHeader, InaPacket, ina_payload
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import Flag, JobStat, Op
 from ina.spec.job import Job
 
-from inatest import ModelLab, assert_exact, figure1_job, in_threads, int_arrays, model_workers
+from inatest import (
+    ModelLab,
+    assert_exact,
+    figure1_job,
+    in_threads,
+    int_arrays,
+    model_workers,
+    open_call,
+)
 
 ROOT_IP = "10.0.100.6"  # s6, the root of the jobs below
 #: Figure 1 with w1 and w2 sending to the root s6 directly (s7 aggregates w3, w4).
@@ -86,13 +96,13 @@ def test_an_abort_moves_the_next_call_no_further_than_a_call_reaches(
     workers = model_workers(model_lab, job)
     _call(model_lab, job, workers, seed=3)
     progress = _progress(workers)
-    _from_w1(model_lab, ROOT_IP, _abort(seq_add(progress, job.slots + 2)))  # one too far
-    _from_w1(model_lab, ROOT_IP, _abort(seq_add(progress, job.slots + 1)))  # as far as it goes
+    _from_w1(model_lab, ROOT_IP, _abort(seq_add(progress, 2 * job.slots + 2)))  # one too far
+    _from_w1(model_lab, ROOT_IP, _abort(seq_add(progress, 2 * job.slots + 1)))  # as far as it goes
     assert _stat(model_lab, "s6", JobStat.DROP_ABORT_AHEAD) == 1
     assert _stat(model_lab, "s6", JobStat.ABORTED) == 1
     replies = in_threads({w: workers[w]._start for w in job.workers})
     assert {r.seq for r in replies.values() if not isinstance(r, Exception)} == {
-        seq_add(progress, 2 * (job.slots + 1))}
+        seq_add(progress, 2 * (2 * job.slots + 1))}
 
 
 def test_an_abort_before_any_call_of_the_plan_is_dropped(model_lab: ModelLab) -> None:
@@ -111,7 +121,7 @@ def test_a_contribution_far_ahead_at_the_root_is_dropped_and_the_next_call_is_ex
     workers = model_workers(model_lab, job, timeout=2.0)
     _call(model_lab, job, workers, seed=5)
     # In the cell of the next call's first packet, many laps ahead.
-    start = seq_add(_progress(workers), job.slots + 1)
+    start = seq_add(_progress(workers), 2 * job.slots + 1)
     _from_w1(model_lab, "10.0.100.6", _contribution(seq_add(start, 2 * job.slots * 2**20)), (7,))
     _call(model_lab, job, workers, seed=6)
     assert _stat(model_lab, "s6", JobStat.DROP_AHEAD) == 1
@@ -124,8 +134,8 @@ def test_the_root_takes_what_a_call_can_reach_and_nothing_past_it(model_lab: Mod
     workers = model_workers(model_lab, job)
     _call(model_lab, job, workers, seed=7)
     progress = _progress(workers)
-    _from_w1(model_lab, ROOT_IP, _contribution(seq_add(progress, job.slots + 1)), (1,))
-    _from_w1(model_lab, ROOT_IP, _contribution(seq_add(progress, job.slots + 2)), (1,))
+    _from_w1(model_lab, ROOT_IP, _contribution(seq_add(progress, 2 * job.slots + 1)), (1,))
+    _from_w1(model_lab, ROOT_IP, _contribution(seq_add(progress, 2 * job.slots + 2)), (1,))
     assert _stat(model_lab, "s6", JobStat.ABSORBED) == 4 * 3 + 1
     assert _stat(model_lab, "s6", JobStat.DROP_AHEAD) == 1
 
@@ -153,7 +163,7 @@ def test_a_round_far_ahead_below_the_root_gives_way_to_the_next_call(
     job = _job(model_lab)
     workers = model_workers(model_lab, job, timeout=2.0)
     _call(model_lab, job, workers, seed=9)
-    start = seq_add(_progress(workers), job.slots + 1)
+    start = seq_add(_progress(workers), 2 * job.slots + 1)
     _from_w1(model_lab, "10.0.100.1", _contribution(seq_add(start, 2 * job.slots * 2**20)), (7,))
     assert _stat(model_lab, "s1", JobStat.ABSORBED) == 2 * (1 + 3) + 1
     _call(model_lab, job, workers, seed=10)
@@ -209,3 +219,34 @@ def test_a_server_root_keeps_the_same_window() -> None:
     assert (root.stats["absorbed"], root.stats["ahead"]) == (1, 2)
     assert (root.stats["aborted"], root.stats["abort_ahead"]) == (1, 2)
     assert root.completed == 0
+
+
+def test_a_worker_that_lost_a_calls_last_results_gets_them_after_others_started_the_next(
+        model_lab: ModelLab) -> None:
+    # w4 lost the result of a call's round S (the first of its last W rounds); the
+    # other workers got every result and started the next call at once. The next
+    # call's rounds must not take the cells of rounds a worker may still lack, so
+    # w4's retransmission of S still gets S's result back.
+    job = _job(model_lab)
+    w = job.slots
+    configs = {h: WorkerConfig.for_job(job, model_lab.topology, h) for h in job.workers}
+    start = open_call(model_lab, job, proposal=1000)
+
+    def contribute(host: str, seq: int) -> None:
+        model_lab.net.host_send_payload(host, configs[host].target, ina_payload(
+            1, seq, configs[host].pbm, [seq & 0xFF]))
+
+    for seq in range(start, start + w):
+        for host in job.workers:
+            contribute(host, seq)
+    for host in job.workers:
+        model_lab.net.received_payloads(host)  # w4's result of `start` is "lost" here
+    for host in ("w1", "w2", "w3"):  # the next call: its start, then its first round
+        model_lab.net.host_send_payload(host, configs[host].sync_target,
+                                        sync_request(configs[host], 2, 0))
+        (nxt,) = [s for p in model_lab.net.received_payloads(host)
+                  if (s := sync_answer(p, configs[host], 2)) is not None]
+        contribute(host, nxt)
+    contribute("w4", start)  # w4 retransmits
+    results = [InaPacket.unpack(p) for p in model_lab.net.received_payloads("w4")]
+    assert [(r.header.seq, r.meaningful) for r in results] == [(start, (4 * (start & 0xFF),))]

@@ -38,7 +38,7 @@ EDGE = "10.0.100.1"
 class Fabric:
     """A job's edge switch and root for ``n`` workers, as the data plane behaves: the
     root answers the first SYNC of a plan with its proposal and later ones with the
-    highest completed sequence number + SLOTS + 1, in the plan's generation; a
+    highest completed sequence number + 2 x SLOTS + 1, in the plan's generation; a
     contribution of the plan's generation is aggregated (SUM wraps and flags an
     overflow, MIN/MAX signed) and its result multicast; one of another generation
     comes back as a REPLAN notice; with ``on_hosts``, every packet (an ABORT aside)
@@ -90,8 +90,8 @@ class Fabric:
             self.done = h.seq
         elif h.flags & Flag.SYNC:
             if self.first:
-                self.first, self.done = False, seq_add(h.seq, -(SLOTS + 1))
-            self._back(rank, h, payload, told, seq_add(self.done, SLOTS + 1))
+                self.first, self.done = False, seq_add(h.seq, -(2 * SLOTS + 1))
+            self._back(rank, h, payload, told, seq_add(self.done, 2 * SLOTS + 1))
         elif h.gen != self.gen:
             self._back(rank, h, payload, told | Flag.REPLAN, h.seq)
         else:
@@ -219,7 +219,7 @@ def test_a_start_behind_the_last_call_fails_saying_the_root_lost_progress() -> N
     fabric = Fabric(1)
     (worker,) = _workers(fabric)
     worker.allreduce(np.arange(3 * P))
-    fabric.replan(progress=seq_add(0, -(SLOTS + 1)))  # the root would start calls at 0
+    fabric.replan(progress=seq_add(0, -(2 * SLOTS + 1)))  # the root would start calls at 0
     sent = len(fabric.sent)
     with pytest.raises(AllreduceError, match="root has lost the progress of earlier calls"):
         worker.allreduce(np.arange(P))

@@ -35,10 +35,10 @@
 // ahead moves every later call there. The root keeps the job's progress P (the
 // highest sequence number completed or given up) and takes what a call can have
 // sent: a worker sends s only once s - W is complete (a call's first packet, at
-// P + W + 1, excepted) and sends it again only while some worker lacks its
-// result. So it takes a contribution if P - 2W <= s <= P + W + 1 (past it:
+// P + 2W + 1, excepted) and sends it again only while some worker lacks its
+// result. So it takes a contribution if P - 2W <= s <= P + 2W + 1 (past it:
 // DROP_AHEAD; before it: DROP_STALE, every worker holds that result) and an
-// ABORT if its seq <= P + W + 1 (DROP_ABORT_AHEAD), both only once a SYNC of this
+// ABORT if its seq <= P + 2W + 1 (DROP_ABORT_AHEAD), both only once a SYNC of this
 // plan has set P (before: DROP_AHEAD, DROP_ABORT_AHEAD). A node below the root
 // does not know P: there any other round replaces a cell's, but the one a lap
 // before it (s = cell's - 2W: stale), so a stray round lasts until the job's
@@ -47,7 +47,7 @@
 // or the first contribution of a round with another count, op, width or kind, which
 // then refuses everyone else's); its workers give that call up (ABORT) and the next
 // one is exact. Since ABORTs are legitimate, a member can also move the job's
-// calls forward, at most W + 1 sequence numbers per ABORT.
+// calls forward, at most 2W + 1 sequence numbers per ABORT.
 //
 // Registers hold only what the data plane writes. A cell whose epoch differs
 // from the job entry's is a leftover of a torn-down job and counts as empty.
@@ -253,15 +253,19 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     }
 
     // A call's start: the call's first sequence number, back to the worker, with
-    // the generation of the job's plan. In a new plan (or deployment), the first
-    // SYNC's proposal (its seq) fixes it: a worker whose call had started under
-    // the previous plan proposes that call's start, so the workers still agree.
+    // the generation of the job's plan: 2W + 1 past the job's progress P, so that
+    // the call's first 2W rounds take no cell of the last W rounds before P, whose
+    // results a worker may still lack while the others have started this call
+    // (its retransmissions must still find them). In a new plan (or deployment),
+    // the first SYNC's proposal (its seq) fixes it: a worker whose call had
+    // started under the previous plan proposes that call's start, so the workers
+    // still agree.
     action answer_sync() {
         progress.read(done_up_to, (bit<32>)meta.job_index);
         bool first = done_up_to[63:32] != meta.epoch;
-        hdr.ina.seq = first ? hdr.ina.seq : done_up_to[31:0] + (bit<32>)meta.slot_mask + 2;
+        hdr.ina.seq = first ? hdr.ina.seq : done_up_to[31:0] + meta.lap + 1;
         progress.write((bit<32>)meta.job_index,
-                       first ? meta.epoch ++ (hdr.ina.seq - (bit<32>)meta.slot_mask - 2)
+                       first ? meta.epoch ++ (hdr.ina.seq - meta.lap - 1)
                              : done_up_to);
         hdr.ina.gen = meta.gen;
         hdr.ina.flags = hdr.ina.flags | FLAG_REPLY;
@@ -332,7 +336,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 progress.read(done_up_to, (bit<32>)meta.job_index);
                 if (done_up_to[63:32] != meta.epoch
                         || (int<32>)(hdr.ina.seq - done_up_to[31:0])
-                           > (int<32>)((bit<32>)meta.slot_mask + 2)) {
+                           > (int<32>)(meta.lap + 1)) {
                     refuse(JOB_STAT_DROP_ABORT_AHEAD);
                 } else {
                     advance(hdr.ina.seq);
@@ -363,7 +367,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         }
         if (meta.job_role == ROLE_ROOT) {
             open_root_cell();
-            // In the window: seq - P + 2W in 0..3W + 1, one test on the common path.
+            // In the window: seq - P + 2W in 0..4W + 1, one test on the common path.
             if (done_up_to[63:32] != meta.epoch
                     || hdr.ina.seq - done_up_to[31:0] + meta.lap > meta.reach) {
                 if (done_up_to[63:32] != meta.epoch

@@ -207,9 +207,9 @@ def test_bmv2_and_the_model_agree_on_notices_and_a_calls_start(labs: Labs) -> No
 WINDOW_SPEC = {"job_id": 16, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
                "aggregators": {"s7": ["w3", "w4"]}}
 W = 16  # the job's slots
-#: The first SYNC proposes START: the root's progress is START - W - 1 after it.
+#: The first SYNC proposes START: the root's progress is START - 2W - 1 after it.
 START = 1000
-PROGRESS = START - W - 1
+PROGRESS = START - 2 * W - 1
 Batch = tuple[str, list[bytes]]
 
 
@@ -351,7 +351,7 @@ def test_bmv2_and_the_model_agree_on_the_window(labs: Labs) -> None:
     assert _switch_cell(counters["s1"], SwitchStat.DROP_SPOOFED_SOURCE) == 1
     # The SYNCs' answers: the first of the plan its proposal, the next one past the ABORT.
     assert [InaHeader.unpack(p).seq for p in got["w1"]] == [START]
-    assert [InaHeader.unpack(p).seq for p in got["w2"]] == [START + W + 1]
+    assert [InaHeader.unpack(p).seq for p in got["w2"]] == [START + 2 * W + 1]
     assert not got["w5"]
 
 

@@ -26,7 +26,7 @@ SIZE = P * 2 + 3  # three packets a worker
 #: Fresh workers start the first call at 0: the descriptor, then the array.
 PROGRESS = 3  # the root's progress after the first call
 W = 16  # the jobs' slots
-NEXT_START = PROGRESS + W + 1
+NEXT_START = PROGRESS + 2 * W + 1
 #: w1 and w2 send to the root s6 directly (s7 aggregates w3, w4).
 ROOT_PARENT_SPEC = {**FIGURE1_SPEC, "job_id": 3, "aggregators": {"s7": ["w3", "w4"]}}
 

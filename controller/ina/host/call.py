@@ -11,8 +11,10 @@ node (so the worker needs no VAT, and the VAT may change). Each call
 1. **Start.** The worker asks the job's root where the call's sequence numbers
    begin (a SYNC packet, proposing the sequence number after its last call; the
    root answers the first SYNC after a deployment or a re-plan with its proposal,
-   the others with W + 1 past the highest sequence number it has completed, W
-   being the job's slots). Every worker of a call gets the same answer, since
+   the others with 2W + 1 past the highest sequence number it has completed, W
+   being the job's slots: the call's first 2W rounds then take no cell of the
+   last W rounds before it, whose results a worker may still lack while the
+   others have started the call). Every worker of a call gets the same answer, since
    nothing of the new call can complete before all of them have started, and the
    answer lies past anything an earlier call, finished or interrupted, has sent.
    The answer carries the plan's generation (``gen``), which every packet of the

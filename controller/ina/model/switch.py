@@ -403,7 +403,7 @@ class ModelSwitch:
         if job.action == n.VAT_ROOT.name:
             # What a call can have sent (aggregation.p4, "The window").
             epoch, done = s.reg_read(REG_PROGRESS, job.param("job_index"), (0, 0))
-            if epoch != job.param("epoch") or seq_diff(ina.seq, done) > window + 1:
+            if epoch != job.param("epoch") or seq_diff(ina.seq, done) > 2 * window + 1:
                 self._job_drop(meta, JobStat.DROP_AHEAD)
                 return
             if seq_diff(done, ina.seq) > 2 * window:
@@ -461,7 +461,7 @@ class ModelSwitch:
             index = job.param("job_index")
             epoch, last = self.store.reg_read(REG_PROGRESS, index, (0, 0))
             if (epoch != job.param("epoch")
-                    or seq_diff(ina.seq, last) > job.param("slot_mask") + 2):
+                    or seq_diff(ina.seq, last) > job.param("lap") + 1):
                 self._job_drop(meta, JobStat.DROP_ABORT_AHEAD)
                 return
             if seq_diff(ina.seq, last) > 0:
@@ -469,11 +469,12 @@ class ModelSwitch:
             self._job_drop(meta, JobStat.ABORTED)
         else:
             # answer_sync. The first SYNC of a deployment or plan (the progress is of
-            # another epoch) gets its own proposal back, which then counts as W + 1
-            # past the highest completed seq; later ones get that W + 1 past.
+            # another epoch) gets its own proposal back, which then counts as 2W + 1
+            # past the highest completed seq; later ones get that 2W + 1 past (no
+            # cell of the last W rounds, whose results a worker may still lack).
             index, epoch = job.param("job_index"), job.param("epoch")
             done_epoch, last = self.store.reg_read(REG_PROGRESS, index, (0, 0))
-            window = job.param("slot_mask") + 2
+            window = job.param("lap") + 1
             if done_epoch != epoch:
                 base = ina.seq
                 self.store.reg_write(REG_PROGRESS, index, (epoch, seq_add(base, -window)))

@@ -156,7 +156,7 @@ class JobStat(enum.IntEnum):
     ABORTED = 14  # root: a worker gave up on its call (the next call starts past it)
     DROP_OLD_PLAN = 15  # a VAT node got a packet of another generation of the job's plan
     TOLD = 16  # edge: a worker told of a new plan (REPLAN) or of reduction on hosts
-    #: root: a contribution past the job's window (more than slots + 1 past the highest
+    #: root: a contribution past the job's window (more than 2 x slots + 1 past the highest
     #: sequence number completed or given up), or before any call of this plan
     DROP_AHEAD = 17
     #: root: an ABORT past the job's window (as DROP_AHEAD), or before any call of this plan
