@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import selectors
 import socket
 import subprocess
@@ -29,10 +30,24 @@ ROOT = Path(__file__).resolve().parents[1]
 READY_TIMEOUT = 120.0
 
 
+#: Ports for the ranks' store: below the kernel's ephemeral range (32768 on), so no
+#: connect() elsewhere can take the port between our check and the store's bind, and
+#: above the rings' on hosts (ina.host.config.ring_port).
+STORE_PORTS = range(28_000, 32_700)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port no socket holds now, from STORE_PORTS (a port the kernel hands out for
+    port 0 may be taken by another process's connect() before the store binds it)."""
+    rng = random.Random()
+    while True:
+        port = rng.choice(STORE_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
 
 
 #: Starts rank ``r``'s process: (rank, argv, env) -> the process (stdin, stdout and
