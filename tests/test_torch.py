@@ -294,6 +294,7 @@ def test_a_rank_that_dies_ends_every_other_ranks_call_with_an_error() -> None:
 def test_the_example_trains_under_torchrun_on_the_embedded_network(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("INA_")}
+    env["TMPDIR"] = str(tmp_path)  # torchrun leaves its log directory (torchelastic_*) there
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
          "--master-port", str(free_port()), str(ROOT / "examples" / "train.py"),
