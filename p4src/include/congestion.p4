@@ -21,7 +21,6 @@ control Congestion(inout headers_t hdr, inout metadata_t meta,
     // Per port: the bytes its phantom queue holds ++ when they were counted (us).
     register<phantom_t>(MAX_PORTS) phantom;
 
-    bit<32> length;     // of the frame as it leaves
     bool over_mark;     // the phantom queue holds more than the mark threshold
 
     // The phantom queue: drained by the time since its last packet at `rate` bytes
@@ -29,8 +28,17 @@ control Congestion(inout headers_t hdr, inout metadata_t meta,
     // added; never above `limit` (the link's buffer, which would drop the rest).
     // In 96 bits, which no product of a 48-bit time and a 32-bit rate overflows; a
     // negative difference shows as the top bit, masked to zero (or to the limit)
-    // without a branch.
+    // without a branch. The packet's length is the frame's as it leaves (Ethernet,
+    // BIER, the IPv4 packet: a result cut to a completion, a copy decapsulated), or
+    // for a frame that is not IPv4 (a probe) BMv2's packet_length (as it came); a
+    // choice by multiplication, not a branch. Every action of the table counts the
+    // packet: no action of its own for the count.
     action phantom_queue(bit<32> rate, bit<32> mark, bit<32> limit) {
+        port_packets.count((bit<32>)std.egress_port);
+        bit<32> ip = (bit<32>)(bit<1>)hdr.ipv4.isValid();
+        bit<32> length = ip * (ETHERNET_BYTES + (bit<32>)hdr.ipv4.total_len
+                               + (bit<32>)(bit<1>)hdr.bier.isValid() * BIER_HEADER_BYTES)
+                         + (1 - ip) * std.packet_length;
         phantom_t q;
         phantom.read(q, (bit<32>)std.egress_port);
         bit<96> drained = ((bit<96>)(std.egress_global_timestamp - q[PHANTOM_TIME])
@@ -44,6 +52,7 @@ control Congestion(inout headers_t hdr, inout metadata_t meta,
     }
 
     action no_phantom_queue() {
+        port_packets.count((bit<32>)std.egress_port);
         over_mark = false;
     }
 
@@ -62,18 +71,13 @@ control Congestion(inout headers_t hdr, inout metadata_t meta,
         hdr.ina.ecn = hdr.ina.ecn | ECN_CE;
     }
 
+    // Per packet: a condition, a table and its action, a condition; the rest only
+    // on a congested packet.
     apply {
         if (std.egress_port >= MAX_PORTS) {
             return;  // the CPU port: packet-ins, neither counted nor marked
         }
-        if (hdr.ipv4.isValid()) {
-            length = ETHERNET_BYTES + (bit<32>)hdr.ipv4.total_len
-                     + (bit<32>)(bit<1>)hdr.bier.isValid() * BIER_HEADER_BYTES;
-        } else {
-            length = std.packet_length;  // not IPv4: as it came (a probe, say)
-        }
         port_queues.apply();
-        port_packets.count((bit<32>)std.egress_port);
         if (std.enq_qdepth >= MARK_QDEPTH || over_mark) {
             if (hdr.ipv4.isValid() && (hdr.ipv4.diffserv & IPV4_ECN_MASK) != 0) {
                 mark_ipv4();  // ECT(0) or ECT(1): CE; CE stays CE
