@@ -71,12 +71,10 @@ control Congestion(inout headers_t hdr, inout metadata_t meta,
         hdr.ina.ecn = hdr.ina.ecn | ECN_CE;
     }
 
-    // Per packet: a condition, a table and its action, a condition; the rest only
-    // on a congested packet.
+    // Per packet: a table and its action, a condition; the rest only on a congested
+    // packet. Applied to packets that leave by a port below MAX_PORTS (egress.p4):
+    // not the CPU port, whose packet-ins are neither counted nor marked.
     apply {
-        if (std.egress_port >= MAX_PORTS) {
-            return;  // the CPU port: packet-ins, neither counted nor marked
-        }
         port_queues.apply();
         if (std.enq_qdepth >= MARK_QDEPTH || over_mark) {
             if (hdr.ipv4.isValid() && (hdr.ipv4.diffserv & IPV4_ECN_MASK) != 0) {
