@@ -117,6 +117,8 @@ def test_queues_are_optional_and_take_defaults_for_buffer_and_mark() -> None:
     ({"rate": "fast"}, "queues.rate: 'fast' is not a rate in Mbit/s from 0.1 to 100000"),
     ({"rate": True}, "queues.rate: True is not a rate in Mbit/s from 0.1 to 100000"),
     ({"rate": 2, "buffer": 1000}, "queues.buffer: 1000 is not an integer in 1514..2147483647"),
+    ({"rate": 2, "buffer": 250000}, "queues.buffer: 250000 bytes is more than a link may queue "
+     "(64000): beyond it BMv2's send blocks and the switch stops sending on every port"),
     ({"rate": 2, "mark": -1}, "queues.mark: -1 is not an integer in 0..2147483647"),
     ({"rate": 2, "buffer": 20000, "mark": 20000},
      "queues.mark: 20000 bytes is not below the buffer (20000 bytes): a queue that never "
@@ -136,3 +138,10 @@ def test_with_queues_changes_only_the_queues_and_failures_keep_them() -> None:
     assert fast.path("h1", "h2") == topo.path("h1", "h2") and fast.links == topo.links
     assert fast.without(Failures().with_link("s1", "s2")).queues == Queues(rate=4.0)
     assert fast.with_queues(None).queues is None
+
+
+def test_queues_made_in_python_are_checked_too() -> None:
+    with pytest.raises(ValueError, match="queues need a rate"):
+        Queues(rate=2.0, buffer=100_000)
+    with pytest.raises(ValueError, match="queues need a rate"):
+        Queues(rate=2.0, buffer=20_000, mark=20_000)

@@ -138,6 +138,15 @@ class Policing:
 #: The least buffer a link may have: a whole Ethernet frame of 1,500 bytes of IPv4 (a
 #: byte FIFO smaller than a frame would drop every such frame).
 MIN_BUFFER = 1514
+#: The most. BMv2 sends every frame of a switch from one thread, with a blocking send
+#: on the port's socket, whose send buffer (212,992 bytes, the kernel's default, which
+#: a network namespace cannot change) also pays for what waits in the link's queue:
+#: about 2.3 KB per frame of up to ~1.7 KB, so about 92 such frames. A link queue that
+#: holds more blocks that thread, and the switch stops sending on every port, not only
+#: the congested one (measured: a ping through an idle port of the switch took 2 s;
+#: with 30,000 bytes, 2 ms). 64,000 bytes keeps every queue of frames of 500 bytes and
+#: more below it; a queue of smaller frames alone can still reach it.
+MAX_BUFFER = 64_000
 #: The fastest link rate the file may name (Mbit/s), and the slowest (a phantom queue
 #: counts its rate in whole bytes per 2**PHANTOM_RATE_SHIFT microseconds).
 MAX_RATE = 100_000.0
@@ -155,6 +164,15 @@ class Queues:
     rate: float
     buffer: int = QUEUE_BUFFER
     mark: int = QUEUE_MARK
+
+    def __post_init__(self) -> None:
+        """ValueError for what a topology file would be refused (``from_dict`` says
+        which field of the file, and why)."""
+        if not (MIN_RATE <= self.rate <= MAX_RATE and MIN_BUFFER <= self.buffer <= MAX_BUFFER
+                and 0 <= self.mark < self.buffer):
+            raise ValueError(f"queues need a rate of {MIN_RATE:g}..{MAX_RATE:g} Mbit/s, a "
+                             f"buffer of {MIN_BUFFER}..{MAX_BUFFER} bytes and a mark below "
+                             f"it: {self}")
 
     @property
     def phantom_rate(self) -> int:
@@ -603,10 +621,16 @@ def _parse_queues(value: Any, problems: list[str]) -> Queues | None:
     before = len(problems)
     buffer = _int("queues.buffer", f.get("buffer", QUEUE_BUFFER), MIN_BUFFER, 2**31 - 1,
                   problems)
+    if buffer > MAX_BUFFER:
+        problems.append(f"queues.buffer: {buffer} bytes is more than a link may queue "
+                        f"({MAX_BUFFER}): beyond it BMv2's send blocks and the switch stops "
+                        "sending on every port")
     mark = _int("queues.mark", f.get("mark", QUEUE_MARK), 0, 2**31 - 1, problems)
     if len(problems) == before and mark >= buffer:
         problems.append(f"queues.mark: {mark} bytes is not below the buffer ({buffer} bytes): "
                         "a queue that never holds more would never mark")
+    if len(problems) != before:
+        return None
     return Queues(rate=float(rate), buffer=buffer, mark=mark)
 
 
