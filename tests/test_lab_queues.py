@@ -20,9 +20,9 @@ def test_a_link_gets_its_rate_a_byte_fifo_and_a_class_for_the_probes() -> None:
     assert "tc class add dev s1-eth2 parent 1: classid 1:1 htb rate 2000kbit ceil 2000kbit" \
         in steps
     assert ("tc class add dev s1-eth2 parent 1:1 classid 1:10 htb rate 20kbit ceil 2000kbit "
-            "prio 0") in steps  # the probes' class: served first
+            "prio 0 quantum 1514") in steps  # the probes' class: served first
     assert ("tc class add dev s1-eth2 parent 1:1 classid 1:20 htb rate 1980kbit ceil 2000kbit "
-            "prio 1") in steps
+            "prio 1 quantum 1514") in steps
     assert "tc qdisc add dev s1-eth2 parent 1:20 handle 20: bfifo limit 30000" in steps
     assert (f"tc filter add dev s1-eth2 parent 1: protocol {ETHERTYPE_PROBE:#06x} prio 1 u32 "
             "match u32 0 0 flowid 1:10") in steps

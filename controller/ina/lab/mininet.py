@@ -279,6 +279,8 @@ def link_state_command(intf: str, up: bool) -> str:
 #: The htb classes of a link end's egress (``queue_command``): the link, its probes'
 #: class (served first), and everything else's, whose queue is the byte FIFO.
 LINK_CLASS, PROBE_CLASS, DATA_CLASS = "1:1", "1:10", "1:20"
+#: Bytes an htb class sends in its turn: one full Ethernet frame.
+QUANTUM = 1514
 
 
 def queue_command(intf: str, queues: Queues | None) -> str:
@@ -287,8 +289,10 @@ def queue_command(intf: str, queues: Queues | None) -> str:
     (EtherType ETHERTYPE_PROBE, by a u32 filter: this kernel has no matchall or
     basic classifier), served first (htb prio 0) at a small guaranteed rate, and
     everything else (the default class), queued in a byte FIFO of ``queues.buffer``
-    bytes (bfifo; the kernel has no netem, red or codel). None: the interface's
-    own queue again, no limit. Either way it first removes what was there."""
+    bytes (bfifo; the kernel has no netem, red or codel). Each class's quantum is a
+    whole frame (htb derives one from the rate otherwise, and warns at low and high
+    rates). None: the interface's own queue again, no limit. Either way it first
+    removes what was there."""
     clear = f"tc qdisc del dev {intf} root 2>/dev/null; true"
     if queues is None:
         return clear
@@ -301,9 +305,9 @@ def queue_command(intf: str, queues: Queues | None) -> str:
         f"tc class add dev {intf} parent 1: classid {LINK_CLASS} htb "
         f"rate {rate}kbit ceil {rate}kbit",
         f"tc class add dev {intf} parent {LINK_CLASS} classid {PROBE_CLASS} htb "
-        f"rate {probes}kbit ceil {rate}kbit prio 0",
+        f"rate {probes}kbit ceil {rate}kbit prio 0 quantum {QUANTUM}",
         f"tc class add dev {intf} parent {LINK_CLASS} classid {DATA_CLASS} htb "
-        f"rate {rate - probes}kbit ceil {rate}kbit prio 1",
+        f"rate {rate - probes}kbit ceil {rate}kbit prio 1 quantum {QUANTUM}",
         f"tc qdisc add dev {intf} parent {DATA_CLASS} handle {data_minor}: bfifo "
         f"limit {queues.buffer}",
         f"tc filter add dev {intf} parent 1: protocol {ETHERTYPE_PROBE:#06x} prio 1 u32 "
@@ -552,7 +556,7 @@ class Lab:
     def _apply_queues(self) -> None:
         """The topology's queues on every link end (``queue_command``)."""
         for node, intf, run in self._interfaces():
-            out = run(queue_command(intf, self.topology.queues) + "; echo rc=$?")
+            out = run(f"({queue_command(intf, self.topology.queues)}) 2>&1; echo rc=$?")
             if not out.strip().endswith("rc=0"):
                 raise LabError(f"{node}: cannot set the queue of {intf} with tc: {out.strip()}")
 
