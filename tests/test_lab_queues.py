@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ina.lab.mininet import Lab, bmv2_command, queue_command
+from ina.lab.mininet import Lab, bmv2_command, parse_backlog, queue_command
 from ina.protocol.constants import CPU_PORT, ETHERTYPE_PROBE, PRIORITY_QUEUES
 from ina.spec.topology import Queues, Topology
 
@@ -61,3 +61,13 @@ def test_limit_links_sets_the_topologys_queues_at_another_rate(figure1: Topology
     monkeypatch.setattr(plain, "set_queues", got.append)
     plain.limit_links(4.0)
     assert got[-1] == Queues(rate=4.0)
+
+
+@pytest.mark.parametrize("output,backlog", [
+    ("qdisc bfifo 20: parent 1:20 limit 30000b\n Sent 761000 bytes 761 pkt (dropped 0, "
+     "overlimits 0 requeues 0)\n backlog 29098b 30p requeues 0\n", (29098, 30)),
+    (" backlog 87Kb 90p requeues 0", (87000, 90)),  # tc's own rounding
+    ("", (0, 0)),
+])
+def test_a_links_backlog_is_read_from_tc(output: str, backlog: tuple[int, int]) -> None:
+    assert parse_backlog(output) == backlog

@@ -205,6 +205,7 @@ def test_the_lab_gives_every_link_end_the_topologys_rate_and_buffer(
             assert re.search(r"class htb 1:10 parent 1:1 prio 0 rate 20Kbit ceil 2Mbit", out)
             assert "flowid 1:10" in out and "protocol [34998]" in out  # 0x88b6: the probes
         assert lab.host("w1").cmd("sysctl -n net.ipv4.tcp_ecn").strip() == "1"
+        assert lab.backlog("s5", "s1") == (0, 0) and lab.backlog("w1", "s1") == (0, 0)
         entries = figure1_lab.controller_call(
             lambda ctl: ctl.clients["s5"].read_table(n.PORT_QUEUES.name), write=False)
         assert sorted((e.match_value("egress_port"), e.param("rate"), e.param("mark"),
@@ -217,11 +218,6 @@ def test_the_lab_gives_every_link_end_the_topologys_rate_and_buffer(
         lambda ctl: ctl.clients["s5"].read_table(n.PORT_QUEUES.name), write=False) == []
 
 
-def _backlog(intf: str) -> int:
-    """Bytes queued in the interface's byte FIFO."""
-    out = run_in_lab(f"tc -s qdisc show dev {intf} parent 1:20")
-    found = re.findall(r"backlog (\d+)b", out)
-    return int(found[0]) if found else 0
 
 
 def test_a_probe_passes_a_full_queue(figure1_lab: NetLab) -> None:
@@ -253,10 +249,11 @@ def test_a_probe_passes_a_full_queue(figure1_lab: NetLab) -> None:
                 [sys.executable, str(HERE / "pace.py"), node.defaultIntf().name,
                  _udp(lab, w, "w3", 1000, 0).hex(), "36", "7"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-        wait_until(lambda: _backlog("s1-eth1") > 50_000, 5, "s1's queue toward s5 to fill")
+        wait_until(lambda: lab.lab.backlog("s1", "s5")[0] > 50_000, 5,
+                   "s1's queue toward s5 to fill")
         full = time.monotonic()
         time.sleep(2.0)
-        assert _backlog("s1-eth1") > 50_000  # still full
+        assert lab.lab.backlog("s1", "s5")[0] > 50_000  # still full
         during = [lag for at, lag in lags if at > full]
         assert len(during) >= 10 and max(during) <= 3, during  # 1.9 s would be 19
         assert not watcher.events, watcher.events

@@ -315,6 +315,16 @@ def queue_command(intf: str, queues: Queues | None) -> str:
     ])
 
 
+def parse_backlog(tc_output: str) -> tuple[int, int]:
+    """(bytes, packets) of the first ``backlog`` line of ``tc -s qdisc show`` (0, 0 if
+    none: no such qdisc)."""
+    match = re.search(r"backlog (\d+)([KMG]?)b (\d+)p", tc_output)
+    if match is None:
+        return 0, 0
+    scale = {"": 1, "K": 1000, "M": 1000**2, "G": 1000**3}[match.group(2)]
+    return int(match.group(1)) * scale, int(match.group(3))
+
+
 def run_in_lab(cmd: str) -> str:
     """Run a shell command in the sandbox's root namespace (where the switches'
     interfaces are); its output."""
@@ -552,6 +562,21 @@ class Lab:
         current = self.topology.queues
         self.set_queues(Queues(rate=rate_mbit) if current is None
                         else dataclasses.replace(current, rate=rate_mbit))
+
+    def backlog(self, node: str, neighbour: str) -> tuple[int, int]:
+        """(bytes, frames) waiting in the byte FIFO of ``node``'s end of its link to
+        ``neighbour`` now (0, 0 without queues): a link's queue depth, for a benchmark
+        to sample (a few milliseconds a call)."""
+        ends = [e for e in self.topology.link_ends(node, neighbour) if e.node == node]
+        if not ends:
+            raise LabError(f"no link between {node} and {neighbour} in topology "
+                           f"{self.topology.name}")
+        if node in self.topology.switches:
+            intf, run = f"{node}-eth{ends[0].port}", run_in_lab
+        else:
+            host = self.net[node]
+            intf, run = host.defaultIntf().name, host.cmd
+        return parse_backlog(run(f"tc -s qdisc show dev {intf} parent {DATA_CLASS} 2>&1"))
 
     def _apply_queues(self) -> None:
         """The topology's queues on every link end (``queue_command``)."""
