@@ -255,7 +255,9 @@ def test_a_probe_passes_a_full_queue(figure1_lab: NetLab) -> None:
         time.sleep(2.0)
         assert lab.lab.backlog("s1", "s5")[0] > 50_000  # still full
         during = [lag for at, lag in lags if at > full]
-        assert len(during) >= 10 and max(during) <= 3, during  # 1.9 s would be 19
+        assert len(during) >= 10 and max(during) <= 3, (  # 1.9 s would be 19
+            during, len(lags), sender.seq, watcher.watcher.primary("s1"),
+            watcher.watcher.primary("s5"), lab.lab.backlog("s1", "s5"), watcher.events)
         assert not watcher.events, watcher.events
     finally:
         for proc in floods:
