@@ -1,4 +1,4 @@
-"""The lab's links and queues as commands (no emulation; tests/bmv2/test_congestion.py
+"""The lab's links and queues as commands (no emulation; tests/bmv2/test_marks.py
 runs them): an htb class at the link's rate, a byte FIFO of the topology's buffer
 under it, the controller's probes in a class of their own served first; the
 switches started with the egress priority queues the probes use."""

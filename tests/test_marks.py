@@ -5,7 +5,7 @@ Ecn.CE in an INA header); a mark on any contribution reaches every worker's resu
 NODATA rounds, completions and resends included; IPv4 CE from a switch that knows
 no INA goes into the INA header. Figure 1's job: s1 aggregates w1, w2 (s1:1 leads up
 to s5); s7 w3, w4; s6 is the root; its result goes s6 -> s7 -> s5 -> s1 and s2.
-tests/bmv2/test_congestion.py checks BMv2 does the same."""
+tests/bmv2/test_marks.py checks BMv2 does the same."""
 
 from __future__ import annotations
 

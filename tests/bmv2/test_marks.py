@@ -3,7 +3,7 @@ phantom queue past its threshold marks what leaves its port (IPv4 CE on ECN-capa
 packets only, counted per port), a partial result marked on its way up marks every
 worker's result, a deep BMv2 egress queue marks; and the lab's links from the
 topology's queues: an htb class and a byte FIFO on every interface, the
-controller's probes through a full queue at once. tests/test_congestion.py checks
+controller's probes through a full queue at once. tests/test_marks.py checks
 the model does the same. Run with `make test`."""
 
 from __future__ import annotations
