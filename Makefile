@@ -130,7 +130,7 @@ figures:
 	$(VENV)/bin/inabench collectives --from-json docs/collectives.json --png docs/collectives.png
 
 simulate:
-	$(PY) -m ina.lab.simulate --k 4 6 8 16
+	$(PY) -m ina.bench.simulate --k 4 6 8 16
 
 test:
 	$(PY) -m ina.lab.sandbox --if-available -- $(PY) -m pytest $(PYTEST_ARGS)

@@ -1,4 +1,4 @@
-"""The chaos soak's plan without a lab (ina.lab.chaos): seeded schedules that never
+"""The chaos soak's plan without a lab (ina.bench.chaos): seeded schedules that never
 cut a worker off, the exact results the workers check theirs against (the model's,
 bit for bit), the misbehaving member's packets that cannot pass for its own, the
 outsider's garbage dropped by the data plane, and the figures' round trip through
@@ -16,11 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ina.cli import inabench
-from ina.control.watch import WatchOptions
-from ina.host.results import AllreduceResult
-from ina.lab import chaos
-from ina.lab.chaos import (
+from ina.bench import chaos
+from ina.bench.chaos import (
     FAR_AHEAD,
     MEMBER_KINDS,
     OUTSIDER_KINDS,
@@ -31,7 +28,10 @@ from ina.lab.chaos import (
     MemberState,
     SoakRun,
 )
-from ina.lab.soak import CASES, _error_kind, figures, from_figures
+from ina.bench.soak import CASES, _error_kind, figures, from_figures
+from ina.cli import inabench
+from ina.control.watch import WatchOptions
+from ina.host.results import AllreduceResult
 from ina.protocol.bitmaps import one_set
 from ina.protocol.constants import ELEMS_PER_PACKET, Flag, Op, SwitchStat
 from ina.protocol.frames import parse_frame
@@ -293,7 +293,7 @@ def test_the_loop_counts_exact_wrong_failed_hung_and_ended_runs_and_restarts(
         tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from ina.lab.soak import Soak, SoakSettings
+    from ina.bench.soak import Soak, SoakSettings
 
     lab: Any = SimpleNamespace(topology=LEAF_SPINE)
     soak = Soak(lab, CASES["leaf-spine"], SoakSettings(max_attempts=2), tmp_path)
@@ -324,7 +324,7 @@ def test_verdicts_the_soak_did_not_cause_or_that_outlive_the_failure_are_reporte
         tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from ina.lab.soak import Soak, SoakSettings
+    from ina.bench.soak import Soak, SoakSettings
 
     lab: Any = SimpleNamespace(topology=LEAF_SPINE)
     soak = Soak(lab, CASES["leaf-spine"], SoakSettings(), tmp_path)

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from ina.lab.bench import CASES, Bench
-from ina.lab.collective_rank import Command
-from ina.lab.collectives_bench import ARRAY_COLLECTIVES, CollectivesFigures, measure_on_bench
+from ina.bench.allreduce import CASES, Bench
+from ina.bench.collective_rank import Command
+from ina.bench.collectives import ARRAY_COLLECTIVES, CollectivesFigures, measure_on_bench
 from ina.spec.job import Job
 
 from bmv2.bmv2lab import NetLab

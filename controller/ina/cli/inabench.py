@@ -13,14 +13,14 @@
     inabench collectives [--case figure1 --case fat-tree] [--rate R] [--size N] [--json-out F]
         [--png F]
 
-allreduce, loss, deploy and host: see ina.lab.bench; dataplane: what one BMv2
-switch running the program does per second (ina.lab.dataplane_bench); failover: a
-VAT switch stopped mid-AllReduce, detected and repaired (ina.lab.failover_bench);
-train: DDP training with the ina backend against gloo (ina.lab.train_bench); soak:
+allreduce, loss, deploy and host: see ina.bench.allreduce; dataplane: what one BMv2
+switch running the program does per second (ina.bench.dataplane); failover: a
+VAT switch stopped mid-AllReduce, detected and repaired (ina.bench.failover);
+train: DDP training with the ina backend against gloo (ina.bench.train); soak:
 a chaos soak, a training-like loop of AllReduce calls while switches and links fail
-and come back, a member misbehaves and an outsider sends garbage (ina.lab.soak);
+and come back, a member misbehaves and an outsider sends garbage (ina.bench.soak);
 collectives: every collective through the switches against gloo's and the ring on
-hosts, and float16 AllReduce in 16- and 32-bit elements (ina.lab.collectives_bench).
+hosts, and float16 AllReduce in 16- and 32-bit elements (ina.bench.collectives).
 --json prints the figures as JSON instead of text, --json-out FILE writes them,
 and --from-json FILE reports (and draws) the figures of an earlier run without
 measuring anything (no BMv2 needed).
@@ -37,10 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ina.cli import common
-from ina.errors import UsageError
-from ina.lab import sandbox
-from ina.lab.bench import (
+from ina.bench.allreduce import (
     CASES,
     AllreduceFigures,
     host_rate,
@@ -52,6 +49,9 @@ from ina.lab.bench import (
     run_deploy_bench,
     run_loss,
 )
+from ina.cli import common
+from ina.errors import UsageError
+from ina.lab import sandbox
 from ina.protocol.constants import INA_UDP_PORT, Flag
 
 PROG = "inabench"
@@ -155,7 +155,7 @@ def parser() -> argparse.ArgumentParser:
                     help="which regimes, comma-separated: cpu (links unlimited), link "
                          "(links limited)")
     _outputs(co, "values per second and bytes per value of every collective")
-    # The host benchmark's other end (ina.lab.bench.host_rate): not for people, hidden.
+    # The host benchmark's other end (ina.bench.allreduce.host_rate): not for people, hidden.
     r = sub.add_parser("reflect")
     r.add_argument("address", help="the address to answer on")
     return p
@@ -185,7 +185,7 @@ def reflect(address: str) -> None:
     """Answer every INA packet sent to ``address`` as a root would: SYNCs with
     their proposal (as a root answers the first SYNC of a plan), contributions with
     themselves as the result (the host benchmark's other end,
-    ina.lab.bench.host_rate)."""
+    ina.bench.allreduce.host_rate)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind((address, INA_UDP_PORT))
         print("ready", flush=True)
@@ -234,27 +234,27 @@ def _figures(args: argparse.Namespace, doc: Any) -> None:
         size = round(runs[0].values_per_s * runs[0].seconds)  # values per worker
         _report(args, doc, render_loss(runs, CASES["figure1"], size))
     elif args.cmd == "dataplane":
-        from ina.lab.dataplane_bench import DataplaneReport, plot
+        from ina.bench.dataplane import DataplaneReport, plot
 
         report = DataplaneReport.from_figures(doc)
         _report(args, doc, report.render(), lambda path: plot(report, path))
     elif args.cmd == "train":
-        from ina.lab import train_bench
+        from ina.bench import train as train_bench
 
         train = train_bench.TrainFigures.from_figures(doc)
         _report(args, doc, train.render(), train.plot)
     elif args.cmd == "collectives":
-        from ina.lab.collectives_bench import CollectivesFigures
+        from ina.bench.collectives import CollectivesFigures
 
         collectives = CollectivesFigures.from_figures(doc)
         _report(args, doc, collectives.render(), collectives.plot)
     elif args.cmd == "soak":
-        from ina.lab import chaos, soak
+        from ina.bench import chaos, soak
 
         soaked, bmv2, watch = soak.from_figures(doc)
         _report(args, doc, chaos.render(soaked, bmv2, watch))
     else:
-        from ina.lab import failover_bench
+        from ina.bench import failover as failover_bench
 
         failovers, bmv2, options = failover_bench.from_figures(doc)
         _report(args, doc, failover_bench.render(failovers, options, bmv2),
@@ -309,13 +309,13 @@ def _bench(args: argparse.Namespace) -> int:
         runs = run_loss(args.build, args.losses, args.size, case, args.rounds)
         _figures(args, [dataclasses.asdict(r) for r in runs])
     elif args.cmd == "dataplane":
-        from ina.lab import dataplane_bench
+        from ina.bench import dataplane as dataplane_bench
 
         report = dataplane_bench.run(args.build, args.rounds, args.seconds, args.window)
         _figures(args, report.figures())
     elif args.cmd == "failover":
+        from ina.bench import failover as failover_bench
         from ina.control.watch import WatchOptions
-        from ina.lab import failover_bench
 
         options = WatchOptions()
         failovers = [failover_bench.run_case(failover_bench.CASES[name], args.build, options)
@@ -324,7 +324,7 @@ def _bench(args: argparse.Namespace) -> int:
     elif args.cmd == "train":
         import torch
 
-        from ina.lab import train_bench
+        from ina.bench import train as train_bench
 
         settings = train_bench.TrainSettings(steps=args.steps, hidden=args.hidden)
         regimes = tuple(x.strip() for x in args.regimes.split(","))
@@ -335,13 +335,13 @@ def _bench(args: argparse.Namespace) -> int:
         _figures(args, train_bench.TrainFigures(trained, conversion, bmv2_build(),
                                                 torch.__version__).figures())
     elif args.cmd == "collectives":
-        from ina.lab import collectives_bench
+        from ina.bench import collectives as collectives_bench
 
         measured = collectives_bench.run(args.case or ["figure1", "fat-tree"], args.build,
                                          regimes, args.size, args.rate)
         _figures(args, measured.figures())
     elif args.cmd == "soak":
-        from ina.lab import soak
+        from ina.bench import soak
 
         soak_settings = soak.SoakSettings(minutes=args.minutes, max_calls=args.calls,
                                           seed=args.seed)

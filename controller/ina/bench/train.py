@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ina.lab.bench import (
+from ina.bench.allreduce import (
     CASES,
     INA_WIRE_PER_VALUE,
     ROOT,
@@ -178,11 +178,11 @@ def _train(lab: Lab, topology: Topology, topology_path: Path, workers: list[str]
 def _bucket(lab: Lab, topology: Topology, topology_path: Path, workers: list[str],
             job_path: Path, mib: int, out: Path) -> BucketRun:
     """One float32 bucket of ``mib`` MiB all-reduced through the switches and through
-    gloo, on the workers' hosts (``python -m ina.lab.train_bench bucket``)."""
+    gloo, on the workers' hosts (``python -m ina.bench.train bucket``)."""
     report = out / "bucket.json"
 
     def argv(rank: int) -> list[str]:
-        return [sys.executable, "-m", "ina.lab.train_bench", "bucket", "--mib", str(mib),
+        return [sys.executable, "-m", "ina.bench.train", "bucket", "--mib", str(mib),
                 *(["--json", str(report)] if rank == 0 else [])]
 
     _run_ranks(lab, topology, topology_path, workers, job_path, argv, "the bucket")
@@ -383,7 +383,7 @@ def _smooth(values: list[float], n: int) -> list[float]:
 DEFAULT_CASES = {name: CASES[name] for name in ("figure1", "fat-tree")}
 
 
-# --- On a worker's host: python -m ina.lab.train_bench bucket --mib N [--json FILE] -------
+# --- On a worker's host: python -m ina.bench.train bucket --mib N [--json FILE] -------
 
 
 def _bucket_rank(mib: int, report: Path | None) -> None:
@@ -423,7 +423,7 @@ def _bucket_rank(mib: int, report: Path | None) -> None:
 if __name__ == "__main__":
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m ina.lab.train_bench")
+    p = argparse.ArgumentParser(prog="python -m ina.bench.train")
     p.add_argument("role", choices=["bucket"])
     p.add_argument("--mib", type=int, default=25)
     p.add_argument("--json", type=Path)

@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ina.bench.allreduce import ROOT, Bench, _start_together, _wait_all
 from ina.control.repair import repair_switches
 from ina.control.watch import WatchOptions
 from ina.errors import LabError
 from ina.host.arrays import digest, random_array
-from ina.lab.bench import ROOT, Bench, _start_together, _wait_all
 from ina.lab.deploy import deploy
 from ina.lab.mininet import Lab, LabOptions
 from ina.lab.watching import WatcherThread

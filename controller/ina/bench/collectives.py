@@ -16,10 +16,10 @@ AllReduce) on an array of S float32 values three ways:
 Barrier: latency only, the mean of BARRIER_REPEAT in a row. And an AllReduce of a
 float16 array with 16-bit elements, with 32-bit elements, and gloo's float16 one.
 
-Each rank is one process per worker's host for the whole case (ina.lab.collective_rank),
+Each rank is one process per worker's host for the whole case (ina.bench.collective_rank),
 so torch's import and gloo's set-up are in no figure; every measurement starts all
-ranks at once (ina.lab.bench._start_together) and takes the slowest rank's time.
-Bytes come from the switch-side interface counters (ina.lab.bench._intf_bytes): the
+ranks at once (ina.bench.allreduce._start_together) and takes the slowest rank's time.
+Bytes come from the switch-side interface counters (ina.bench.allreduce._intf_bytes): the
 busiest link direction, and each worker's uplink and downlink, per value of S. Every
 result is checked at every rank against the exact one: bit for bit for movements,
 within the reported bound for the switches' reductions (and within float rounding
@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ina.lab.bench import (
+from ina.bench.allreduce import (
     CASES,
     INA_WIRE_PER_VALUE,
     Bench,
@@ -51,7 +51,7 @@ from ina.lab.bench import (
     describe_regime,
     describe_vat,
 )
-from ina.lab.collective_rank import Command
+from ina.bench.collective_rank import Command
 from ina.lab.ranks import Rank, rank_env
 from ina.protocol.constants import BIER_HEADER_BYTES, ELEMS16_PER_PACKET, ELEMS_PER_PACKET
 
@@ -171,7 +171,7 @@ def commands(size: int) -> list[Command]:
 
 
 class Ranks:
-    """The rank processes (ina.lab.collective_rank) on the job's workers' hosts."""
+    """The rank processes (ina.bench.collective_rank) on the job's workers' hosts."""
 
     def __init__(self, bench: Bench, workdir: Path):
         self.bench = bench
@@ -186,7 +186,7 @@ class Ranks:
                            host.defaultIntf().name)
             self.logs[w] = (workdir / f"{w}.log").open("w+b")
             self.procs[w] = host.popen(
-                [sys.executable, "-m", "ina.lab.collective_rank", "--worker", w,
+                [sys.executable, "-m", "ina.bench.collective_rank", "--worker", w,
                  "--timeout", str(RANK_TIMEOUT)],
                 env={**env, "OMP_NUM_THREADS": "1"}, stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=self.logs[w])
