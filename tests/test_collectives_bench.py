@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ina.bench.allreduce import INA_WIRE_PER_VALUE
 from ina.bench.collective_rank import Command, expected, inputs
 from ina.bench.collectives import (
     ARRAY_COLLECTIVES,
@@ -25,6 +24,7 @@ from ina.bench.collectives import (
     commands,
     goals,
 )
+from ina.bench.onlab import INA_WIRE_PER_VALUE
 from ina.cli import inabench
 
 WORKERS = ["w1", "w2", "w3", "w4"]

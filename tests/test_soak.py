@@ -28,7 +28,7 @@ from ina.bench.chaos import (
     MemberState,
     SoakRun,
 )
-from ina.bench.soak import CASES, _error_kind, figures, from_figures
+from ina.bench.soak import CASES, SoakFigures, _error_kind
 from ina.cli import inabench
 from ina.control.watch import WatchOptions
 from ina.host.results import AllreduceResult
@@ -226,10 +226,11 @@ def _run() -> SoakRun:
 
 def test_the_figures_round_trip_and_say_whether_the_goals_are_met() -> None:
     run = _run()
-    doc = json.loads(json.dumps(figures([run], "BMv2 x", WatchOptions())))
-    runs, bmv2, watch = from_figures(doc)
+    doc = json.loads(json.dumps(SoakFigures.measured([run], "BMv2 x", WatchOptions()).figures()))
+    read = SoakFigures.from_figures(doc)
+    runs, bmv2, watch = read.runs, read.bmv2, read.watch
     assert runs == [run] and bmv2 == "BMv2 x"
-    text = chaos.render(runs, bmv2, watch)
+    text = read.render()
     assert "calls run 300" in text and "WRONG 0; hung 0" in text and ": met" in text
     assert "spine 3, link 5" in text and "left behind: nothing" in text
     run.left = Leftovers(processes=["pid 7: python"], job_entries=2)
@@ -241,7 +242,8 @@ def test_the_figures_round_trip_and_say_whether_the_goals_are_met() -> None:
 def test_inabench_soak_reports_the_figures_of_an_earlier_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "soak.json"
-    path.write_text(json.dumps(figures([_run()], "BMv2 x", WatchOptions())))
+    path.write_text(json.dumps(SoakFigures.measured([_run()], "BMv2 x", WatchOptions())
+                               .figures()))
     assert inabench.main(["soak", "--from-json", str(path)]) == 0
     assert "leaf-spine (leaf-spine-2x4): job 1" in capsys.readouterr().out
     assert inabench.main(["soak", "--from-json", str(path), "--json"]) == 0

@@ -52,7 +52,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ina.bench.allreduce import ROOT
 from ina.bench.chaos import (
     ChaosEvent,
     ChaosSettings,
@@ -64,8 +63,11 @@ from ina.bench.chaos import (
     call_plan,
     member_frames,
     outsider_frames,
+    render,
     schedule,
 )
+from ina.bench.onlab import ROOT
+from ina.bench.output import watch_figures
 from ina.control import p4names as n
 from ina.control.allocation import used_resources
 from ina.control.controller import Controller
@@ -836,12 +838,28 @@ def run_case(case: SoakCase, build_dir: Path, settings: SoakSettings) -> SoakRun
     return run
 
 
-def figures(runs: list[SoakRun], bmv2: str, options: WatchOptions) -> dict[str, Any]:
-    watch = {"interval": options.interval, "detect_after": options.detect_after,
-             "hang_after": options.hang_after}
-    return {"bmv2": bmv2, "watch": watch, "runs": [r.figures() for r in runs]}
+@dataclass
+class SoakFigures:
+    """What ``inabench soak`` measured: a run per case, the BMv2 build, the watcher's
+    options."""
 
+    runs: list[SoakRun]
+    bmv2: str
+    watch: dict[str, float]
 
-def from_figures(doc: Any) -> tuple[list[SoakRun], str, dict[str, float]]:
-    return ([SoakRun.from_figures(r) for r in doc["runs"]], str(doc["bmv2"]),
-            {k: float(v) for k, v in doc["watch"].items()})
+    @classmethod
+    def measured(cls, runs: list[SoakRun], bmv2: str, options: WatchOptions) -> SoakFigures:
+        return cls(runs, bmv2, watch_figures(options))
+
+    def figures(self) -> dict[str, Any]:
+        """As JSON-ready data (docs/soak.json)."""
+        return {"bmv2": self.bmv2, "watch": self.watch, "runs": [r.figures() for r in self.runs]}
+
+    @classmethod
+    def from_figures(cls, doc: Any) -> SoakFigures:
+        """From ``figures()``'s data (KeyError or TypeError if it is not that)."""
+        return cls([SoakRun.from_figures(r) for r in doc["runs"]], str(doc["bmv2"]),
+                   {k: float(v) for k, v in doc["watch"].items()})
+
+    def render(self) -> str:
+        return render(self.runs, self.bmv2, self.watch)
