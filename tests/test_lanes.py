@@ -131,10 +131,10 @@ def test_the_16_bit_overflow_of_any_element_is_seen_in_any_lane() -> None:
         assert not _combine16(Op.SUM, a, -b)[1], element
         x, y = lanes.from_values16(a), lanes.from_values16(b)
         lane = element // ELEMS16_PER_LANE
-        s = lanes.lane_sum16(x[lane], y[lane])
+        s = lanes.lane_sum(x[lane], y[lane], 16)
         raw = (x[lane] ^ s) & (y[lane] ^ s)  # what the P4 lanes_sum16 accumulates
         assert lanes.fold16(raw & lanes.HIGH16) & lanes.HIGH, element
-        assert lanes.lane_overflow16(x[lane], y[lane], s), element
+        assert lanes.lane_overflow(x[lane], y[lane], s, 16), element
 
 
 def test_16_bit_min_max_of_an_element_at_each_lane_edge() -> None:
