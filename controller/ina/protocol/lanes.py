@@ -36,6 +36,7 @@ the 16-bit elements), so one test of ``w & HIGH`` serves both widths.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -66,29 +67,33 @@ Lanes = tuple[int, ...]
 
 
 @dataclass(frozen=True)
-class _Masks:
-    """What the formulas need of an element width."""
+class _Width:
+    """What the formulas and the packing need of an element width."""
 
     high: int  # the top bit of every element
     low: int  # the other bits of every element
     top: int  # the top bit's place within an element (bits - 1)
+    elems: int  # elements per packet
+    wire: str  # an element on the wire, as numpy names it (big-endian)
+    dtype: type[np.signedinteger[Any]]
 
 
 #: By element width. p4src/include/lane_math.p4 writes each function once per width
 #: (lane_sum and lane_sum16, ...: its masks are constants); here the width is an
 #: argument of one function, as the formulas are one.
-_MASKS = {32: _Masks(HIGH, LOW, 31), WIDTH16: _Masks(HIGH16, LOW16, 15)}
+_WIDTHS = {32: _Width(HIGH, LOW, 31, ELEMS_PER_PACKET, ">i4", np.int32),
+           WIDTH16: _Width(HIGH16, LOW16, 15, ELEMS16_PER_PACKET, ">i2", np.int16)}
 
 
 def lane_sum(a: int, b: int, width: int = 32) -> int:
     """Per element of ``width`` bits: a + b, wrapping like int32 (int16)."""
-    m = _MASKS[width]
+    m = _WIDTHS[width]
     return ((a & m.low) + (b & m.low)) ^ ((a ^ b) & m.high)
 
 
 def lane_overflow(a: int, b: int, s: int, width: int = 32) -> int:
     """Non-zero iff some element of ``s = lane_sum(a, b, width)`` overflowed."""
-    return (a ^ s) & (b ^ s) & _MASKS[width].high
+    return (a ^ s) & (b ^ s) & _WIDTHS[width].high
 
 
 def fold16(w: int) -> int:
@@ -99,7 +104,7 @@ def fold16(w: int) -> int:
 
 def lane_ge_mask(a: int, b: int, width: int = 32) -> int:
     """Per element of ``width`` bits: all ones where a >= b (signed), zeros elsewhere."""
-    m = _MASKS[width]
+    m = _WIDTHS[width]
     ge = ((~a & b) | (~(a ^ b) & ((a | m.high) - (b & m.low)))) & m.high
     return ((ge << 1) - (ge >> m.top)) & LANE_MASK
 
@@ -140,27 +145,18 @@ def to_bytes(lanes: Lanes) -> bytes:
     return b"".join(lane.to_bytes(LANE_BYTES, "big") for lane in lanes)
 
 
-def from_values(values: npt.ArrayLike) -> Lanes:
-    """Lanes holding up to ELEMS_PER_PACKET int32 values, zero-padded."""
-    padded = np.zeros(ELEMS_PER_PACKET, dtype=">i4")
+def from_values(values: npt.ArrayLike, width: int = 32) -> Lanes:
+    """Lanes holding up to ELEMS_PER_PACKET int32 values (ELEMS16_PER_PACKET int16
+    values if ``width`` is 16), zero-padded."""
+    w = _WIDTHS[width]
+    padded = np.zeros(w.elems, dtype=w.wire)
     array = np.asarray(values)
     padded[: array.size] = array
     return from_bytes(padded.tobytes())
 
 
-def to_values(lanes: Lanes) -> npt.NDArray[np.int32]:
-    """The ELEMS_PER_PACKET int32 values the lanes hold."""
-    return np.frombuffer(to_bytes(lanes), dtype=">i4").astype(np.int32)
-
-
-def from_values16(values: npt.ArrayLike) -> Lanes:
-    """Lanes holding up to ELEMS16_PER_PACKET int16 values, zero-padded."""
-    padded = np.zeros(ELEMS16_PER_PACKET, dtype=">i2")
-    array = np.asarray(values)
-    padded[: array.size] = array
-    return from_bytes(padded.tobytes())
-
-
-def to_values16(lanes: Lanes) -> npt.NDArray[np.int16]:
-    """The ELEMS16_PER_PACKET int16 values the lanes hold."""
-    return np.frombuffer(to_bytes(lanes), dtype=">i2").astype(np.int16)
+def to_values(lanes: Lanes, width: int = 32) -> npt.NDArray[np.signedinteger[Any]]:
+    """The ELEMS_PER_PACKET int32 values (ELEMS16_PER_PACKET int16 values if
+    ``width`` is 16) the lanes hold."""
+    w = _WIDTHS[width]
+    return np.frombuffer(to_bytes(lanes), dtype=w.wire).astype(w.dtype)
