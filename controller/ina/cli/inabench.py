@@ -44,7 +44,6 @@ from ina.lab import sandbox
 from ina.protocol.constants import INA_UDP_PORT, Flag
 
 PROG = "inabench"
-SubParsers = Any  # argparse's _SubParsersAction
 
 
 # --- Options -------------------------------------------------------------------------------
@@ -90,7 +89,7 @@ def _regime_option(p: argparse.ArgumentParser) -> None:
                         "(links limited)")
 
 
-def _allreduce_options(sub: SubParsers) -> None:
+def _allreduce_options(sub: common.SubParsers) -> None:
     a = common.command(sub, "allreduce", "INA vs parameter server (PS) vs ring, with links "
                                          "unlimited (CPU-bound) and limited (link-bound)")
     _cases(a, sorted(CASES), "several (default: every case)")
@@ -103,7 +102,7 @@ def _allreduce_options(sub: SubParsers) -> None:
     _outputs(a, "values per second and bytes per value")
 
 
-def _loss_options(sub: SubParsers) -> None:
+def _loss_options(sub: common.SubParsers) -> None:
     lo = common.command(sub, "loss", "INA under loss on every link, against no loss")
     lo.add_argument("--losses", type=float, nargs="+", default=[0.0, 0.01, 0.05],
                     metavar="P", help="loss rates per link and direction, 0 to 1")
@@ -112,17 +111,17 @@ def _loss_options(sub: SubParsers) -> None:
     _outputs(lo, None)
 
 
-def _deploy_options(sub: SubParsers) -> None:
+def _deploy_options(sub: common.SubParsers) -> None:
     d = common.command(sub, "deploy", "deploy time, all switches at once vs one by one")
     d.add_argument("--repeat", type=int, default=5, metavar="N",
                    help="deploys of each kind (the median is reported)")
 
 
-def _host_options(sub: SubParsers) -> None:
+def _host_options(sub: common.SubParsers) -> None:
     common.command(sub, "host", "one worker against a loopback reflector (no switch)")
 
 
-def _dataplane_options(sub: SubParsers) -> None:
+def _dataplane_options(sub: common.SubParsers) -> None:
     dp = common.command(sub, "dataplane", "one switch: aggregation vs plain forwarding")
     dp.add_argument("--rounds", type=int, default=3,
                     help="rounds over every path (the median is reported)")
@@ -131,14 +130,14 @@ def _dataplane_options(sub: SubParsers) -> None:
     _outputs(dp, "packets per second per path")
 
 
-def _failover_options(sub: SubParsers) -> None:
+def _failover_options(sub: common.SubParsers) -> None:
     f = common.command(sub, "failover", "a VAT switch stopped mid-AllReduce: detection, "
                                         "repair, first new result, slowdown")
     _cases(f, ["leaf-spine", "fat-tree"], "both (default: both)")
     _outputs(f, "the results received over time")
 
 
-def _train_options(sub: SubParsers) -> None:
+def _train_options(sub: common.SubParsers) -> None:
     t = common.command(sub, "train", "DDP training through the switches against gloo, links "
                                      "unlimited and limited (needs the train extra)")
     _cases(t, ["figure1", "fat-tree"], "both (default: both)")
@@ -152,7 +151,7 @@ def _train_options(sub: SubParsers) -> None:
     _outputs(t, "the training losses against steps and seconds")
 
 
-def _soak_options(sub: SubParsers) -> None:
+def _soak_options(sub: common.SubParsers) -> None:
     so = common.command(sub, "soak", "a chaos soak: AllReduce calls while switches and links "
                                      "fail and come back, with a misbehaving member and an "
                                      "outsider; wrong, hung and retried calls, what is left")
@@ -167,7 +166,7 @@ def _soak_options(sub: SubParsers) -> None:
     _outputs(so, None)
 
 
-def _collectives_options(sub: SubParsers) -> None:
+def _collectives_options(sub: common.SubParsers) -> None:
     co = common.command(sub, "collectives", "every collective through the switches against "
                                             "gloo and the ring on hosts, links unlimited and "
                                             "limited; float16 AllReduce in 16 and 32 bits "
@@ -260,17 +259,15 @@ def _figures(args: argparse.Namespace, doc: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse(parser(), argv)
-    common.setup_logging(args.verbose)
-    if args.cmd == "reflect":
-        reflect(args.address)
-        return 0
-    return common.run(PROG, lambda: _bench(args))
+    return common.main(PROG, parser(), argv, _bench)
 
 
 def _bench(args: argparse.Namespace) -> int:
     """The benchmark, inside the sandbox (entered first), printed; or, with
     --from-json, the figures of an earlier run."""
+    if args.cmd == "reflect":
+        reflect(args.address)
+        return 0
     if "regimes" in vars(args):
         _regimes(args.regimes)  # checked before anything is measured
     earlier = getattr(args, "from_json", None)
