@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from ina.bench.onlab import INA_WIRE_PER_VALUE, Bench, Case, bench_on_lab, describe_vat
-from ina.bench.output import describe_regime, pyplot, regime_title, save
+from ina.bench.output import (
+    cases_from_figures,
+    describe_regime,
+    pyplot,
+    regime_title,
+    save,
+)
 from ina.bench.timing import Link, Procs, Traffic, busiest, start_together, wait_all
 from ina.host.baselines import TCP_WIRE_PER_BYTE
 from ina.protocol.constants import ELEMS_PER_PACKET, Op
@@ -200,11 +206,7 @@ class AllreduceFigures:
     @classmethod
     def from_figures(cls, doc: Any) -> AllreduceFigures:
         """From ``figures()``'s data (KeyError or TypeError if it is not that)."""
-        cases = [CaseResult(**{**c, "regimes": [
-            RegimeResult(g["regime"], g["rate_mbit"],
-                         [MethodRun(**{**m, "busiest_link": tuple(m["busiest_link"])})
-                          for m in g["runs"]])
-            for g in c["regimes"]]}) for c in doc["cases"]]
+        cases = cases_from_figures(doc["cases"], CaseResult, RegimeResult, MethodRun)
         host = None if doc.get("host") is None else HostRate(**doc["host"])
         return cls(cases, host, str(doc["bmv2"]))
 

@@ -42,7 +42,13 @@ from ina.bench.collective_rank import Command
 from ina.bench.goals import Goal, Goals
 from ina.bench.goals import render as render_goals
 from ina.bench.onlab import CASES, INA_WIRE_PER_VALUE, Bench, Case, bench_on_lab, describe_vat
-from ina.bench.output import describe_regime, pyplot, regime_title, save
+from ina.bench.output import (
+    cases_from_figures,
+    describe_regime,
+    pyplot,
+    regime_title,
+    save,
+)
 from ina.bench.timing import Link, Traffic, busiest, start_together
 from ina.protocol.constants import BIER_HEADER_BYTES, ELEMS16_PER_PACKET, ELEMS_PER_PACKET
 
@@ -386,11 +392,8 @@ class CollectivesFigures:
     @classmethod
     def from_figures(cls, doc: Any) -> CollectivesFigures:
         """From ``figures()``'s data (KeyError or TypeError if it is not that)."""
-        cases = [CollectivesCase(**{**c, "regimes": [
-            CollectivesRegime(g["regime"], g["rate_mbit"],
-                              [CollectiveRun(**{**r, "busiest_link": tuple(r["busiest_link"])})
-                               for r in g["runs"]])
-            for g in c["regimes"]]}) for c in doc["cases"]]
+        cases = cases_from_figures(doc["cases"], CollectivesCase, CollectivesRegime,
+                                   CollectiveRun)
         return cls(cases, str(doc["bmv2"]), str(doc["torch"]))
 
     # --- text ---------------------------------------------------------------------------

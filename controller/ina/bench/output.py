@@ -10,8 +10,9 @@ file by the same path.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ina.control.watch import WatchOptions
 from ina.errors import UsageError
@@ -19,6 +20,9 @@ from ina.errors import UsageError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+C = TypeVar("C")
+G = TypeVar("G")
+R = TypeVar("R")
 #: The colour of the small print under a picture (the BMv2 build, versions).
 FOOTNOTE_COLOR = "#555555"
 
@@ -50,6 +54,17 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read figures from {path}: {exc}") from exc
+
+
+def cases_from_figures(cases: list[dict[str, Any]], case: Callable[..., C],
+                       regime: Callable[[str, float | None, list[R]], G],
+                       run: Callable[..., R]) -> list[C]:
+    """Cases, each with its regimes, each with its runs (each with its busiest link),
+    from their JSON data: what ``inabench allreduce`` and ``collectives`` write."""
+    return [case(**{**c, "regimes": [
+        regime(g["regime"], g["rate_mbit"],
+               [run(**{**r, "busiest_link": tuple(r["busiest_link"])}) for r in g["runs"]])
+        for g in c["regimes"]]}) for c in cases]
 
 
 def watch_figures(options: WatchOptions) -> dict[str, float]:
