@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import signal
 import sys
 from pathlib import Path
 
@@ -50,9 +49,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse(parser(), argv)
-    common.setup_logging(args.verbose)
-    return common.run(PROG, lambda: _serve(args))
+    return common.main(PROG, parser(), argv, _serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -62,8 +59,7 @@ def _serve(args: argparse.Namespace) -> int:
     jobs = [JobSpec.load(j) for j in args.job]
     impairment = Impairment(loss=args.loss, seed=args.seed) if args.loss else None
     with EmbeddedNetwork(topology, jobs, args.address, impairment) as net:
-        signal.signal(signal.SIGTERM, lambda *_: net.stop())
-        signal.signal(signal.SIGINT, lambda *_: net.stop())
+        common.stop_on_signals(net.stop)
         text = net.endpoints.to_json()
         if args.endpoints is not None:
             args.endpoints.write_text(text + "\n")
