@@ -10,8 +10,12 @@ another one to start; its last line on stdout is its JSON report.
 from __future__ import annotations
 
 import json
+import math
+import statistics
 import subprocess
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +95,40 @@ class Traffic:
 def busiest(bytes_by_link: dict[Link, int]) -> Link:
     """The link direction that carried the most."""
     return max(bytes_by_link, key=lambda k: bytes_by_link[k])
+
+
+#: A step (or a call) counts as a stall when it takes more than this many medians.
+STALL_MEDIANS = 3.0
+
+
+@dataclass(frozen=True)
+class Tail:
+    """Times of a run's steps (or calls): the median, the tail, and the stalls (steps
+    over STALL_MEDIANS medians): a training step waits for its slowest call, so a
+    median alone hides what a run costs."""
+
+    median: float
+    p90: float
+    p99: float
+    largest: float
+    stalls: int
+    total: float
+
+    @classmethod
+    def of(cls, times: Sequence[float]) -> Tail:
+        """Of ``times`` (percentiles by nearest rank); ValueError if there are none."""
+        if not times:
+            raise ValueError("no times to summarise")
+        ordered = sorted(times)
+
+        def rank(p: float) -> float:
+            return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
+
+        median = statistics.median(ordered)
+        return cls(median, rank(0.90), rank(0.99), ordered[-1],
+                   sum(1 for t in ordered if t > STALL_MEDIANS * median), sum(ordered))
+
+    @classmethod
+    def of_clock(cls, clock: Sequence[float]) -> Tail:
+        """Of the steps whose ends ``clock`` gives, in seconds since the first began."""
+        return cls.of([b - a for a, b in zip([0.0, *clock[:-1]], clock, strict=True)])

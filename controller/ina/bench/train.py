@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ina.bench.goals import Goal, Goals
+from ina.bench.goals import render as render_goals
 from ina.bench.onlab import (
     CASES,
     INA_WIRE_PER_VALUE,
@@ -39,6 +41,7 @@ from ina.bench.onlab import (
     describe_vat,
 )
 from ina.bench.output import describe_regime, pyplot, save
+from ina.bench.timing import STALL_MEDIANS, Tail
 
 TRAIN_SCRIPT = ROOT / "examples" / "train.py"
 BACKENDS = ("ina", "gloo")
@@ -72,6 +75,11 @@ class TrainRun:
     #: ina: seconds per all_reduce in each phase of the call (the profile).
     phases: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def tail(self) -> Tail:
+        """Its steps' times: median, p90, p99, largest, stalls (from the run's clock)."""
+        return Tail.of_clock(self.clock)
+
 
 @dataclass
 class TrainRegime:
@@ -87,6 +95,11 @@ class TrainRegime:
     def speedup(self) -> float:
         """gloo's time per step over ina's: above 1, ina is faster."""
         return self.run("gloo").step_median / self.run("ina").step_median
+
+    @property
+    def run_speedup(self) -> float:
+        """gloo's whole run over ina's (every step counted, stalls too)."""
+        return self.run("gloo").seconds / self.run("ina").seconds
 
 
 @dataclass
@@ -258,9 +271,11 @@ class TrainFigures:
         c = self.conversion
         return {"bmv2": self.bmv2, "torch": self.torch,
                 "conversion": None if c is None else {**asdict(c), "share": c.share},
-                "cases": [{**asdict(r), "regimes": [{**asdict(g), "speedup": g.speedup}
-                                                     for g in r.regimes]}
-                          for r in self.cases]}
+                "cases": [{**asdict(r), "regimes": [
+                    {**asdict(g), "speedup": g.speedup, "run_speedup": g.run_speedup,
+                     "tails": {run.backend: asdict(run.tail) for run in g.runs}}
+                    for g in r.regimes]} for r in self.cases],
+                "goals": [asdict(x) for r in self.cases for x in goals(r)]}
 
     @classmethod
     def from_figures(cls, doc: dict[str, Any]) -> TrainFigures:
@@ -290,20 +305,25 @@ class TrainFigures:
                          f"(planned): {r.vat}.")
             for g in r.regimes:
                 lines.append(f"  {describe_regime(g.rate_mbit)}:")
-                lines.append(f"    {'backend':<8} {'ms/step':>8} {'steps/s':>8} {'comm':>6} "
+                lines.append(f"    {'backend':<8} {'ms/step':>8} {'p90':>7} {'p99':>7} "
+                             f"{'largest':>8} {'stalls':>6} {'run s':>7} {'comm':>6} "
                              f"{'loss':>7} {'accuracy':>9}")
                 for run in g.runs:
+                    t = run.tail
                     lines.append(f"    {run.backend:<8} {run.step_median * 1000:>8.1f} "
-                                 f"{run.steps_per_second:>8.2f} {run.comm_share:>6.1%} "
-                                 f"{run.final_loss:>7.4f} {run.test_accuracy:>9.1%}")
+                                 f"{t.p90 * 1000:>7.1f} {t.p99 * 1000:>7.1f} "
+                                 f"{t.largest * 1000:>8.1f} {t.stalls:>6} {run.seconds:>7.1f} "
+                                 f"{run.comm_share:>6.1%} {run.final_loss:>7.4f} "
+                                 f"{run.test_accuracy:>9.1%}")
                 phases = g.run("ina").phases
                 if phases:
                     lines.append("    ina, an all_reduce's phases (ms): " + ", ".join(
                         f"{name} {seconds * 1000:.1f}" for name, seconds in phases.items()))
                 acc = g.run("ina").test_accuracy - g.run("gloo").test_accuracy
-                lines.append(f"    ina vs gloo (same run): {g.speedup:.2f}x gloo's speed per "
-                             f"step; accuracy {acc * 100:+.1f} points; largest parameter "
-                             f"difference {g.max_param_diff:.2e}")
+                lines.append(f"    ina vs gloo (same run): {g.speedup:.2f}x gloo's speed by the "
+                             f"median step, {g.run_speedup:.2f}x for the whole run; accuracy "
+                             f"{acc * 100:+.1f} points; largest parameter difference "
+                             f"{g.max_param_diff:.2e}")
             b = r.bucket
             if b is not None:
                 lines.append(f"  one {b.mib} MiB float32 bucket (DDP's default size), links "
@@ -319,6 +339,9 @@ class TrainFigures:
                          f"on one worker; its AllReduce takes at least "
                          f"{c.link_bound_seconds:.1f}s at {c.rate_mbit:g} Mbit/s per link: "
                          f"{c.share:.1%} of it.")
+        lines += ["", f"(stalls: steps over {STALL_MEDIANS:g} times the run's median step)",
+                  *render_goals("Goals of issue 22, against this run:",
+                                (x for r in self.cases for x in goals(r)))]
         return "\n".join(lines)
 
     def plot(self, path: Path) -> None:
@@ -351,6 +374,38 @@ class TrainFigures:
                 bottom.set_ylabel("training loss\n(mean of the last 10 steps)")
         save(fig, path, f"{self.bmv2}; torch {self.torch}; where the two lines of a panel "
              "overlap, the backends' losses agree")
+
+
+def goals(case: TrainCaseResult) -> list[Goal]:
+    """Issue 22's goals for this case's regimes: ina against gloo by the whole run and
+    the median step, and ina's tail (p99 against its median, stalls)."""
+    judged = Goals[TrainRegime](case.case, lambda g: None)
+    regimes = {g.regime: g for g in case.regimes}
+    link, cpu = regimes.get("link"), regimes.get("cpu")
+    if case.case == "fat-tree":
+        judged.judge("links limited: the whole run >= 1.6x gloo's speed", [("link", link)],
+                     lambda g: (f"{g[0].run_speedup:.2f}x", g[0].run_speedup >= 1.6))
+        judged.judge("links limited: the median step >= 1.8x gloo's", [("link", link)],
+                     lambda g: (f"{g[0].speedup:.2f}x", g[0].speedup >= 1.8))
+        judged.judge("links limited: ina's p99 step <= 1.5x its median", [("link", link)],
+                     lambda g: _p99(g[0]))
+        for name, regime in (("links limited", link), ("links unlimited", cpu)):
+            judged.judge(f"{name}: no ina step over {STALL_MEDIANS:g}x its median",
+                         [(name, regime)], lambda g: _stalls(g[0]))
+    if case.case == "figure1":
+        judged.judge("links limited: the whole run >= 2.0x gloo's speed", [("link", link)],
+                     lambda g: (f"{g[0].run_speedup:.2f}x", g[0].run_speedup >= 2.0))
+    return judged.goals
+
+
+def _p99(regime: TrainRegime) -> tuple[str, bool]:
+    t = regime.run("ina").tail
+    return f"p99 {t.p99 * 1000:.0f} ms, {t.p99 / t.median:.2f}x", t.p99 <= 1.5 * t.median
+
+
+def _stalls(regime: TrainRegime) -> tuple[str, bool]:
+    t = regime.run("ina").tail
+    return f"{t.stalls} (largest {t.largest * 1000:.0f} ms)", t.stalls == 0
 
 
 def _smooth(values: list[float], n: int) -> list[float]:
