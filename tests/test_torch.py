@@ -271,12 +271,10 @@ def test_two_ranks_as_one_worker_fail_at_init() -> None:
         assert "are both w2" in err
 
 
-def test_a_missing_job_variable_is_named() -> None:
-    env = {k: v for k, v in JOB_ENV.items() if k != "INA_JOB"}
-    env["INA_JOB"] = ""
-    results = run_once(4, "nothing", env, timeout=90)
+def test_a_missing_topology_variable_is_named() -> None:
+    results = run_once(4, "nothing", {**JOB_ENV, "INA_TOPOLOGY": ""}, timeout=90)
     for code, _, err in results:
-        assert code == 1 and "INA_JOB" in err
+        assert code == 1 and "INA_TOPOLOGY" in err
 
 
 def test_a_rank_that_dies_ends_every_other_ranks_call_with_an_error() -> None:
