@@ -223,3 +223,18 @@ def test_a_shared_transport_gives_each_job_its_own_packets() -> None:
         shared.view(5)
     views[5].close()
     assert views[5].recv(0.1) is None and shared.jobs == [6]
+
+
+def test_an_id_given_back_is_not_granted_again_at_once(figure1: Topology) -> None:
+    # A late packet of the old job must not be taken for the new one's.
+    svc = service(figure1)
+
+    async def run() -> list[int]:
+        ids = []
+        for _ in range(3):
+            g = await svc.handle("a", {"request": "deploy", "workers": ["w1", "w2"]})
+            ids.append(g["job_id"])
+            await svc.handle("a", {"request": "teardown", "job_id": g["job_id"]})
+        return ids
+
+    assert len(set(asyncio.run(run()))) == 3

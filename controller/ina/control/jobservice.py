@@ -6,8 +6,9 @@ collectives in the switches: its job's workers are the ranks' hosts, its VAT is 
 controller's plan, and it must be gone when the group is destroyed, when the program
 ends, and when the program is killed. ``JobService`` does this over any controller:
 
-- ``deploy``: a fresh job id (from FIRST_JOB_ID, the lowest none holds, preferring one
-  whose ring ports (``job_id mod 256``) no other job of this service uses), the job
+- ``deploy``: a fresh job id (from FIRST_JOB_ID on, the next none holds after the last
+  granted, preferring one whose ring ports (``job_id mod 256``) no other job of this
+  service uses), the job
   planned with the switches' free capacity and written as the controller writes any
   job; no room or no VAT (PlanError, CapacityError), or the switches unreachable, and
   the grant says ``on_hosts`` with the reason: the group's workers reduce among
@@ -67,6 +68,7 @@ class JobService:
         self.leases: dict[object, Lease] = {}
         self._lock = asyncio.Lock()
         self._releasing = True  # a closed connection's jobs are torn down
+        self._cursor = first_id  # where the search for a fresh id starts
 
     def granted(self) -> set[int]:
         return {j for lease in self.leases.values() for j in lease.grants}
@@ -143,13 +145,20 @@ class JobService:
             return grant
 
     def _fresh_id(self, taken: set[int]) -> int:
-        """The lowest free id from ``first_id``, one whose ring ports no taken id of
-        this range shares if there is one."""
-        free = [j for j in range(self.first_id, MAX_JOB_ID + 1) if j not in taken]
+        """The next free id after the last one granted (round the range from
+        ``first_id``: an id just given back is not granted again at once, so a late
+        packet of the old job cannot be taken for the new one's), one whose ring ports
+        no taken id shares if there is one."""
+        span = MAX_JOB_ID + 1 - self.first_id
+        order = [self.first_id + (self._cursor - self.first_id + k) % span
+                 for k in range(span)]
+        free = [j for j in order if j not in taken]
         if not free:
             raise JobError(["every job id is taken"])
         residues = {j % RING_PERIOD for j in taken}
-        return next((j for j in free if j % RING_PERIOD not in residues), free[0])
+        chosen = next((j for j in free if j % RING_PERIOD not in residues), free[0])
+        self._cursor = chosen + 1 if chosen < MAX_JOB_ID else self.first_id
+        return chosen
 
     async def teardown(self, lease: Lease, job_id: int) -> list[str]:
         """Remove a job ``lease`` was granted; the switches it was removed from."""
