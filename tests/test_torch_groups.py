@@ -6,7 +6,6 @@ without INA_JOB (the default group's job is planned too)."""
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import pytest
 pytest.importorskip("torch", reason="torch is not installed: pip install 'ina[torch]' "
                                     "(make setup installs it)")
 
-from torchranks import RankPool, run_once  # noqa: E402
+from torchranks import RankPool, creation_cost, run_once  # noqa: E402
 
 from ina.host.jobclient import JobClient  # noqa: E402
 from ina.host.link import Endpoints  # noqa: E402
@@ -118,10 +117,7 @@ def test_a_group_made_and_destroyed_20_times_leaves_no_job_and_no_entry(ranks: R
     owner = reports[0]
     assert owner["wrong"] == 0 and reports[2]["wrong"] == 0
     assert owner["after"] == owner["before"]  # the same jobs, entries and groups as before
-    seconds = [s for r in reports for s in r["seconds"]]
-    print(f"\nnew_group of 2 ranks on the embedded network: median "
-          f"{statistics.median(seconds) * 1000:.1f} ms, max {max(seconds) * 1000:.1f} ms "
-          f"over {len(seconds)} (every rank, 20 groups)")
+    print(creation_cost("the embedded network", reports, [0, 2]))
 
 
 def test_split_group_fails_on_cpu_as_it_does_with_gloo(ranks: RankPool) -> None:

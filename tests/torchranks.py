@@ -19,6 +19,7 @@ import os
 import random
 import selectors
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -194,6 +195,17 @@ def check_collective(reports: list[dict[str, Any]], name: str, dtype: str) -> No
     if name in REDUCTIONS and dtype.startswith(("float", "bfloat")):
         assert any(r["bounded"] for r in reports)  # a bound was reported where a result is
 
+
+
+def creation_cost(network: str, reports: list[dict[str, Any]], members: list[int]) -> str:
+    """What making a group cost in a ``churn`` scenario: new_group's time at its
+    members, and the job service's part of it (planning and writing the switches)."""
+    made = [s for m in members for s in reports[m]["seconds"]]
+    deploys = reports[members[0]]["deploys"]
+    return (f"\nnew_group of {len(members)} ranks on {network}, at its members: median "
+            f"{statistics.median(made) * 1000:.1f} ms (max {max(made) * 1000:.1f} ms) over "
+            f"{len(made)}; of which the job's deploy: median "
+            f"{statistics.median(deploys) * 1000:.1f} ms")
 
 
 # --- Inside a rank ---------------------------------------------------------------------
@@ -677,7 +689,7 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         the job service holds before and after (at the group's rank 0)."""
         rank = dist.get_rank()
         before = service_jobs() if rank == members[0] else None
-        wrong, ids, seconds = 0, set(), []
+        wrong, ids, seconds, deploys = 0, set(), [], []
         for _ in range(times):
             started = time.monotonic()
             group: Any = dist.new_group(members)
@@ -685,11 +697,12 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
             if rank in members:
                 wrong += int_sums(group, members, 1, 300)
                 ids.add(ina.torch.job(group).job_id)
+                deploys.append(ina.torch.job(group).seconds)
                 dist.destroy_process_group(group)
         dist.barrier()  # every member has given its group back
         after = service_jobs() if rank == members[0] else None
         return {"wrong": wrong, "job_ids": sorted(ids), "seconds": seconds,
-                "before": before, "after": after}
+                "deploys": deploys, "before": before, "after": after}
 
     def die_in_group(members: list[int], victim: int) -> dict[str, Any]:
         """A group of ``members`` (``victim`` among them) used once; then ``victim``

@@ -7,7 +7,6 @@ against gloo through the same switches."""
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from inatest import FIGURE1, ROOT
 pytest.importorskip("torch", reason="torch is not installed: pip install 'ina[torch]' "
                                     "(make setup installs it)")
 
-from torchranks import Launch, RankPool, run_once  # noqa: E402
+from torchranks import Launch, RankPool, creation_cost, run_once  # noqa: E402
 
 FIGURE1_HOSTS = ["w1", "w2", "w3", "w4"]
 FAT_TREE = ROOT / "topologies" / "fat-tree-4.yaml"
@@ -105,10 +104,7 @@ def test_groups_on_figure1(figure1: NetLab, figure1_ranks: RankPool) -> None:
     assert reports[0]["wrong"] == 0 and reports[2]["wrong"] == 0
     assert len(reports[0]["job_ids"]) >= 2  # each a job of its own, deployed anew
     assert switch_jobs(figure1) == before  # no job, no entry, no group left
-    made = reports[0]["seconds"] + reports[2]["seconds"]
-    print(f"\nnew_group of 2 ranks on BMv2 (Figure 1), at its members: median "
-          f"{statistics.median(made) * 1000:.0f} ms, max {max(made) * 1000:.0f} ms over "
-          f"{len(made)}")
+    print(creation_cost("BMv2 (Figure 1)", reports, [0, 2]))
 
     for r in ranks.run("hsdp", shape=[2, 2], steps=4, timeout=900):
         assert r["max_param_diff"] < 1e-4
