@@ -85,7 +85,8 @@ def figure1_ranks(figure1: NetLab) -> Iterator[RankPool]:
 def test_groups_on_figure1(figure1: NetLab, figure1_ranks: RankPool) -> None:
     """One program, one lab: a subgroup exact with the others idle, two overlapping
     groups used alternately and at once, a group made and destroyed 20 times with
-    nothing left on the switches, and HSDP on a 2 x 2 mesh against gloo."""
+    nothing left on the switches, HSDP and tensor parallelism with fully_shard on 2 x 2
+    meshes against gloo."""
     ranks = figure1_ranks
     reports = ranks.run("subgroup", members=[1, 2], calls=3, timeout=300)
     assert [r["member"] for r in reports] == [False, True, True, False]
@@ -111,6 +112,10 @@ def test_groups_on_figure1(figure1: NetLab, figure1_ranks: RankPool) -> None:
         assert r["stats"]["allreduce"]["switches"] >= 4
         assert all(set(where) == {"switches"} for where in r["stats"].values())
         print(f"init_device_mesh 2 x 2 on BMv2: {r['mesh_seconds']:.2f}s")
+
+    for r in ranks.run("tensor_parallel", shape=[2, 2], steps=3, timeout=900):
+        assert r["max_param_diff"] < 1e-4
+        assert all(set(where) == {"switches"} for where in r["stats"].values())
 
 
 def _report(out: str) -> Any:
