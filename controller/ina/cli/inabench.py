@@ -8,7 +8,8 @@
     inabench dataplane [--json-out F] [--png F]
     inabench failover [--case leaf-spine --case fat-tree] [--json-out F] [--png F]
     inabench failover --from-json docs/failover.json --png docs/failover.png   # redraw only
-    inabench train [--case figure1 --case fat-tree] [--steps 200] [--json-out F] [--png F]
+    inabench train [--case figure1 --case fat-tree --case fat-tree-hsdp] [--steps 200]
+        [--json-out F] [--png F]
     inabench soak [--case leaf-spine --case fat-tree] [--minutes 2] [--seed 1] [--json-out F]
     inabench collectives [--case figure1 --case fat-tree] [--rate R] [--size N] [--json-out F]
         [--png F]
@@ -16,7 +17,7 @@
 allreduce, loss, deploy and host: see ina.lab.bench; dataplane: what one BMv2
 switch running the program does per second (ina.lab.dataplane_bench); failover: a
 VAT switch stopped mid-AllReduce, detected and repaired (ina.lab.failover_bench);
-train: DDP training with the ina backend against gloo (ina.lab.train_bench); soak:
+train: DDP and HSDP training with the ina backend against gloo (ina.lab.train_bench); soak:
 a chaos soak, a training-like loop of AllReduce calls while switches and links fail
 and come back, a member misbehaves and an outsider sends garbage (ina.lab.soak);
 collectives: every collective through the switches against gloo's and the ring on
@@ -110,10 +111,12 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--case", action="append", choices=["leaf-spine", "fat-tree"],
                    help="a case to run; repeat the option for both (default: both)")
     _outputs(f, "the results received over time")
-    t = common.command(sub, "train", "DDP training through the switches against gloo, links "
-                                     "unlimited and limited (needs the train extra)")
-    t.add_argument("--case", action="append", choices=["figure1", "fat-tree"],
-                   help="a case to run; repeat the option for both (default: both)")
+    t = common.command(sub, "train", "DDP and HSDP training through the switches against "
+                                     "gloo, links unlimited and limited (needs the train "
+                                     "extra)")
+    t.add_argument("--case", action="append", choices=["figure1", "fat-tree", "fat-tree-hsdp"],
+                   help="a case to run; repeat the option for several (default: all three; "
+                        "fat-tree-hsdp: fully_shard on 2 replicas of 4 shards)")
     t.add_argument("--steps", type=int, default=200, help="training steps per run")
     t.add_argument("--hidden", type=int, default=128,
                    help="width of the MLP's two hidden layers")
@@ -329,9 +332,9 @@ def _bench(args: argparse.Namespace) -> int:
         settings = train_bench.TrainSettings(steps=args.steps, hidden=args.hidden)
         regimes = tuple(x.strip() for x in args.regimes.split(","))
         conversion = train_bench.bucket_conversion(CASES["figure1"].rate_mbit)
-        trained = [train_bench.run_case(train_bench.DEFAULT_CASES[name], args.build, regimes,
-                                        settings, args.bucket_mib if name == "figure1" else 0)
-                   for name in args.case or ["figure1", "fat-tree"]]
+        trained = [train_bench.run_named_case(name, args.build, regimes, settings,
+                                              args.bucket_mib if name == "figure1" else 0)
+                   for name in args.case or ["figure1", "fat-tree", train_bench.HSDP_CASE]]
         _figures(args, train_bench.TrainFigures(trained, conversion, bmv2_build(),
                                                 torch.__version__).figures())
     elif args.cmd == "collectives":
