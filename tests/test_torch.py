@@ -109,6 +109,13 @@ def test_many_calls_in_a_row_on_one_deployed_job(ranks: RankPool) -> None:
         assert r["wrong"] == 0
 
 
+def test_a_group_of_every_rank_is_a_job_of_its_own_beside_ina_jobs(ranks: RankPool) -> None:
+    for r in ranks.run("subgroup", members=[0, 1, 2, 3], calls=2):
+        assert r["wrong"] == 0 and r["stats"] == {"allreduce": {"switches": 2}}
+        assert r["world_job"] == 1  # INA_JOB's
+        assert r["job"]["job_id"] != 1 and r["job"]["workers"] == ["w1", "w2", "w3", "w4"]
+
+
 def test_a_noncontiguous_tensor_is_reduced_in_place(ranks: RankPool) -> None:
     assert all(r["ok"] for r in ranks.run("noncontiguous"))
 

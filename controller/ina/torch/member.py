@@ -380,7 +380,7 @@ class Node:
         switch takes it: never an error for that."""
         try:
             return self.client().deploy(workers, slots)
-        except LabError as exc:
+        except InaError as exc:
             # No service, or it failed: an id unique in this program for the ring.
             job_id = FIRST_JOB_ID + self.store.add("ina/local_job_ids", 1) - 1
             return Grant(job_id, tuple(workers), slots, True, str(exc))
@@ -435,18 +435,20 @@ class Member:
         """This rank in the default group: the process's node, and the member of the
         group's job (INA_JOB's, or one the network deploys)."""
         node = Node.start(store, rank, size, settings, timeout)
-        return cls.of_group(node, store, rank, size, tuple(range(size)), timeout)
+        return cls.of_group(node, store, rank, size, tuple(range(size)), timeout,
+                            default=True)
 
     @classmethod
     def of_group(cls, node: Node, store: Store, rank: int, size: int,
-                 global_ranks: Sequence[int], timeout: timedelta) -> Member:
+                 global_ranks: Sequence[int], timeout: timedelta,
+                 default: bool = False) -> Member:
         """This rank (``rank`` of ``size`` in the group, whose ranks are
         ``global_ranks`` of the default group) as a worker of the group's job: the
-        default group's with INA_JOB, else one its rank 0 asks the network for."""
+        default group's (``default``) with INA_JOB, else one its rank 0 asks the
+        network for (a group of every rank too: each group has a job of its own)."""
         started = time.monotonic()
         workers = [node.hosts[g] for g in global_ranks]
-        spec = node.spec if len(global_ranks) == node.size and node.spec is not None \
-            and list(global_ranks) == list(range(node.size)) else None
+        spec = node.spec if default else None
         owner = False
         if spec is not None:
             grant = Grant(spec.job_id, tuple(spec.workers), spec.slots)
