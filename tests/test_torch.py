@@ -188,6 +188,23 @@ def test_a_half_width_other_than_16_or_32_is_refused() -> None:
         Settings.from_env({**JOB_ENV, "INA_HALF_WIDTH": "8"})
 
 
+def test_without_a_job_each_rank_is_a_host_of_the_topology() -> None:
+    from ina.errors import UsageError
+    from ina.spec.topology import Topology
+    from ina.torch.member import Settings, choose_worker
+
+    settings = Settings.from_env({"INA_TOPOLOGY": str(FIGURE1), "INA_NETWORK": "embedded"})
+    assert settings.job is None
+    topology = Topology.load(FIGURE1)
+    assert choose_worker(None, topology, 2, 4, settings) == ("w3", "embedded")
+    named = Settings(FIGURE1, worker="w7", network="embedded")
+    assert choose_worker(None, topology, 0, 4, named) == ("w7", "embedded")
+    with pytest.raises(UsageError, match="the world size is 9 but topology figure1 has 8"):
+        choose_worker(None, topology, 0, 9, settings)
+    with pytest.raises(UsageError, match="INA_WORKER=w9 is not a host"):
+        choose_worker(None, topology, 0, 4, Settings(FIGURE1, worker="w9", network="embedded"))
+
+
 # --- Training --------------------------------------------------------------------------
 
 
