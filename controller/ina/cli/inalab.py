@@ -73,6 +73,9 @@ def _run(args: argparse.Namespace, topology: Topology) -> int:
               f"{len(topology.hosts)} hosts up; pipeline and routes installed.", flush=True)
         print(f"From another terminal: inalab -t {args.topology} exec -- inactl "
               f"-t {args.topology} deploy --job <job.yaml>", flush=True)
+        if lab.jobs_socket is not None:
+            print(f"Process groups of programs on the hosts get their jobs from "
+                  f"{lab.jobs_socket} (inalab -t {args.topology} ranks --hosts ...)", flush=True)
         if args.no_cli:
             while True:
                 signal.pause()
