@@ -1,7 +1,8 @@
 """The window a job can be in (reference model, real Worker objects in threads): one
 packet from a member must not freeze its job. The root takes a contribution only
-within what a call can have sent (its progress P: from P - 2W to P + 2W + 1) and an
-ABORT no further than P + 2W + 1, both only once a call of the plan has started; a
+within what a call can have sent (its progress P: from P - 2W to P + 3W, a call's
+first W packets going together) and an ABORT no further than P + 3W, both only once
+a call of the plan has started; a
 node below the root replaces a stray round with the job's next round in that
 cell; a count or op foreign to a round is refused. After each, the job's next
 call is exact."""
@@ -96,13 +97,13 @@ def test_an_abort_moves_the_next_call_no_further_than_a_call_reaches(
     workers = model_workers(model_lab, job)
     _call(model_lab, job, workers, seed=3)
     progress = _progress(workers)
-    _from_w1(model_lab, ROOT_IP, _abort(seq_add(progress, 2 * job.slots + 2)))  # one too far
-    _from_w1(model_lab, ROOT_IP, _abort(seq_add(progress, 2 * job.slots + 1)))  # as far as it goes
+    _from_w1(model_lab, ROOT_IP, _abort(seq_add(progress, 3 * job.slots + 1)))  # one too far
+    _from_w1(model_lab, ROOT_IP, _abort(seq_add(progress, 3 * job.slots)))  # as far as it goes
     assert _stat(model_lab, "s6", JobStat.DROP_ABORT_AHEAD) == 1
     assert _stat(model_lab, "s6", JobStat.ABORTED) == 1
     replies = in_threads({w: workers[w]._start for w in job.workers})
     assert {r.seq for r in replies.values() if not isinstance(r, Exception)} == {
-        seq_add(progress, 2 * (2 * job.slots + 1))}
+        seq_add(progress, 3 * job.slots + 2 * job.slots + 1)}
 
 
 def test_an_abort_before_any_call_of_the_plan_is_dropped(model_lab: ModelLab) -> None:
@@ -134,8 +135,9 @@ def test_the_root_takes_what_a_call_can_reach_and_nothing_past_it(model_lab: Mod
     workers = model_workers(model_lab, job)
     _call(model_lab, job, workers, seed=7)
     progress = _progress(workers)
-    _from_w1(model_lab, ROOT_IP, _contribution(seq_add(progress, 2 * job.slots + 1)), (1,))
-    _from_w1(model_lab, ROOT_IP, _contribution(seq_add(progress, 2 * job.slots + 2)), (1,))
+    # A call's first W packets, from P + 2W + 1 to P + 3W, may be sent together.
+    _from_w1(model_lab, ROOT_IP, _contribution(seq_add(progress, 3 * job.slots)), (1,))
+    _from_w1(model_lab, ROOT_IP, _contribution(seq_add(progress, 3 * job.slots + 1)), (1,))
     assert _stat(model_lab, "s6", JobStat.ABSORBED) == 4 * 3 + 1
     assert _stat(model_lab, "s6", JobStat.DROP_AHEAD) == 1
 
@@ -212,11 +214,12 @@ def test_a_server_root_keeps_the_same_window() -> None:
     send(_contribution(0), (1,))
     assert (root.stats["abort_ahead"], root.stats["ahead"]) == (1, 1)
     send(InaHeader(job_id=1, seq=0, pbm=bit_of(1), count=1, flags=Flag.SYNC))  # a call at 0
-    send(_contribution(0), (1,))  # the call's first packet: the window's last
-    send(_contribution(1), (1,))
+    send(_contribution(0), (1,))  # the call's first packet
+    send(_contribution(job.slots - 1), (1,))  # its W-th: the window's last
+    send(_contribution(job.slots), (1,))
     send(_abort(2**30))
     send(_abort(0))
-    assert (root.stats["absorbed"], root.stats["ahead"]) == (1, 2)
+    assert (root.stats["absorbed"], root.stats["ahead"]) == (2, 2)
     assert (root.stats["aborted"], root.stats["abort_ahead"]) == (1, 2)
     assert root.completed == 0
 

@@ -180,7 +180,7 @@ def test_a_stalled_window_probes_its_oldest_chunk_before_the_rto() -> None:
     # Window 2, both sent, chunk 1 answered: nothing more can be sent, so no later
     # result can reveal chunk 0's loss. It is sent again after two round trips.
     session = ReductionWindow(CONFIG, np.zeros(4 * ELEMS_PER_PACKET, dtype=np.int32),
-                               rto=RtoEstimator(initial=1.0, floor=0.005))
+                               rto=RtoEstimator(initial=1.0, floor=0.005), joined=True)
     first = session.packets_to_send(now=0.0)
     session.accept(_result(1, [0] * ELEMS_PER_PACKET), now=0.02)  # a 20 ms round trip
     assert session.next_timer() == pytest.approx(0.06)

@@ -25,6 +25,8 @@ from typing import Protocol
 from ina.protocol.constants import INA_UDP_PORT
 
 LOG = logging.getLogger(__name__)
+#: The IPv4 ECN field's ECT(0) codepoint (the low two bits of the TOS byte).
+ECT0 = 0x02
 
 
 class Transport(Protocol):
@@ -59,6 +61,10 @@ class UdpTransport:
         # A window of packets waiting in a slow link's queue still counts against
         # the socket's send buffer: room for several windows.
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        # ECN-capable (ECT(0), RFC 3168): a switch on the way that is not an INA node
+        # marks congestion as CE in the IPv4 header, which the next INA switch folds
+        # into the INA header's mark (ina.host.congestion reads that).
+        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
         self.sock.bind((bind, port))
         self.timeout: float | None = None
 

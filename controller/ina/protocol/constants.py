@@ -96,6 +96,11 @@ class Flag(enum.IntFlag):
     NODATA = 0x80
 
 
+#: The INA header's ``ecn`` byte (INA version 5): ECN_CE, congestion experienced on
+#: the way of this packet or of any contribution aggregated into it.
+ECN_CE = 0x01
+
+
 # --- Data-plane sizes -----------------------------------------------------------
 
 #: Aggregation slots per switch. Each has two copies (cells) of ELEMS_PER_PACKET
