@@ -435,8 +435,13 @@ class Member:
         """This rank in the default group: the process's node, and the member of the
         group's job (INA_JOB's, or one the network deploys)."""
         node = Node.start(store, rank, size, settings, timeout)
-        return cls.of_group(node, store, rank, size, tuple(range(size)), timeout,
-                            default=True)
+        try:
+            return cls.of_group(node, store, rank, size, tuple(range(size)), timeout,
+                                default=True)
+        except BaseException:
+            node.opened()
+            node.closed()  # its transport, heartbeat and network go
+            raise
 
     @classmethod
     def of_group(cls, node: Node, store: Store, rank: int, size: int,
