@@ -301,7 +301,8 @@ class TrainFigures:
             conversion["rate_mbit"]), doc["bmv2"], doc["torch"])
 
     def render(self) -> str:
-        lines = [f"DDP training on Mininet + {self.bmv2}, torch {self.torch}; one run per "
+        kinds = "DDP and HSDP" if any(r.settings.hsdp for r in self.cases) else "DDP"
+        lines = [f"{kinds} training on Mininet + {self.bmv2}, torch {self.torch}; one run per "
                  "case, regime and backend, rank 0's figures; both backends on the same "
                  "network, same data, same initial weights.", ""]
         for r in self.cases:
@@ -313,7 +314,9 @@ class TrainFigures:
                          f"({', '.join(r.workers)}); MLP 64-{s.hidden}-{s.hidden}-10 "
                          f"({r.parameters:,} parameters, {4 * r.parameters / 1024:.0f} KiB of "
                          f"gradients a step), {s.steps} steps of {s.batch} per rank; INA VAT "
-                         f"(planned): {r.vat}.")
+                         f"(planned){' of the default group' if s.hsdp else ''}: {r.vat}"
+                         + ("; the mesh's groups planned by the lab's job service when the "
+                            "program makes them." if s.hsdp else "."))
             for g in r.regimes:
                 lines.append(f"  {describe_regime(g.rate_mbit)}:")
                 lines.append(f"    {'backend':<8} {'ms/step':>8} {'steps/s':>8} {'comm':>6} "
