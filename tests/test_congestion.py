@@ -6,6 +6,7 @@ link's rate."""
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from dataclasses import dataclass, field
 
@@ -83,17 +84,17 @@ def test_without_marks_a_cut_window_grows_a_packet_per_window_of_results() -> No
 
 def test_a_round_trip_over_the_target_cuts_in_proportion_to_the_excess() -> None:
     cc = CongestionWindow(16)
-    now = _sampled(cc)  # base round trip 20 ms: target 40 ms
-    assert cc.target() == pytest.approx(2 * RTT)
-    cc.on_result(now + 0.08, False, 0.08, 0.03)
-    # Swift: 1 - 0.8 * (80 - 40) / 80 = 0.6
+    now = _sampled(cc)  # base round trip 20 ms: target 60 ms
+    assert cc.target() == pytest.approx(3 * RTT)
+    cc.on_result(now + 0.12, False, 0.12, 0.12)
+    # Swift, on the smoothed round trip: 1 - 0.8 * (120 - 60) / 120 = 0.6
     assert cc.cwnd == pytest.approx(16 * 0.6) and cc.cuts["delay"] == 1
 
 
 def test_a_round_trip_within_the_target_does_not_cut() -> None:
     cc = CongestionWindow(16)
     now = _sampled(cc)
-    cc.on_result(now + 0.035, False, 0.035, 0.025)
+    cc.on_result(now + 0.1, False, 0.1, 0.055)  # one slow sample, the smoothed one within
     assert cc.cwnd == 16 and sum(cc.cuts.values()) == 0
 
 
@@ -108,7 +109,7 @@ def test_a_loss_on_a_path_without_queueing_does_not_cut() -> None:
 def test_a_loss_while_the_path_queues_halves_the_window() -> None:
     cc = CongestionWindow(16)
     now = _sampled(cc)
-    cc.on_loss(now + 1, srtt=3 * RTT)
+    cc.on_loss(now + 1, srtt=4 * RTT)
     assert cc.cwnd == 8 and cc.cuts["loss"] == 1
 
 
@@ -123,7 +124,8 @@ def test_a_timeout_halves_the_window() -> None:
 
 def _window(chunks: int, cc: CongestionWindow, joined: bool = True) -> ReductionWindow:
     rto = RtoEstimator(initial=1.0)
-    return ReductionWindow(CONFIG, np.zeros(chunks * ELEMS_PER_PACKET, dtype=np.int32),
+    config = dataclasses.replace(CONFIG, window=cc.limit)
+    return ReductionWindow(config, np.zeros(chunks * ELEMS_PER_PACKET, dtype=np.int32),
                            rto=rto, cc=cc, joined=joined)
 
 
@@ -178,6 +180,10 @@ class Bottleneck:
     buffer: int
     mark: int
     delay: float
+    #: From this time on (seconds), the link serves ``slow_rate`` packets/s instead
+    #: (another flow took most of it, say).
+    slow_at: float = float("inf")
+    slow_rate: float = 0.0
     departures: list[float] = field(default_factory=list)
     dropped: int = 0  # after the first round trips (the first window is a burst)
     marked: int = 0
@@ -193,16 +199,19 @@ class Bottleneck:
         if depth >= self.buffer:
             self.dropped += now >= self.warmup
             return None
-        leaves = max([now, *self.departures[-1:]]) + 1 / self.rate
+        start = max([now, *self.departures[-1:]])
+        leaves = start + 1 / (self.rate if start < self.slow_at else self.slow_rate)
         self.departures.append(leaves)
         mark = depth >= self.mark
         self.marked += mark
         return leaves + self.delay, mark
 
 
-def _through(link: Bottleneck, chunks: int) -> tuple[ReductionWindow, float]:
-    """A reduction of ``chunks`` packets through ``link``: the window, and the seconds."""
-    window = _window(chunks, CongestionWindow(CONFIG.window))
+def _through(link: Bottleneck, chunks: int, slots: int = CONFIG.window
+             ) -> tuple[ReductionWindow, float]:
+    """A reduction of ``chunks`` packets through ``link`` by a job of ``slots``: the
+    window, and the seconds."""
+    window = _window(chunks, CongestionWindow(slots))
     arrivals: list[tuple[float, int, bytes]] = []
     now, n = 0.0, 0
     while not window.done:
@@ -232,8 +241,12 @@ def test_on_a_marking_bottleneck_the_window_keeps_the_queue_short_at_full_rate()
 
 
 def test_without_marks_the_delay_target_keeps_the_queue_from_filling_a_deep_buffer() -> None:
-    # A queue in a link that does not mark (a host's qdisc): the round trip rises.
-    link = Bottleneck(rate=250, buffer=1000, mark=10**6, delay=RTT)
-    window, seconds = _through(link, chunks=2000)
-    assert link.deepest <= 10 and link.dropped == 0
+    # A queue in a link that does not mark (a host's qdisc): the round trip rises. A
+    # job of 64 slots would keep 59 packets queued (a quarter second) without it.
+    # (After the first two seconds: the first window is sent as a burst, and the
+    # base round trip and the window settle.)
+    link = Bottleneck(rate=250, buffer=1000, mark=10**6, delay=RTT, warmup=2.0)
+    window, seconds = _through(link, chunks=2000, slots=64)
+    assert window.cc.cuts["delay"] > 0
+    assert link.deepest <= 20 and link.dropped == 0
     assert 2000 / seconds >= 0.9 * link.rate

@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -57,9 +56,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse(parser(), argv)
-    common.setup_logging(args.verbose)
-    return common.run(PROG, lambda: _serve(args))
+    return common.main(PROG, parser(), argv, _serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -79,8 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, net: EmbeddedNetwork) -> int:
-    signal.signal(signal.SIGTERM, lambda *_: net.stop())
-    signal.signal(signal.SIGINT, lambda *_: net.stop())
+    common.stop_on_signals(net.stop)
     text = net.endpoints.to_json()
     if args.endpoints is not None:
         args.endpoints.write_text(text + "\n")

@@ -461,8 +461,11 @@ class Caller:
             sent = time.monotonic()
             self.stats.syncs += 1
             # The root answers at once, whatever the other workers do: a short wait,
-            # doubled on each retry.
-            wait = min(max(self.rto.floor, SYNC_RTO * (1 << min(tries, MAX_BACKOFF_DOUBLINGS))),
+            # doubled on each retry; but no shorter than the measured RTO, since the
+            # answer queues as the calls' packets do (on the rate-limited fat-tree,
+            # SYNCs every 80 ms while their answers waited seconds in a queue: 20 a call).
+            wait = min(max(self.rto.floor, SYNC_RTO * (1 << min(tries, MAX_BACKOFF_DOUBLINGS)),
+                           self.rto.rto if self.rto.srtt is not None else 0.0),
                        self.rto.ceiling, started + self.timeout - now)
             tries += 1
             deadline = sent + max(wait, 0.0)

@@ -17,9 +17,10 @@ The response, per worker, in packets (chunks) outstanding:
   to ``cwnd * (1 - alpha / 2)``, at most once per round trip. Few marks, a small
   cut; every result marked, a halving.
 - **Delay** (Swift's target, as a backstop where nothing marks: a queue in a link
-  that is not a switch's, or a switch without marking): a round trip above
-  ``target`` (the path's base round trip, doubled, at least plus DELAY_SLACK)
-  cuts the window in proportion to the excess, at most once per round trip.
+  that is not a switch's, or a switch without marking): a smoothed round trip
+  above ``target`` (the path's base round trip, tripled, at least plus
+  DELAY_SLACK) cuts the window in proportion to the excess, at most once per round
+  trip.
 - **Losses**: a loss seen while the round trip is above its target is congestion
   (the queue overflowed): the window is halved, once per round trip; a loss on a
   path without queueing is corruption, and shrinking would only slow the
@@ -46,12 +47,16 @@ LOG = logging.getLogger(__name__)
 MIN_CWND = 1.0
 #: DCTCP's gain for the estimate of the fraction of marked results.
 DCTCP_G = 1.0 / 16
-#: Round trips the base round trip is the least of.
-BASE_SAMPLES = 256
+#: The base round trip is the least measured over the last BASE_BUCKETS periods of
+#: BASE_PERIOD seconds: long enough that a standing queue does not become the base.
+BASE_PERIOD = 5.0
+BASE_BUCKETS = 6
 #: The delay target: the base round trip times DELAY_FACTOR, and at least this much
-#: more than it (seconds): a few packets of queueing are not congestion.
-DELAY_FACTOR = 2.0
-DELAY_SLACK = 0.005
+#: more than it (seconds). A backstop against standing queues where nothing marks,
+#: not a fine control: round trips through software switches sharing a machine's
+#: cores jitter by their base and more, and the marks do the fine control.
+DELAY_FACTOR = 3.0
+DELAY_SLACK = 0.025
 #: Swift's decrease per round trip over the target: ``beta * excess / rtt``, at most
 #: MAX_DECREASE of the window.
 DELAY_BETA = 0.8
@@ -77,7 +82,7 @@ class CongestionWindow:
     marked: int = 0
     cuts: dict[str, int] = field(default_factory=lambda: {
         "mark": 0, "delay": 0, "loss": 0, "timeout": 0})
-    _recent: deque[float] = field(default_factory=lambda: deque(maxlen=BASE_SAMPLES))
+    _mins: deque[list[float]] = field(default_factory=lambda: deque(maxlen=BASE_BUCKETS))
     _window_results: int = 0
     _window_marked: int = 0
     _cut_at: float = -math.inf
@@ -113,15 +118,18 @@ class CongestionWindow:
             self.marked += 1
             self._window_marked += 1
         if rtt is not None:
-            self._recent.append(rtt)
-            self.base_rtt = min(self._recent)
+            if not self._mins or now - self._mins[-1][0] >= BASE_PERIOD:
+                self._mins.append([now, rtt])  # [period's start, least round trip in it]
+            else:
+                self._mins[-1][1] = min(self._mins[-1][1], rtt)
+            self.base_rtt = min(m for _, m in self._mins)
         round_trip = srtt if srtt is not None else rtt
         target = self.target()
         if marked and self._may_cut(now, round_trip):
             self._cut(now, 1.0 - self._alpha_now() / 2, "mark")
-        elif (rtt is not None and target is not None and rtt > target
+        elif (rtt is not None and srtt is not None and target is not None and srtt > target
               and self._may_cut(now, round_trip)):
-            self._cut(now, max(1.0 - DELAY_BETA * (rtt - target) / rtt, 1.0 - MAX_DECREASE),
+            self._cut(now, max(1.0 - DELAY_BETA * (srtt - target) / srtt, 1.0 - MAX_DECREASE),
                       "delay")
         elif not marked:
             self.cwnd = min(float(self.limit), self.cwnd + (
@@ -140,7 +148,9 @@ class CongestionWindow:
             self._cut(now, 0.5, "loss")
 
     def on_timeout(self, now: float, srtt: float | None) -> None:
-        """The oldest packet's retransmission timer fired: halve the window."""
+        """The oldest packet's retransmission timer fired (a packet sent once every
+        worker had joined: before that, it waits for the slowest worker to join the
+        call, which is no congestion): halve the window."""
         if self._may_cut(now, srtt):
             self._cut(now, 0.5, "timeout")
 

@@ -354,7 +354,8 @@ class ReductionWindow:
         oldest = self.outstanding.get(self.base)
         if oldest is not None and oldest.deadline <= now:
             self.rto.timed_out(now)
-            self.cc.on_timeout(now, self.rto.srtt)
+            if oldest.sample:
+                self.cc.on_timeout(now, self.rto.srtt)
             out.append(self._send(self.base, now))
         elif oldest is not None and self._probe_due(now):
             # Nothing in flight after it can reveal its loss (the window is full,

@@ -34,18 +34,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ina.lab.bench import (
+from ina.bench.onlab import (
     CASES,
     INA_WIRE_PER_VALUE,
     ROOT,
+    Bench,
     Case,
-    _bench_on_lab,
-    describe_regime,
+    bench_on_lab,
     describe_vat,
 )
-from ina.lab.mininet import Lab
-from ina.lab.ranks import Rank, rank_env
-from ina.spec.topology import Topology
+from ina.bench.output import describe_regime, pyplot, save
 
 TRAIN_SCRIPT = ROOT / "examples" / "train.py"
 BACKENDS = ("ina", "gloo")
@@ -134,22 +132,16 @@ class BucketConversion:
         return self.seconds / self.link_bound_seconds
 
 
-def _run_ranks(lab: Lab, topology: Topology, topology_path: Path, workers: list[str],
-               job_path: Path, argv: Callable[[int], list[str]], what: str) -> None:
+def _run_ranks(bench: Bench, argv: Callable[[int], list[str]], what: str) -> None:
     """``argv(rank)`` on every worker's host, rank r on the job's r-th worker, with
     the environment ``inalab ranks`` gives (ina.lab.ranks.rank_env); until all end."""
-    master = topology.hosts[workers[0]].ip
-    procs = []
-    for rank, w in enumerate(workers):
-        host = lab.host(w)
-        env = rank_env(Rank(rank, w, host.pid), len(workers), topology, topology_path,
-                       job_path, master, MASTER_PORT, host.defaultIntf().name,
-                       lab.jobs_socket)
-        procs.append(host.popen(argv(rank), env={**env, "OMP_NUM_THREADS": "1"},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    envs = bench.rank_envs(MASTER_PORT)
+    procs = [bench.lab.host(w).popen(argv(rank), env=envs[w], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE)
+             for rank, w in enumerate(envs)]
     deadline = time.monotonic() + RUN_TIMEOUT
     failures = []
-    for w, proc in zip(workers, procs, strict=True):
+    for w, proc in zip(envs, procs, strict=True):
         try:
             _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
         except subprocess.TimeoutExpired:
@@ -161,8 +153,7 @@ def _run_ranks(lab: Lab, topology: Topology, topology_path: Path, workers: list[
         raise RuntimeError(f"{what} failed:\n" + "\n".join(failures))
 
 
-def _train(lab: Lab, topology: Topology, topology_path: Path, workers: list[str],
-           job_path: Path, backend: str, settings: TrainSettings, out: Path) -> TrainRun:
+def _train(bench: Bench, backend: str, settings: TrainSettings, out: Path) -> TrainRun:
     """One training run on the workers' hosts."""
     report, params = out / f"{backend}.json", out / f"{backend}.pt"
 
@@ -173,8 +164,7 @@ def _train(lab: Lab, topology: Topology, topology_path: Path, workers: list[str]
                 "--log-every", "0", "--hsdp", str(settings.hsdp),
                 *(["--json", str(report), "--params", str(params)] if rank == 0 else [])]
 
-    _run_ranks(lab, topology, topology_path, workers, job_path, argv,
-               f"training with {backend}")
+    _run_ranks(bench, argv, f"training with {backend}")
     data = json.loads(report.read_text())
     return TrainRun(backend, data["seconds"], data["step_median"], data["steps_per_second"],
                     data["comm_share"], data["final_loss"], data["test_accuracy"],
@@ -182,17 +172,16 @@ def _train(lab: Lab, topology: Topology, topology_path: Path, workers: list[str]
                     data.get("phases", {}))
 
 
-def _bucket(lab: Lab, topology: Topology, topology_path: Path, workers: list[str],
-            job_path: Path, mib: int, out: Path) -> BucketRun:
+def _bucket(bench: Bench, mib: int, out: Path) -> BucketRun:
     """One float32 bucket of ``mib`` MiB all-reduced through the switches and through
-    gloo, on the workers' hosts (``python -m ina.lab.train_bench bucket``)."""
+    gloo, on the workers' hosts (``python -m ina.bench.train bucket``)."""
     report = out / "bucket.json"
 
     def argv(rank: int) -> list[str]:
-        return [sys.executable, "-m", "ina.lab.train_bench", "bucket", "--mib", str(mib),
+        return [sys.executable, "-m", "ina.bench.train", "bucket", "--mib", str(mib),
                 *(["--json", str(report)] if rank == 0 else [])]
 
-    _run_ranks(lab, topology, topology_path, workers, job_path, argv, "the bucket")
+    _run_ranks(bench, argv, "the bucket")
     return BucketRun(**json.loads(report.read_text()))
 
 
@@ -212,23 +201,18 @@ def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...],
              settings: TrainSettings, bucket_mib: int = 0) -> TrainCaseResult:
     """Inside the sandbox: both backends in each regime, on one lab; and, with
     ``bucket_mib``, one bucket of that size, links unlimited."""
-    with _bench_on_lab(case, build_dir) as bench, tempfile.TemporaryDirectory() as tmp:
-        job, lab = bench.job, bench.lab
+    with bench_on_lab(case, build_dir) as bench, tempfile.TemporaryDirectory() as tmp:
+        job = bench.job
         result = TrainCaseResult(case.name + ("-hsdp" if settings.hsdp else ""),
                                  bench.topology.name, list(job.workers), describe_vat(job),
                                  _parameters(settings), settings)
-        for regime in regimes:
-            rate = case.rate_mbit if regime == "link" else None
-            lab.limit_links(rate)
+        for regime, rate in bench.regimes(regimes, case.rate_mbit):
             out = Path(tmp) / regime
             out.mkdir()
-            runs = [_train(lab, bench.topology, bench.topology_path, list(job.workers),
-                           bench.job_path, backend, settings, out) for backend in BACKENDS]
+            runs = [_train(bench, backend, settings, out) for backend in BACKENDS]
             result.regimes.append(TrainRegime(regime, rate, runs, _param_diff(out)))
-        lab.limit_links(None)
         if bucket_mib:
-            result.bucket = _bucket(lab, bench.topology, bench.topology_path,
-                                    list(job.workers), bench.job_path, bucket_mib, Path(tmp))
+            result.bucket = _bucket(bench, bucket_mib, Path(tmp))
     return result
 
 
@@ -354,11 +338,7 @@ class TrainFigures:
     def plot(self, path: Path) -> None:
         """Loss against step and against wall-clock seconds, both backends, a column
         per case and regime."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         colors = {"ina": "#1b5e20", "gloo": "#b0413e"}
         panels = [(r, g) for r in self.cases for g in r.regimes]
         fig, axes = plt.subplots(2, len(panels), figsize=(3.6 * len(panels), 6.0),
@@ -383,12 +363,8 @@ class TrainFigures:
             if col == 0:
                 top.set_ylabel("training loss\n(mean of the last 10 steps)")
                 bottom.set_ylabel("training loss\n(mean of the last 10 steps)")
-        fig.text(0.01, 0.005, f"{self.bmv2}; torch {self.torch}; where the two lines of a "
-                 "panel overlap, the backends' losses agree", fontsize=6, color="#555555")
-        fig.tight_layout(rect=(0, 0.02, 1, 1))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
+        save(fig, path, f"{self.bmv2}; torch {self.torch}; where the two lines of a panel "
+             "overlap, the backends' losses agree")
 
 
 def _smooth(values: list[float], n: int) -> list[float]:
@@ -409,7 +385,7 @@ def run_named_case(name: str, build_dir: Path, regimes: tuple[str, ...],
     return run_case(DEFAULT_CASES[name], build_dir, regimes, settings, bucket_mib)
 
 
-# --- On a worker's host: python -m ina.lab.train_bench bucket --mib N [--json FILE] -------
+# --- On a worker's host: python -m ina.bench.train bucket --mib N [--json FILE] -------
 
 
 def _bucket_rank(mib: int, report: Path | None) -> None:
@@ -449,7 +425,7 @@ def _bucket_rank(mib: int, report: Path | None) -> None:
 if __name__ == "__main__":
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m ina.lab.train_bench")
+    p = argparse.ArgumentParser(prog="python -m ina.bench.train")
     p.add_argument("role", choices=["bucket"])
     p.add_argument("--mib", type=int, default=25)
     p.add_argument("--json", type=Path)
