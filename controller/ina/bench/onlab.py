@@ -102,7 +102,8 @@ class Bench:
 
     def rank_envs(self, master_port: int) -> dict[str, dict[str, str]]:
         """Per worker, the environment ``inalab ranks`` gives rank r on the job's r-th
-        worker (ina.lab.ranks.rank_env), with one OpenMP thread."""
+        worker (ina.lab.ranks.rank_env: the lab's job service too, for a program's
+        process groups), with one OpenMP thread."""
         workers = list(self.job.workers)
         master = self.topology.hosts[workers[0]].ip
         envs = {}
@@ -110,7 +111,7 @@ class Bench:
             host = self.lab.host(w)
             env = rank_env(Rank(rank, w, host.pid), len(workers), self.topology,
                            self.topology_path, self.job_path, master, master_port,
-                           host.defaultIntf().name)
+                           host.defaultIntf().name, self.lab.jobs_socket)
             envs[w] = {**env, "OMP_NUM_THREADS": "1"}
         return envs
 

@@ -1,4 +1,4 @@
-"""DDP training through the switches against gloo, on the same Mininet network.
+"""DDP and HSDP training through the switches against gloo, on the same Mininet network.
 
 ``run_case`` trains examples/train.py (scikit-learn's digits, an MLP, a fixed seed,
 each rank its shard) on the job's workers twice per regime: with the ``ina``
@@ -9,7 +9,11 @@ a regime see the same data in the same order from the same initial weights; the
 figures are rank 0's: median time per step, steps per second, the share of a
 step spent communicating (1 - compute / step, the compute measured on the same
 steps without gradient exchange), final loss and test accuracy, and the largest
-difference between the two backends' trained parameters.
+difference between the two backends' trained parameters. An HSDP case
+(``TrainSettings.hsdp``: replicas) trains with fully_shard on a mesh of that many
+replicas of the rest as shards instead of DDP, every mesh group a job the lab's job
+service deploys (the reduce-scatters within a replica, the all-reduces across them,
+the all-gathers, all through the switches).
 
 ``bucket_conversion`` measures the host side: a float32 bucket (DDP's 25 MiB by
 default) quantized to the wire and back, against the least time its AllReduce can
@@ -18,6 +22,7 @@ take on a link of the rate-limited regime.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -58,6 +63,7 @@ class TrainSettings:
     batch: int = 16
     hidden: int = 128
     seed: int = 0
+    hsdp: int = 0  # replicas of an HSDP mesh (fully_shard); 0: DDP
 
 
 @dataclass
@@ -168,7 +174,7 @@ def _train(bench: Bench, backend: str, settings: TrainSettings, out: Path) -> Tr
         return [sys.executable, str(TRAIN_SCRIPT), "--backend", backend,
                 "--steps", str(settings.steps), "--batch", str(settings.batch),
                 "--hidden", str(settings.hidden), "--seed", str(settings.seed),
-                "--log-every", "0",
+                "--log-every", "0", "--hsdp", str(settings.hsdp),
                 *(["--json", str(report), "--params", str(params)] if rank == 0 else [])]
 
     _run_ranks(bench, argv, f"training with {backend}")
@@ -210,8 +216,9 @@ def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...],
     ``bucket_mib``, one bucket of that size, links unlimited."""
     with bench_on_lab(case, build_dir) as bench, tempfile.TemporaryDirectory() as tmp:
         job = bench.job
-        result = TrainCaseResult(case.name, bench.topology.name, list(job.workers),
-                                 describe_vat(job), _parameters(settings), settings)
+        result = TrainCaseResult(case.name + ("-hsdp" if settings.hsdp else ""),
+                                 bench.topology.name, list(job.workers), describe_vat(job),
+                                 _parameters(settings), settings)
         for regime, rate in bench.regimes(regimes, case.rate_mbit):
             out = Path(tmp) / regime
             out.mkdir()
@@ -293,16 +300,22 @@ class TrainFigures:
             conversion["rate_mbit"]), doc["bmv2"], doc["torch"])
 
     def render(self) -> str:
-        lines = [f"DDP training on Mininet + {self.bmv2}, torch {self.torch}; one run per "
+        kinds = "DDP and HSDP" if any(r.settings.hsdp for r in self.cases) else "DDP"
+        lines = [f"{kinds} training on Mininet + {self.bmv2}, torch {self.torch}; one run per "
                  "case, regime and backend, rank 0's figures; both backends on the same "
                  "network, same data, same initial weights.", ""]
         for r in self.cases:
             s = r.settings
-            lines.append(f"{r.case} ({r.topology}): {len(r.workers)} workers "
+            how = (f"HSDP (fully_shard on a {s.hsdp} x {len(r.workers) // s.hsdp} mesh: "
+                   "replicas x shards, every group of the mesh a job of its own)"
+                   if s.hsdp else "DDP")
+            lines.append(f"{r.case} ({r.topology}): {how}, {len(r.workers)} workers "
                          f"({', '.join(r.workers)}); MLP 64-{s.hidden}-{s.hidden}-10 "
                          f"({r.parameters:,} parameters, {4 * r.parameters / 1024:.0f} KiB of "
                          f"gradients a step), {s.steps} steps of {s.batch} per rank; INA VAT "
-                         f"(planned): {r.vat}.")
+                         f"(planned){' of the default group' if s.hsdp else ''}: {r.vat}"
+                         + ("; the mesh's groups planned by the lab's job service when the "
+                            "program makes them." if s.hsdp else "."))
             for g in r.regimes:
                 lines.append(f"  {describe_regime(g.rate_mbit)}:")
                 lines.append(f"    {'backend':<8} {'ms/step':>8} {'p90':>7} {'p99':>7} "
@@ -317,7 +330,8 @@ class TrainFigures:
                                  f"{run.test_accuracy:>9.1%}")
                 phases = g.run("ina").phases
                 if phases:
-                    lines.append("    ina, an all_reduce's phases (ms): " + ", ".join(
+                    per = "a step's" if s.hsdp else "an all_reduce's"
+                    lines.append(f"    ina, {per} phases (ms): " + ", ".join(
                         f"{name} {seconds * 1000:.1f}" for name, seconds in phases.items()))
                 acc = g.run("ina").test_accuracy - g.run("gloo").test_accuracy
                 lines.append(f"    ina vs gloo (same run): {g.speedup:.2f}x gloo's speed by the "
@@ -413,6 +427,17 @@ def _smooth(values: list[float], n: int) -> list[float]:
 
 
 DEFAULT_CASES = {name: CASES[name] for name in ("figure1", "fat-tree")}
+#: The HSDP case: the fat-tree's 8 workers as 2 replicas of 4 shards.
+HSDP_CASE, HSDP_REPLICAS = "fat-tree-hsdp", 2
+
+
+def run_named_case(name: str, build_dir: Path, regimes: tuple[str, ...],
+                   settings: TrainSettings, bucket_mib: int = 0) -> TrainCaseResult:
+    """``run_case`` of a case by name: a DDP case of DEFAULT_CASES, or the HSDP case."""
+    if name == HSDP_CASE:
+        return run_case(CASES["fat-tree"], build_dir, regimes,
+                        dataclasses.replace(settings, hsdp=HSDP_REPLICAS), bucket_mib)
+    return run_case(DEFAULT_CASES[name], build_dir, regimes, settings, bucket_mib)
 
 
 # --- On a worker's host: python -m ina.bench.train bucket --mib N [--json FILE] -------

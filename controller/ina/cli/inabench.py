@@ -8,15 +8,16 @@
     inabench dataplane [--json-out F] [--png F]
     inabench failover [--case leaf-spine --case fat-tree] [--json-out F] [--png F]
     inabench failover --from-json docs/failover.json --png docs/failover.png   # redraw only
-    inabench train [--case figure1 --case fat-tree] [--steps 200] [--json-out F] [--png F]
+    inabench train [--case figure1 --case fat-tree --case fat-tree-hsdp] [--steps 200]
+        [--json-out F] [--png F]
     inabench soak [--case leaf-spine --case fat-tree] [--minutes 2] [--seed 1] [--json-out F]
     inabench collectives [--case figure1 --case fat-tree] [--rate R] [--size N] [--json-out F]
         [--png F]
 
 Each command is a module of ina.bench: allreduce (and host), loss, deploy;
 dataplane: what one BMv2 switch running the program does per second; failover: a
-VAT switch stopped mid-AllReduce, detected and repaired; train: DDP training with
-the ina backend against gloo; soak: a chaos soak, a training-like loop of AllReduce
+VAT switch stopped mid-AllReduce, detected and repaired; train: DDP and HSDP training
+with the ina backend against gloo; soak: a chaos soak, a training-like loop of AllReduce
 calls while switches and links fail and come back, a member misbehaves and an
 outsider sends garbage; collectives: every collective through the switches against
 gloo's and the ring on hosts, and float16 AllReduce in 16- and 32-bit elements.
@@ -138,9 +139,11 @@ def _failover_options(sub: common.SubParsers) -> None:
 
 
 def _train_options(sub: common.SubParsers) -> None:
-    t = common.command(sub, "train", "DDP training through the switches against gloo, links "
-                                     "unlimited and limited (needs the train extra)")
-    _cases(t, ["figure1", "fat-tree"], "both (default: both)")
+    t = common.command(sub, "train", "DDP and HSDP training through the switches against "
+                                     "gloo, links unlimited and limited (needs the train "
+                                     "extra)")
+    _cases(t, ["figure1", "fat-tree", "fat-tree-hsdp"],
+           "several (default: all three; fat-tree-hsdp: fully_shard on 2 replicas of 4 shards)")
     t.add_argument("--steps", type=int, default=200, help="training steps per run")
     t.add_argument("--hidden", type=int, default=128,
                    help="width of the MLP's two hidden layers")
@@ -345,9 +348,9 @@ def _train(args: argparse.Namespace) -> Any:
 
     settings = train.TrainSettings(steps=args.steps, hidden=args.hidden)
     conversion = train.bucket_conversion(CASES["figure1"].rate_mbit)
-    trained = [train.run_case(train.DEFAULT_CASES[name], args.build, _regimes(args.regimes),
-                              settings, args.bucket_mib if name == "figure1" else 0)
-               for name in args.case or ["figure1", "fat-tree"]]
+    trained = [train.run_named_case(name, args.build, _regimes(args.regimes), settings,
+                                    args.bucket_mib if name == "figure1" else 0)
+               for name in args.case or ["figure1", "fat-tree", train.HSDP_CASE]]
     return train.TrainFigures(trained, conversion, bmv2_build(), torch.__version__).figures()
 
 
