@@ -16,7 +16,11 @@ P4RT_VENV ?= .venv-p4rt
 P4RT_SHELL ?= p4runtime-shell==0.0.6
 PY := $(VENV)/bin/python
 SYSTEM_PYTHON := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
-APT_PACKAGES := mininet iputils-ping iproute2 ethtool util-linux nftables
+# tshark: the Wireshark dissector's tests (tests/test_wireshark.py).
+APT_PACKAGES := mininet iputils-ping iproute2 ethtool util-linux nftables tshark
+# Answers to the packages' questions, so that apt-get asks none: whether non-root users
+# may capture (wireshark-common asks it while tshark installs; no: root runs the lab).
+APT_PRESEED := wireshark-common wireshark-common/install-setuid boolean false
 P4C ?= p4c-bm2-ss
 P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
 
@@ -41,7 +45,8 @@ help:
 	@echo "               link-bound, float16 AllReduce in 16 and 32 bits (Figure 1, fat-tree)"
 	@echo "make soak      chaos soak: AllReduce calls while switches and links fail at random,"
 	@echo "               a member misbehaves and an outsider sends garbage (docs/soak.json)"
-	@echo "make train     DDP training with the ina backend against gloo on Mininet (Figure 1, fat-tree)"
+	@echo "make train     DDP and HSDP training with the ina backend against gloo on Mininet"
+	@echo "               (Figure 1, fat-tree; HSDP: fat-tree, 2 replicas of 4 shards)"
 	@echo "make figures   redraw docs/*.png from docs/*.json (no benchmark run, no BMv2)"
 	@echo "make simulate  planned jobs on k=4..16 fat-trees on the reference model"
 	@echo "make test      every test tier the machine can run"
@@ -50,7 +55,8 @@ help:
 setup:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	  if [ -n "$$missing" ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	  if [ -n "$$missing" ]; then echo "$(APT_PRESEED)" | debconf-set-selections && \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -q --no-install-recommends $$missing; fi; \
 	else echo "setup: not root or no apt-get: install $(APT_PACKAGES) yourself"; fi
 	$(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV)
@@ -125,7 +131,7 @@ figures:
 	$(VENV)/bin/inabench collectives --from-json docs/collectives.json --png docs/collectives.png
 
 simulate:
-	$(PY) -m ina.lab.simulate --k 4 6 8 16
+	$(PY) -m ina.bench.simulate --k 4 6 8 16
 
 test:
 	$(PY) -m ina.lab.sandbox --if-available -- $(PY) -m pytest $(PYTEST_ARGS)

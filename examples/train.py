@@ -1,8 +1,9 @@
-"""Train a small classifier with DistributedDataParallel, through the switches.
+"""Train a small classifier with DistributedDataParallel (or HSDP), through the switches.
 
     torchrun --nproc-per-node 4 examples/train.py
     torchrun --nproc-per-node 8 examples/train.py \
         --topology topologies/fat-tree-4.yaml --job jobs/fat-tree-4-bench.yaml
+    torchrun --nproc-per-node 4 examples/train.py --hsdp 2   # 2 replicas of 2 shards
 
 Each rank is a worker of the job (rank r: the job's r-th worker) that --topology
 and --job name (default: INA_TOPOLOGY and INA_JOB, else Figure 1 and its job).
@@ -10,7 +11,10 @@ Without a lab, the ranks run on the embedded network (the reference model on the
 loopback, which rank 0 starts); on a lab, start them with ``inalab ranks``.
 ``--backend gloo`` trains the same way with PyTorch's gloo, ``--hook`` with a gloo
 process group whose gradient buckets go through the switches
-(ina.torch.allreduce_hook).
+(ina.torch.allreduce_hook). ``--hsdp R`` trains with fully_shard on a 2-D mesh of R
+replicas of world/R shards each (HSDP: each layer's parameters sharded within a
+replica, gradients reduce-scattered there and all-reduced across the replicas),
+every group of the mesh a job of its own through the switches.
 
 The data: scikit-learn's bundled digits (1,797 8x8 images, no download), split with
 a fixed seed into 1,437 for training and 360 for testing; rank r trains on every
@@ -24,6 +28,7 @@ accuracy, the final parameters' file).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -55,18 +60,40 @@ def model(hidden: int, seed: int) -> torch.nn.Module:
                                torch.nn.Linear(hidden, 10))
 
 
+def hsdp(net: torch.nn.Module, replicas: int, world: int) -> tuple[torch.nn.Module, list]:
+    """``net`` under fully_shard on a (replicas, world / replicas) mesh: each Linear a
+    unit of its own, sharded within a replica, replicated across them; and this
+    rank's groups of the mesh."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if replicas < 1 or world % replicas:
+        raise SystemExit(f"--hsdp {replicas}: the world size {world} must be a multiple")
+    mesh = init_device_mesh("cpu", (replicas, world // replicas),
+                            mesh_dim_names=("replicate", "shard"))
+    for layer in net:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(net, mesh=mesh)
+    return net, [mesh.get_group(0), mesh.get_group(1)]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--topology", type=Path,
                    default=os.environ.get("INA_TOPOLOGY", ROOT / "topologies" / "figure1.yaml"),
                    help="the topology file (default: $INA_TOPOLOGY, else %(default)s)")
-    p.add_argument("--job", type=Path,
-                   default=os.environ.get("INA_JOB", ROOT / "jobs" / "figure1-sum.yaml"),
-                   help="the job file (default: $INA_JOB, else %(default)s)")
+    p.add_argument("--job",
+                   default=os.environ.get("INA_JOB", str(ROOT / "jobs" / "figure1-sum.yaml")),
+                   help="the default group's job file; '' for none: the network plans and "
+                        "deploys one (default: $INA_JOB, else %(default)s)")
     p.add_argument("--backend", choices=("ina", "gloo"), default="ina",
                    help="the process group's backend (default: %(default)s)")
     p.add_argument("--hook", action="store_true",
                    help="gloo process group, gradient buckets through the switches")
+    p.add_argument("--hsdp", type=int, default=0, metavar="R",
+                   help="fully_shard on a mesh of R replicas x world/R shards instead of "
+                        "DDP (default: DDP)")
     p.add_argument("--steps", type=int, default=300, help="default: %(default)s")
     p.add_argument("--batch", type=int, default=16, help="per rank (default: %(default)s)")
     p.add_argument("--hidden", type=int, default=128,
@@ -83,14 +110,19 @@ def main() -> None:
                    help="rank 0 saves the trained parameters here (torch.save)")
     args = p.parse_args()
 
-    os.environ["INA_TOPOLOGY"], os.environ["INA_JOB"] = str(args.topology), str(args.job)
+    os.environ["INA_TOPOLOGY"], os.environ["INA_JOB"] = str(args.topology), args.job
     if args.backend == "ina" or args.hook:
         import ina.torch  # registers the backend
     dist.init_process_group("gloo" if args.hook else args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     x, y, x_test, y_test = data(args.seed)
     x, y = x[rank::world], y[rank::world]
-    net = DDP(model(args.hidden, args.seed))
+    groups: list = [None]  # the default group, and a mesh's
+    if args.hsdp:
+        net, mesh_groups = hsdp(model(args.hidden, args.seed), args.hsdp, world)
+        groups += mesh_groups
+    else:
+        net = DDP(model(args.hidden, args.seed))
     if args.hook:
         net.register_comm_hook(ina.torch.hook_state(), ina.torch.allreduce_hook)
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
@@ -120,21 +152,26 @@ def main() -> None:
     # Steps' compute alone (forward and backward, no gradient exchange, no update):
     # what a step costs without communication.
     compute = []
-    with net.no_sync():
+    # HSDP gathers the parameters in every forward: its compute is measured on a
+    # local copy of the model, which has the same layers.
+    local = model(args.hidden, args.seed) if args.hsdp else None
+    with contextlib.nullcontext() if args.hsdp else net.no_sync():
         for _ in range(args.compute_steps):
             t0 = time.perf_counter()
             idx = torch.randint(0, len(y), (args.batch,), generator=batches)
-            torch.nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
+            torch.nn.functional.cross_entropy((local or net)(x[idx]), y[idx]).backward()
             compute.append(time.perf_counter() - t0)
             opt.zero_grad()
     with torch.no_grad():
         accuracy = float((net(x_test).argmax(1) == y_test).float().mean())
+    # Whole parameters (a sharded one gathered: every rank takes part).
+    params = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in net.parameters()]
     if rank == 0:
         median = statistics.median(times)
         report = {
             "backend": "ina (hook on gloo)" if args.hook else args.backend,
             "world": world, "steps": args.steps, "batch": args.batch, "hidden": args.hidden,
-            "parameters": sum(p.numel() for p in net.parameters()),
+            "parameters": sum(p.numel() for p in params), "hsdp": args.hsdp,
             "seconds": total, "step_median": median, "steps_per_second": args.steps / total,
             "compute_median": statistics.median(compute) if compute else None,
             "comm_share": max(0.0, 1 - statistics.median(compute) / median) if compute else None,
@@ -142,17 +179,27 @@ def main() -> None:
             "loss": losses, "clock": clock, "torch": torch.__version__,
         }
         if args.backend == "ina" and not args.hook:
-            report["collectives"] = ina.torch.stats()
-            calls = report["collectives"].get("allreduce", {}).get("switches", 0)
-            # Seconds per call in each phase (start, agreement, exponents, values).
-            report["phases"] = {k: v / max(calls, 1) for k, v in ina.torch.profile().items()}
+            report["collectives"], phases = {}, {}
+            for g in groups:  # every group's calls at this rank, added up
+                for name, by_where in ina.torch.stats(g).items():
+                    mine = report["collectives"].setdefault(name, {})
+                    for where, n in by_where.items():
+                        mine[where] = mine.get(where, 0) + n
+                for k, v in ina.torch.profile(g).items():
+                    phases[k] = phases.get(k, 0.0) + v
+            # Seconds in each phase (start, agreement, exponents, values) per all_reduce
+            # (DDP), or per step (HSDP: its all-gathers, reduce-scatters, all-reduces).
+            calls = args.steps if args.hsdp else \
+                report["collectives"].get("allreduce", {}).get("switches", 0)
+            report["phases"] = {k: v / max(calls, 1) for k, v in phases.items()}
+            report["jobs"] = [ina.torch.job(g).to_json() for g in groups]
         print(f"{report['backend']}: {args.steps} steps in {total:.1f}s "
               f"({median * 1000:.1f} ms/step median), loss {report['final_loss']:.4f}, "
               f"test accuracy {accuracy:.3f}", flush=True)
         if args.json:
             args.json.write_text(json.dumps(report))
         if args.params:
-            torch.save([p.detach() for p in net.parameters()], args.params)
+            torch.save([p.detach() for p in params], args.params)
     dist.destroy_process_group()
 
 

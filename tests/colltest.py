@@ -6,6 +6,7 @@ also reorder)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import numpy.typing as npt
 from ina.host.call import sync_answer, sync_request
 from ina.host.config import WorkerConfig
 from ina.host.flow import Flow, elems_per_packet
-from ina.host.results import AllreduceResult, CallBody, Reduce
+from ina.host.results import AllreduceResult, CallBody, Lead, Reduce
 from ina.host.window import ReductionWindow
 from ina.model.harness import SYNC_ATTEMPTS, run_sessions, serve
 from ina.model.network import ModelNetwork
@@ -138,23 +139,33 @@ class LocalFabric:
     def __init__(self, workers: Sequence[WorkerConfig]):
         self.workers = list(workers)
         self.lock = threading.Condition()
-        self.rounds: dict[int, _Round] = {}
+        self.rounds: dict[object, _Round] = {}
         self.flows: list[tuple[int, Flow]] = []  # every reduction's (seq, flow), rank 0's
 
     def reduce_of(self, rank: int) -> Reduce:
         def reduce(values: npt.NDArray[Any], op: Op, seq: int, phase: str,
-                   flow: Flow | None = None) -> AllreduceResult:
+                   flow: Flow | None = None, lead: Lead | None = None) -> AllreduceResult:
+            if lead is not None:
+                # The lead's round, then the array's, as a window's two parts.
+                led = _round(("lead", seq), None, lead.values, Op.MAX, Flow()).values
+                lead.check(led)
+                r = _round(seq, seq, values, op, flow)
+                return dataclasses.replace(r, packets=r.packets + 1, lead=led)
+            return _round(seq, seq, values, op, flow)
+
+        def _round(key: object, seq: int | None, values: npt.NDArray[Any], op: Op,
+                   flow: Flow | None) -> AllreduceResult:
             flow = Flow() if flow is None else flow
             with self.lock:
-                rnd = self.rounds.setdefault(seq, _Round())
+                rnd = self.rounds.setdefault(key, _Round())
                 rnd.contributions[rank] = (np.asarray(values), op, flow)
-                if rank == 0:
+                if rank == 0 and seq is not None:  # the array's rounds, not leads
                     self.flows.append((seq, flow))
                 if len(rnd.contributions) == len(self.workers):
                     self._complete(rnd)
                     self.lock.notify_all()
                 if not self.lock.wait_for(lambda: rank in rnd.results, timeout=10):
-                    raise TimeoutError(f"rank {rank}: the others never reached seq {seq}")
+                    raise TimeoutError(f"rank {rank}: the others never reached {key}")
                 return rnd.results[rank]
 
         return reduce
@@ -257,8 +268,9 @@ class Lockstep:
 
     def _reduce_of(self, worker: str, active: set[str]) -> Reduce:
         def reduce(values: npt.NDArray[Any], op: Op, seq: int, phase: str,
-                   flow: Flow | None = None) -> AllreduceResult:
-            window = ReductionWindow(self.configs[worker], values, seq, 0.05, op, 0, flow)
+                   flow: Flow | None = None, lead: Lead | None = None) -> AllreduceResult:
+            window = ReductionWindow(self.configs[worker], values, seq, 0.05, op, 0, flow,
+                                     lead=lead)
             with self.lock:
                 generation = self.generation
                 self.pending[worker] = window

@@ -56,6 +56,15 @@ class ModelLab:
     ctl: Controller
     net: ModelNetwork
 
+    def deploy(self, job: Job) -> Job:
+        """``job`` deployed by the controller on every switch; ``job``."""
+        asyncio.run(self.ctl.deploy(job))
+        return job
+
+    def deploy_figure1(self, **overrides: Any) -> Job:
+        """The draft's Figure 1 job, with fields replaced by ``overrides``, deployed."""
+        return self.deploy(figure1_job(self.topology, **overrides))
+
 
 def make_model_lab(topology: Topology) -> ModelLab:
     net, ctl = initialised_network(topology)

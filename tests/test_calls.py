@@ -25,10 +25,6 @@ from ina.spec.job import Job
 from inatest import ModelLab, assert_exact, figure1_job, in_threads, int_arrays, model_workers
 
 
-def _deploy(lab: ModelLab, job: Job) -> None:
-    asyncio.run(lab.ctl.deploy(job))
-
-
 def _call(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray], timeout: float = 5.0,
           workers: dict[str, Worker] | None = None) -> dict[str, AllreduceResult | Exception]:
     workers = workers if workers is not None else model_workers(lab, job, timeout)
@@ -52,7 +48,7 @@ def _exact(outcomes: dict[str, AllreduceResult | Exception], job: Job,
 
 def test_the_same_workers_make_many_calls_without_a_redeploy(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     workers = model_workers(model_lab, job)
     for call in range(4):
         arrays = int_arrays(job, P * 3 + call, seed=call)
@@ -62,7 +58,7 @@ def test_the_same_workers_make_many_calls_without_a_redeploy(model_lab: ModelLab
 def test_new_worker_processes_make_the_next_call(model_lab: ModelLab) -> None:
     # As with one inaworker run per training step: nothing is kept between calls.
     job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     for call in range(3):
         arrays = int_arrays(job, P * 2 + 1, seed=10 + call)
         _exact(_call(model_lab, job, arrays), job, arrays)
@@ -70,7 +66,7 @@ def test_new_worker_processes_make_the_next_call(model_lab: ModelLab) -> None:
 
 def test_each_call_starts_past_every_sequence_number_of_the_last(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     workers = model_workers(model_lab, job)
     arrays = int_arrays(job, P * 40, seed=1)  # 41 packets, the descriptor included
     _call(model_lab, job, arrays, workers=workers)
@@ -80,7 +76,7 @@ def test_each_call_starts_past_every_sequence_number_of_the_last(model_lab: Mode
 
 def test_workers_that_disagree_on_the_call_all_fail_saying_so(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     arrays = int_arrays(job, P * 2, seed=2)
     arrays["w4"] = arrays["w4"][:P]
     outcomes = _call(model_lab, job, arrays)
@@ -91,7 +87,7 @@ def test_workers_that_disagree_on_the_call_all_fail_saying_so(model_lab: ModelLa
 
 def test_a_call_after_an_interrupted_one_is_exact(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     workers = model_workers(model_lab, job, timeout=0.5)
     # w4 never comes: the others give up on a call that could not start ...
     first = int_arrays(job, P * 5, seed=3)
@@ -105,7 +101,7 @@ def test_a_call_after_an_interrupted_one_is_exact(model_lab: ModelLab) -> None:
 
 def test_a_worker_that_gives_up_tells_the_root_how_far_it_went(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     workers = model_workers(model_lab, job, timeout=0.3)
     first = int_arrays(job, P * 5, seed=3)
     del first["w4"]  # the call cannot start: w1..w3 give up at its barrier, seq 0
@@ -118,7 +114,7 @@ def test_a_worker_that_gives_up_tells_the_root_how_far_it_went(model_lab: ModelL
 def test_a_call_after_one_interrupted_mid_array_is_exact(
         model_lab: ModelLab, monkeypatch: pytest.MonkeyPatch) -> None:
     job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     arrays = int_arrays(job, P * 60, seed=5)
     workers = model_workers(model_lab, job, timeout=0.5)
     sent = {"count": 0}
@@ -142,7 +138,7 @@ def test_a_call_after_one_interrupted_mid_array_is_exact(
 def test_a_worker_alone_in_a_call_times_out_saying_the_call_did_not_start(
         model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     arrays = int_arrays(job, P, seed=7)
     _exact(_call(model_lab, job, arrays), job, arrays)
     (outcome,) = _call(model_lab, job, {"w1": arrays["w1"]}, timeout=0.3).values()
@@ -152,7 +148,7 @@ def test_a_worker_alone_in_a_call_times_out_saying_the_call_did_not_start(
 
 def test_a_float_call_follows_an_integer_call(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     workers = model_workers(model_lab, job)
     ints = int_arrays(job, P + 3, seed=8)
     _exact(_call(model_lab, job, ints, workers=workers), job, ints)
@@ -172,7 +168,7 @@ def _sync(job_id: int, worker_bit: int, flags: Flag = Flag.SYNC) -> bytes:
 
 def test_a_sync_crosses_the_vat_nodes_below_the_root_unabsorbed(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     model_lab.net.host_send_payload("w1", "10.0.100.6", _sync(1, bit_of(1)))
     stats = asyncio.run(model_lab.ctl.status())
     assert stats["s1"].job_stats[1][JobStat.PASSED].packets == 2  # there and back
@@ -187,7 +183,7 @@ def test_a_sync_for_a_node_that_is_not_the_root_is_refused(model_lab: ModelLab,
                                                            node: str) -> None:
     # From a switch port: a worker's own SYNC is steered to the root by its edge.
     job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     topo = model_lab.topology
     nb = topo.ports(node)[1].node
     model_lab.net.inject(node, 1, ina_frame(topo.mac(nb), topo.switches[node].mac,
@@ -200,7 +196,7 @@ def test_a_sync_for_a_node_that_is_not_the_root_is_refused(model_lab: ModelLab,
 
 def test_a_workers_sync_to_another_node_is_steered_to_the_root(model_lab: ModelLab) -> None:
     job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     model_lab.net.host_send_payload("w1", "10.0.100.7", _sync(1, bit_of(1)))
     stats = asyncio.run(model_lab.ctl.status())
     assert stats["s6"].job_stats[1][JobStat.SYNCED].packets == 1
@@ -215,7 +211,7 @@ def test_a_reply_forged_by_a_worker_is_dropped_at_its_edge(model_lab: ModelLab) 
     from inatest import switch_stat
 
     job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     model_lab.net.host_send_payload("w1", "10.0.0.2", _sync(1, bit_of(1),
                                                             Flag.SYNC | Flag.REPLY))
     assert switch_stat(model_lab, "s1", SwitchStat.DROP_FORGED_PBM) == 1

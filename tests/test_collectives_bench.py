@@ -12,10 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ina.cli import inabench
-from ina.lab.bench import INA_WIRE_PER_VALUE
-from ina.lab.collective_rank import Command, expected, inputs
-from ina.lab.collectives_bench import (
+from ina.bench.collective_rank import Command, expected, inputs
+from ina.bench.collectives import (
     ARRAY_COLLECTIVES,
     BIER_WIRE_PER_VALUE,
     METHODS,
@@ -26,6 +24,8 @@ from ina.lab.collectives_bench import (
     commands,
     goals,
 )
+from ina.bench.onlab import INA_WIRE_PER_VALUE
+from ina.cli import inabench
 
 WORKERS = ["w1", "w2", "w3", "w4"]
 SIZE = 131072

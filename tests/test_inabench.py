@@ -14,7 +14,7 @@ from ina.cli import inabench
 from inatest import ROOT
 
 DOCS = ROOT / "docs"
-PICTURES = ["allreduce", "dataplane", "failover"]
+PICTURES = ["allreduce", "dataplane", "failover", "train"]
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
                                       reason="matplotlib not installed: pip install -e '.[bench]'")
 
@@ -48,3 +48,9 @@ def test_figures_of_another_benchmark_are_refused_with_exit_2(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert inabench.main(["failover", "--from-json", str(DOCS / "loss.json")]) == 2
     assert "does not hold figures of inabench failover" in capsys.readouterr().err
+
+
+def test_every_benchmark_that_measures_figures_reads_them_back() -> None:
+    """The figures a benchmark measures are reported through the reader --from-json
+    uses: each has one."""
+    assert set(inabench.FIGURES) == set(inabench.MEASURE)

@@ -100,9 +100,9 @@ def _pairs16() -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def _combine16(op: Op, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, bool]:
-    out, overflow = lanes.combine(op, lanes.from_values16(a.astype(np.int16)),
-                                  lanes.from_values16(b.astype(np.int16)), width=16)
-    return lanes.to_values16(out).astype(np.int64), overflow
+    out, overflow = lanes.combine(op, lanes.from_values(a.astype(np.int16), 16),
+                                  lanes.from_values(b.astype(np.int16), 16), width=16)
+    return lanes.to_values(out, 16).astype(np.int64), overflow
 
 
 def test_16_bit_sum_wraps_like_int16_and_flags_overflow_exactly() -> None:
@@ -129,12 +129,12 @@ def test_the_16_bit_overflow_of_any_element_is_seen_in_any_lane() -> None:
         a[element], b[element] = 2**15 - 1, 1
         assert _combine16(Op.SUM, a, b)[1], element
         assert not _combine16(Op.SUM, a, -b)[1], element
-        x, y = lanes.from_values16(a), lanes.from_values16(b)
+        x, y = lanes.from_values(a, 16), lanes.from_values(b, 16)
         lane = element // ELEMS16_PER_LANE
-        s = lanes.lane_sum16(x[lane], y[lane])
+        s = lanes.lane_sum(x[lane], y[lane], 16)
         raw = (x[lane] ^ s) & (y[lane] ^ s)  # what the P4 lanes_sum16 accumulates
         assert lanes.fold16(raw & lanes.HIGH16) & lanes.HIGH, element
-        assert lanes.lane_overflow16(x[lane], y[lane], s), element
+        assert lanes.lane_overflow(x[lane], y[lane], s, 16), element
 
 
 def test_16_bit_min_max_of_an_element_at_each_lane_edge() -> None:
@@ -149,9 +149,9 @@ def test_16_bit_min_max_of_an_element_at_each_lane_edge() -> None:
 
 def test_16_bit_elements_lie_in_wire_order_in_the_same_bytes() -> None:
     values = np.arange(ELEMS16_PER_PACKET, dtype=np.int16) - 7
-    packed = lanes.from_values16(values)
+    packed = lanes.from_values(values, 16)
     assert len(packed) == LANES
     assert packed[0] >> (LANE_BITS - 16) == (-7) & 0xFFFF
     assert lanes.to_bytes(packed) == array_bytes(values, width=16)
-    assert np.array_equal(lanes.to_values16(packed), values)
+    assert np.array_equal(lanes.to_values(packed, 16), values)
     assert ELEMS16_PER_LANE * LANES == ELEMS16_PER_PACKET == 2 * ELEMS_PER_PACKET

@@ -1,6 +1,7 @@
 """The subpackages depend on each other one way (docs/design.md, "Layering"):
-protocol <- spec <- control <- model; host uses protocol and spec; lab and cli on
-top. Checked on every import statement, those inside functions included."""
+protocol <- spec <- control <- model; host uses protocol and spec; lab (emulation)
+on them, bench (measurements) on lab, cli on top. Checked on every import statement,
+those inside functions included."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ ALLOWED = {
     "control": {"protocol", "spec", "control"},
     "host": {"protocol", "spec", "host"},
     "model": {"protocol", "spec", "control", "model", "host"},
-    "lab": {"protocol", "spec", "control", "model", "host", "torch", "lab"},
+    # The emulation: never the measurements on it.
+    "lab": {"protocol", "spec", "control", "model", "host", "lab"},
+    "bench": {"protocol", "spec", "control", "model", "host", "torch", "lab", "bench"},
     # The torch backend: the host side, and the embedded network it may start.
     "torch": {"protocol", "spec", "host", "model", "torch"},
-    "cli": {"protocol", "spec", "control", "model", "host", "torch", "lab", "cli"},
+    "cli": {"protocol", "spec", "control", "model", "host", "torch", "lab", "bench", "cli"},
 }
 #: The reference data plane itself: the controller and the host side only through the
 #: harness.

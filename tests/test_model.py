@@ -46,30 +46,23 @@ def _job_stats(lab: ModelLab, job_id: int) -> dict[str, dict[JobStat, int]]:
             for sw, s in status.items() if job_id in s.job_stats}
 
 
-def _deploy(lab: ModelLab, job: Job) -> None:
-    asyncio.run(lab.ctl.deploy(job))
-
-
 @pytest.mark.parametrize("op", ["sum", "min", "max"])
 def test_figure1_result_is_exact_at_every_worker(model_lab: ModelLab, op: str) -> None:
-    job = figure1_job(model_lab.topology, op=op)
-    _deploy(model_lab, job)
+    job = model_lab.deploy_figure1(op=op)
     arrays = int_arrays(job, 200)
     results = _allreduce(model_lab, job, arrays)
     assert_exact(job, arrays, results)
 
 
 def test_hosts_outside_the_job_receive_nothing(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    job = model_lab.deploy_figure1()
     _allreduce(model_lab, job, int_arrays(job, 100))
     assert {h: len(model_lab.net.inbox[h]) for h in ("w5", "w6", "w7", "w8")} == {
         "w5": 0, "w6": 0, "w7": 0, "w8": 0}
 
 
 def test_counters_show_the_drafts_walkthrough(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    job = model_lab.deploy_figure1()
     _allreduce(model_lab, job, int_arrays(job, P * 3))  # three packets per worker
     stats = _job_stats(model_lab, job.job_id)
     rounds = 1 + 3  # the call's descriptor, then the array
@@ -89,8 +82,7 @@ def test_counters_show_the_drafts_walkthrough(model_lab: ModelLab) -> None:
 
 
 def test_results_are_copied_only_toward_the_jobs_workers(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    job = model_lab.deploy_figure1()
     _allreduce(model_lab, job, int_arrays(job, P * 3))
     pruned = {sw: switch_stat(model_lab, sw, SwitchStat.BIER_COPY_PRUNED)
               for sw in model_lab.topology.switches}
@@ -109,18 +101,18 @@ def _assert_exact(lab: ModelLab, job: Job) -> None:
 
 
 def test_a_second_job_is_exact_while_the_first_is_deployed(model_lab: ModelLab) -> None:
-    _deploy(model_lab, figure1_job(model_lab.topology))
+    model_lab.deploy_figure1()
     second = _second_job(model_lab)
-    _deploy(model_lab, second)
+    model_lab.deploy(second)
     _assert_exact(model_lab, second)
     _assert_exact(model_lab, figure1_job(model_lab.topology))
 
 
 def test_a_second_job_is_exact_after_the_first_is_torn_down(model_lab: ModelLab) -> None:
-    _deploy(model_lab, figure1_job(model_lab.topology))
+    model_lab.deploy_figure1()
     asyncio.run(model_lab.ctl.teardown(1))
     second = _second_job(model_lab)
-    _deploy(model_lab, second)
+    model_lab.deploy(second)
     _assert_exact(model_lab, second)
 
 
@@ -143,27 +135,26 @@ def test_unknown_job_addressed_to_a_switch_is_dropped_and_counted(model_lab: Mod
 
 
 def test_foreign_pbm_is_dropped_at_the_vat_node(model_lab: ModelLab) -> None:
-    _deploy(model_lab, figure1_job(model_lab.topology))
+    model_lab.deploy_figure1()
     _from_switch(model_lab, "s6", 1, "10.0.100.6", ina_payload(1, 0, bit_of(5), [7]))
     _from_switch(model_lab, "s6", 1, "10.0.100.6", ina_payload(1, 0, bit_of(1) | bit_of(6), [7]))
     assert _job_stats(model_lab, 1)["s6"] == {JobStat.DROP_FOREIGN_PBM: 2}
 
 
 def test_a_host_outside_the_job_is_stopped_at_its_edge(model_lab: ModelLab) -> None:
-    _deploy(model_lab, figure1_job(model_lab.topology))
+    model_lab.deploy_figure1()
     _send(model_lab, "w5", "10.0.100.6", ina_payload(1, 0, bit_of(5), [7]))
     assert switch_stat(model_lab, "s3", SwitchStat.DROP_NOT_MEMBER) == 1
 
 
 def test_forged_pbm_from_a_host_is_dropped_at_its_edge(model_lab: ModelLab) -> None:
-    _deploy(model_lab, figure1_job(model_lab.topology))
+    model_lab.deploy_figure1()
     _send(model_lab, "w5", "10.0.100.6", ina_payload(1, 0, bit_of(1), [7]))
     assert switch_stat(model_lab, "s3", SwitchStat.DROP_FORGED_PBM) == 1
 
 
 def test_bad_packets_change_no_result(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    job = model_lab.deploy_figure1()
     truncated = ina_payload(1, 0, bit_of(1), [10**6])[:-20]
     no_values = InaPacket(InaHeader(job_id=1, seq=0, pbm=bit_of(1), count=0), ()).pack()
     _send(model_lab, "w1", "10.0.100.1", truncated)
@@ -180,8 +171,7 @@ def test_bad_packets_change_no_result(model_lab: ModelLab) -> None:
 
 
 def test_a_contribution_with_another_element_count_is_refused(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy_figure1()
     _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 0, bit_of(1), [1]))
     _send(model_lab, "w2", "10.0.100.1", ina_payload(1, 0, bit_of(2), [1, 2]))
     _send(model_lab, "w2", "10.0.100.1", ina_payload(1, 0, bit_of(2), [1]))
@@ -190,8 +180,7 @@ def test_a_contribution_with_another_element_count_is_refused(model_lab: ModelLa
 
 
 def test_a_duplicate_contribution_is_not_added_twice(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    model_lab.deploy_figure1()
     payload = ina_payload(1, 0, bit_of(1), [5])
     _send(model_lab, "w1", "10.0.100.1", payload)
     _send(model_lab, "w1", "10.0.100.1", payload)
@@ -199,27 +188,24 @@ def test_a_duplicate_contribution_is_not_added_twice(model_lab: ModelLab) -> Non
 
 
 def test_sum_overflow_is_reported_with_the_result(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    job = model_lab.deploy_figure1()
     big = {w: np.full(3, 2**30, dtype=np.int32) for w in job.workers}
     sessions = allreduce_on_model(model_lab.net, job, big)
     assert all(s.outcome().overflow for s in sessions.values())
 
 
 def test_slot_state_left_by_a_torn_down_job_is_ignored(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    job = model_lab.deploy_figure1()
     _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 0, bit_of(1), [10**6]))  # never completes
     asyncio.run(model_lab.ctl.teardown(1))
-    _deploy(model_lab, job)
+    model_lab.deploy(job)
     arrays = int_arrays(job, P)
     results = _allreduce(model_lab, job, arrays)
     assert np.array_equal(results["w1"], reduce_arrays(Op.SUM, list(arrays.values())))
 
 
 def test_a_missing_worker_stalls_with_an_error(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    job = model_lab.deploy_figure1()
     arrays = int_arrays(job, 10)
     sessions = {w: ReductionWindow(WorkerConfig.for_job(job, model_lab.topology, w), arrays[w])
                 for w in ("w1", "w2", "w3")}
@@ -239,8 +225,7 @@ def _lossy_lab(figure1_topology: ModelLab, **impairment: float) -> ModelLab:
 ], ids=["loss1", "loss5", "dup5", "reorder10", "all"])
 def test_allreduce_is_exact_over_impaired_links(model_lab: ModelLab,
                                                 impairment: dict[str, float]) -> None:
-    job = figure1_job(model_lab.topology, slots=8)
-    _deploy(model_lab, job)
+    job = model_lab.deploy_figure1(slots=8)
     lab = _lossy_lab(model_lab, **impairment)
     arrays = int_arrays(job, P * 60)
     results = _allreduce(lab, job, arrays)
@@ -248,8 +233,7 @@ def test_allreduce_is_exact_over_impaired_links(model_lab: ModelLab,
 
 
 def test_a_lost_result_is_sent_again_from_the_stored_aggregate(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    job = model_lab.deploy_figure1()
     open_call(model_lab, job)
     for w in ("w1", "w2", "w3", "w4"):
         _send(model_lab, w, job.target_of(w, model_lab.topology),
@@ -265,8 +249,7 @@ def test_a_lost_result_is_sent_again_from_the_stored_aggregate(model_lab: ModelL
 
 
 def test_a_late_duplicate_of_an_old_round_is_stale(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology, slots=1)
-    _deploy(model_lab, job)
+    model_lab.deploy_figure1(slots=1)
     _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 2, bit_of(1), [1]))  # seq 2, cell 0
     _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 0, bit_of(1), [1]))  # seq 0: older
     assert _job_stats(model_lab, 1)["s1"][JobStat.DROP_STALE] == 1
@@ -286,8 +269,7 @@ def _threaded_workers(lab: ModelLab, job: Job, arrays: dict[str, np.ndarray],
 
 @pytest.mark.parametrize("op", [Op.SUM, Op.MIN, Op.MAX])
 def test_float32_allreduce_is_within_its_error_bound(model_lab: ModelLab, op: Op) -> None:
-    job = figure1_job(model_lab.topology)
-    _deploy(model_lab, job)
+    job = model_lab.deploy_figure1()
     rng = np.random.default_rng(5)
     arrays = {w: (rng.standard_normal(300) * 1e3).astype(np.float32) for w in job.workers}
     results = _threaded_workers(model_lab, job, arrays, op)
@@ -303,8 +285,7 @@ def test_float32_allreduce_is_within_its_error_bound(model_lab: ModelLab, op: Op
 def test_a_server_root_finishes_the_aggregation_and_starts_bier(model_lab: ModelLab) -> None:
     from ina.host.serverroot import ServerRoot
 
-    job = figure1_job(model_lab.topology, root="w5", slots=8)
-    _deploy(model_lab, job)
+    job = model_lab.deploy_figure1(root="w5", slots=8)
     model_lab.net.impairment = Impairment(seed=3, loss=0.03)
     arrays = int_arrays(job, P * 30)
     root = ServerRoot(job, model_lab.topology)
@@ -315,8 +296,7 @@ def test_a_server_root_finishes_the_aggregation_and_starts_bier(model_lab: Model
 
 
 def test_bier_from_a_host_that_is_no_server_root_is_dropped(model_lab: ModelLab) -> None:
-    job = figure1_job(model_lab.topology, root="w5")
-    _deploy(model_lab, job)
+    job = model_lab.deploy_figure1(root="w5")
     w6 = model_lab.topology.hosts["w6"]
     payload = ina_payload(1, 0, job.abm, [666], flags=Flag.RESULT)
     frame = bier_frame(w6.mac, "02:00:00:00:00:03", w6.ip, Bier(bitstring=job.abm), payload)

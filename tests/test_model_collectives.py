@@ -28,7 +28,7 @@ from ina.protocol.constants import (
 from ina.protocol.frames import parse_frame
 from ina.spec.job import Job
 
-from inatest import ModelLab, figure1_job, job_from, open_call, switch_stat
+from inatest import ModelLab, job_from, open_call, switch_stat
 
 WORKERS = ("w1", "w2", "w3", "w4")
 #: What a completion (NODATA) weighs on a host's link: Ethernet, IPv4, UDP, INA header.
@@ -38,8 +38,7 @@ DATA_BYTES = COMPLETION_BYTES + INA_PAYLOAD_BYTES - INA_HEADER_BYTES
 
 def _deploy(lab: ModelLab, **overrides: object) -> tuple[Job, int]:
     """Figure 1's job deployed and a call open: (job, the call's first seq)."""
-    job = figure1_job(lab.topology, **overrides)
-    asyncio.run(lab.ctl.deploy(job))
+    job = lab.deploy_figure1(**overrides)
     return job, open_call(lab, job)
 
 

@@ -20,7 +20,7 @@ from ina.protocol.constants import CPU_PORT, JOB_STAT_STRIDE, Flag, JobStat, Op,
 from ina.protocol.frames import ina_frame, mac_bytes, parse_frame
 from ina.spec.job import Job
 
-from inatest import ModelLab, figure1_job
+from inatest import ModelLab
 
 W1, W2 = "10.0.0.1", "10.0.0.2"
 S1, S6, S7 = "10.0.100.1", "10.0.100.6", "10.0.100.7"
@@ -30,8 +30,7 @@ ON_HOSTS_JOB = 7
 
 def _deploy(lab: ModelLab, gen: int = 0) -> Job:
     """The Figure 1 job (job index 0 everywhere), its plan in generation ``gen``."""
-    job = figure1_job(lab.topology)
-    asyncio.run(lab.ctl.deploy(job))
+    job = lab.deploy_figure1()
     for store in lab.stores.values():
         for spec in (n.VAT_JOBS, n.JOB_MEMBERS):
             table = store.tables.get(spec.name, {})

@@ -1,4 +1,4 @@
-"""The chaos soak's plan without a lab (ina.lab.chaos): seeded schedules that never
+"""The chaos soak's plan without a lab (ina.bench.chaos): seeded schedules that never
 cut a worker off, the exact results the workers check theirs against (the model's,
 bit for bit), the misbehaving member's packets that cannot pass for its own, the
 outsider's garbage dropped by the data plane, and the figures' round trip through
@@ -16,11 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ina.cli import inabench
-from ina.control.watch import WatchOptions
-from ina.host.results import AllreduceResult
-from ina.lab import chaos
-from ina.lab.chaos import (
+from ina.bench import chaos
+from ina.bench.chaos import (
     FAR_AHEAD,
     MEMBER_KINDS,
     OUTSIDER_KINDS,
@@ -31,7 +28,10 @@ from ina.lab.chaos import (
     MemberState,
     SoakRun,
 )
-from ina.lab.soak import CASES, _error_kind, figures, from_figures
+from ina.bench.soak import CASES, SoakFigures, _error_kind
+from ina.cli import inabench
+from ina.control.watch import WatchOptions
+from ina.host.results import AllreduceResult
 from ina.protocol.bitmaps import one_set
 from ina.protocol.constants import ELEMS_PER_PACKET, Flag, Op, SwitchStat
 from ina.protocol.frames import parse_frame
@@ -226,10 +226,11 @@ def _run() -> SoakRun:
 
 def test_the_figures_round_trip_and_say_whether_the_goals_are_met() -> None:
     run = _run()
-    doc = json.loads(json.dumps(figures([run], "BMv2 x", WatchOptions())))
-    runs, bmv2, watch = from_figures(doc)
+    doc = json.loads(json.dumps(SoakFigures.measured([run], "BMv2 x", WatchOptions()).figures()))
+    read = SoakFigures.from_figures(doc)
+    runs, bmv2, watch = read.runs, read.bmv2, read.watch
     assert runs == [run] and bmv2 == "BMv2 x"
-    text = chaos.render(runs, bmv2, watch)
+    text = read.render()
     assert "calls run 300" in text and "WRONG 0; hung 0" in text and ": met" in text
     assert "spine 3, link 5" in text and "left behind: nothing" in text
     run.left = Leftovers(processes=["pid 7: python"], job_entries=2)
@@ -241,7 +242,8 @@ def test_the_figures_round_trip_and_say_whether_the_goals_are_met() -> None:
 def test_inabench_soak_reports_the_figures_of_an_earlier_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "soak.json"
-    path.write_text(json.dumps(figures([_run()], "BMv2 x", WatchOptions())))
+    path.write_text(json.dumps(SoakFigures.measured([_run()], "BMv2 x", WatchOptions())
+                               .figures()))
     assert inabench.main(["soak", "--from-json", str(path)]) == 0
     assert "leaf-spine (leaf-spine-2x4): job 1" in capsys.readouterr().out
     assert inabench.main(["soak", "--from-json", str(path), "--json"]) == 0
@@ -293,7 +295,7 @@ def test_the_loop_counts_exact_wrong_failed_hung_and_ended_runs_and_restarts(
         tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from ina.lab.soak import Soak, SoakSettings
+    from ina.bench.soak import Soak, SoakSettings
 
     lab: Any = SimpleNamespace(topology=LEAF_SPINE)
     soak = Soak(lab, CASES["leaf-spine"], SoakSettings(max_attempts=2), tmp_path)
@@ -324,7 +326,7 @@ def test_verdicts_the_soak_did_not_cause_or_that_outlive_the_failure_are_reporte
         tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from ina.lab.soak import Soak, SoakSettings
+    from ina.bench.soak import Soak, SoakSettings
 
     lab: Any = SimpleNamespace(topology=LEAF_SPINE)
     soak = Soak(lab, CASES["leaf-spine"], SoakSettings(), tmp_path)

@@ -109,6 +109,13 @@ def test_many_calls_in_a_row_on_one_deployed_job(ranks: RankPool) -> None:
         assert r["wrong"] == 0
 
 
+def test_a_group_of_every_rank_is_a_job_of_its_own_beside_ina_jobs(ranks: RankPool) -> None:
+    for r in ranks.run("subgroup", members=[0, 1, 2, 3], calls=2):
+        assert r["wrong"] == 0 and r["stats"] == {"allreduce": {"switches": 2}}
+        assert r["world_job"] == 1  # INA_JOB's
+        assert r["job"]["job_id"] != 1 and r["job"]["workers"] == ["w1", "w2", "w3", "w4"]
+
+
 def test_a_noncontiguous_tensor_is_reduced_in_place(ranks: RankPool) -> None:
     assert all(r["ok"] for r in ranks.run("noncontiguous"))
 
@@ -179,6 +186,23 @@ def test_a_half_width_other_than_16_or_32_is_refused() -> None:
 
     with pytest.raises(UsageError, match="INA_HALF_WIDTH must be 16 or 32"):
         Settings.from_env({**JOB_ENV, "INA_HALF_WIDTH": "8"})
+
+
+def test_without_a_job_each_rank_is_a_host_of_the_topology() -> None:
+    from ina.errors import UsageError
+    from ina.spec.topology import Topology
+    from ina.torch.member import Settings, choose_worker
+
+    settings = Settings.from_env({"INA_TOPOLOGY": str(FIGURE1), "INA_NETWORK": "embedded"})
+    assert settings.job is None
+    topology = Topology.load(FIGURE1)
+    assert choose_worker(None, topology, 2, 4, settings) == ("w3", "embedded")
+    named = Settings(FIGURE1, worker="w7", network="embedded")
+    assert choose_worker(None, topology, 0, 4, named) == ("w7", "embedded")
+    with pytest.raises(UsageError, match="the world size is 9 but topology figure1 has 8"):
+        choose_worker(None, topology, 0, 9, settings)
+    with pytest.raises(UsageError, match="INA_WORKER=w9 is not a host"):
+        choose_worker(None, topology, 0, 4, Settings(FIGURE1, worker="w9", network="embedded"))
 
 
 # --- Training --------------------------------------------------------------------------
@@ -271,12 +295,10 @@ def test_two_ranks_as_one_worker_fail_at_init() -> None:
         assert "are both w2" in err
 
 
-def test_a_missing_job_variable_is_named() -> None:
-    env = {k: v for k, v in JOB_ENV.items() if k != "INA_JOB"}
-    env["INA_JOB"] = ""
-    results = run_once(4, "nothing", env, timeout=90)
+def test_a_missing_topology_variable_is_named() -> None:
+    results = run_once(4, "nothing", {**JOB_ENV, "INA_TOPOLOGY": ""}, timeout=90)
     for code, _, err in results:
-        assert code == 1 and "INA_JOB" in err
+        assert code == 1 and "INA_TOPOLOGY" in err
 
 
 def test_a_rank_that_dies_ends_every_other_ranks_call_with_an_error() -> None:

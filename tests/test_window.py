@@ -1,7 +1,8 @@
 """The window a job can be in (reference model, real Worker objects in threads): one
 packet from a member must not freeze its job. The root takes a contribution only
-within what a call can have sent (its progress P: from P - 2W to P + 2W + 1) and an
-ABORT no further than P + 2W + 1, both only once a call of the plan has started; a
+within what a call can have sent (its progress P: from P - 2W to P + 3W, a call's
+first W packets going together) and an ABORT no further than P + 3W, both only once
+a call of the plan has started; a
 node below the root replaces a stray round with the job's next round in that
 cell; a count or op foreign to a round is refused. After each, the job's next
 call is exact."""
@@ -25,7 +26,6 @@ from ina.spec.job import Job
 from inatest import (
     ModelLab,
     assert_exact,
-    figure1_job,
     in_threads,
     int_arrays,
     model_workers,
@@ -35,12 +35,6 @@ from inatest import (
 ROOT_IP = "10.0.100.6"  # s6, the root of the jobs below
 #: Figure 1 with w1 and w2 sending to the root s6 directly (s7 aggregates w3, w4).
 ROOT_PARENT = {"aggregators": {"s7": ["w3", "w4"]}}
-
-
-def _job(lab: ModelLab, **overrides: object) -> Job:
-    job = figure1_job(lab.topology, **overrides)
-    asyncio.run(lab.ctl.deploy(job))
-    return job
 
 
 def _call(lab: ModelLab, job: Job, workers: dict[str, Worker], seed: int,
@@ -81,7 +75,7 @@ def _stat(lab: ModelLab, switch: str, stat: JobStat) -> int:
 
 
 def test_an_abort_far_ahead_is_dropped_and_the_next_call_is_exact(model_lab: ModelLab) -> None:
-    job = _job(model_lab)
+    job = model_lab.deploy_figure1()
     workers = model_workers(model_lab, job, timeout=2.0)
     _call(model_lab, job, workers, seed=1)
     _from_w1(model_lab, ROOT_IP, _abort(seq_add(_progress(workers), 2**31 - 1)))
@@ -92,22 +86,22 @@ def test_an_abort_far_ahead_is_dropped_and_the_next_call_is_exact(model_lab: Mod
 
 def test_an_abort_moves_the_next_call_no_further_than_a_call_reaches(
         model_lab: ModelLab) -> None:
-    job = _job(model_lab)
+    job = model_lab.deploy_figure1()
     workers = model_workers(model_lab, job)
     _call(model_lab, job, workers, seed=3)
     progress = _progress(workers)
-    _from_w1(model_lab, ROOT_IP, _abort(seq_add(progress, 2 * job.slots + 2)))  # one too far
-    _from_w1(model_lab, ROOT_IP, _abort(seq_add(progress, 2 * job.slots + 1)))  # as far as it goes
+    _from_w1(model_lab, ROOT_IP, _abort(seq_add(progress, 3 * job.slots + 1)))  # one too far
+    _from_w1(model_lab, ROOT_IP, _abort(seq_add(progress, 3 * job.slots)))  # as far as it goes
     assert _stat(model_lab, "s6", JobStat.DROP_ABORT_AHEAD) == 1
     assert _stat(model_lab, "s6", JobStat.ABORTED) == 1
     replies = in_threads({w: workers[w]._start for w in job.workers})
     assert {r.seq for r in replies.values() if not isinstance(r, Exception)} == {
-        seq_add(progress, 2 * (2 * job.slots + 1))}
+        seq_add(progress, 3 * job.slots + 2 * job.slots + 1)}
 
 
 def test_an_abort_before_any_call_of_the_plan_is_dropped(model_lab: ModelLab) -> None:
     # It would make the first SYNC of the plan look like a later one.
-    job = _job(model_lab)
+    job = model_lab.deploy_figure1()
     _from_w1(model_lab, ROOT_IP, _abort(12345))
     assert _stat(model_lab, "s6", JobStat.DROP_ABORT_AHEAD) == 1
     workers = model_workers(model_lab, job)
@@ -117,7 +111,7 @@ def test_an_abort_before_any_call_of_the_plan_is_dropped(model_lab: ModelLab) ->
 
 def test_a_contribution_far_ahead_at_the_root_is_dropped_and_the_next_call_is_exact(
         model_lab: ModelLab) -> None:
-    job = _job(model_lab, **ROOT_PARENT)
+    job = model_lab.deploy_figure1(**ROOT_PARENT)
     workers = model_workers(model_lab, job, timeout=2.0)
     _call(model_lab, job, workers, seed=5)
     # In the cell of the next call's first packet, many laps ahead.
@@ -130,18 +124,19 @@ def test_a_contribution_far_ahead_at_the_root_is_dropped_and_the_next_call_is_ex
 
 
 def test_the_root_takes_what_a_call_can_reach_and_nothing_past_it(model_lab: ModelLab) -> None:
-    job = _job(model_lab, **ROOT_PARENT)
+    job = model_lab.deploy_figure1(**ROOT_PARENT)
     workers = model_workers(model_lab, job)
     _call(model_lab, job, workers, seed=7)
     progress = _progress(workers)
-    _from_w1(model_lab, ROOT_IP, _contribution(seq_add(progress, 2 * job.slots + 1)), (1,))
-    _from_w1(model_lab, ROOT_IP, _contribution(seq_add(progress, 2 * job.slots + 2)), (1,))
+    # A call's first W packets, from P + 2W + 1 to P + 3W, may be sent together.
+    _from_w1(model_lab, ROOT_IP, _contribution(seq_add(progress, 3 * job.slots)), (1,))
+    _from_w1(model_lab, ROOT_IP, _contribution(seq_add(progress, 3 * job.slots + 1)), (1,))
     assert _stat(model_lab, "s6", JobStat.ABSORBED) == 4 * 3 + 1
     assert _stat(model_lab, "s6", JobStat.DROP_AHEAD) == 1
 
 
 def test_a_contribution_before_the_window_at_the_root_is_stale(model_lab: ModelLab) -> None:
-    job = _job(model_lab, **ROOT_PARENT)
+    job = model_lab.deploy_figure1(**ROOT_PARENT)
     workers = model_workers(model_lab, job)
     _call(model_lab, job, workers, seed=8, size=P * 40)
     progress = _progress(workers)
@@ -150,7 +145,7 @@ def test_a_contribution_before_the_window_at_the_root_is_stale(model_lab: ModelL
 
 
 def test_a_contribution_before_any_call_of_the_plan_is_dropped(model_lab: ModelLab) -> None:
-    _job(model_lab, **ROOT_PARENT)
+    model_lab.deploy_figure1(**ROOT_PARENT)
     _from_w1(model_lab, ROOT_IP, _contribution(0), (1,))
     assert _stat(model_lab, "s6", JobStat.DROP_AHEAD) == 1
     assert _stat(model_lab, "s6", JobStat.ABSORBED) == 0
@@ -160,7 +155,7 @@ def test_a_round_far_ahead_below_the_root_gives_way_to_the_next_call(
         model_lab: ModelLab) -> None:
     # s1 aggregates w1 and w2 and cannot know the root's progress: w1's stray round
     # stays in s1's cell until the next call's round there replaces it.
-    job = _job(model_lab)
+    job = model_lab.deploy_figure1()
     workers = model_workers(model_lab, job, timeout=2.0)
     _call(model_lab, job, workers, seed=9)
     start = seq_add(_progress(workers), 2 * job.slots + 1)
@@ -171,7 +166,7 @@ def test_a_round_far_ahead_below_the_root_gives_way_to_the_next_call(
 
 
 def test_a_late_duplicate_a_lap_behind_below_the_root_is_stale(model_lab: ModelLab) -> None:
-    _job(model_lab, slots=1)
+    model_lab.deploy_figure1(slots=1)
     _from_w1(model_lab, "10.0.100.1", _contribution(4), (1,))  # cell 0
     _from_w1(model_lab, "10.0.100.1", _contribution(2), (1,))  # a lap behind: stale
     _from_w1(model_lab, "10.0.100.1", _contribution(0), (1,))  # two laps: a new round
@@ -181,7 +176,7 @@ def test_a_late_duplicate_a_lap_behind_below_the_root_is_stale(model_lab: ModelL
 
 def test_a_foreign_count_or_op_in_an_incomplete_cell_is_dropped_and_the_next_call_is_exact(
         model_lab: ModelLab) -> None:
-    job = _job(model_lab, **ROOT_PARENT)
+    job = model_lab.deploy_figure1(**ROOT_PARENT)
     workers = model_workers(model_lab, job, timeout=2.0)
     _call(model_lab, job, workers, seed=11)
     seq = seq_add(_progress(workers), 1)  # w2 starts a round there: incomplete
@@ -212,11 +207,12 @@ def test_a_server_root_keeps_the_same_window() -> None:
     send(_contribution(0), (1,))
     assert (root.stats["abort_ahead"], root.stats["ahead"]) == (1, 1)
     send(InaHeader(job_id=1, seq=0, pbm=bit_of(1), count=1, flags=Flag.SYNC))  # a call at 0
-    send(_contribution(0), (1,))  # the call's first packet: the window's last
-    send(_contribution(1), (1,))
+    send(_contribution(0), (1,))  # the call's first packet
+    send(_contribution(job.slots - 1), (1,))  # its W-th: the window's last
+    send(_contribution(job.slots), (1,))
     send(_abort(2**30))
     send(_abort(0))
-    assert (root.stats["absorbed"], root.stats["ahead"]) == (1, 2)
+    assert (root.stats["absorbed"], root.stats["ahead"]) == (2, 2)
     assert (root.stats["aborted"], root.stats["abort_ahead"]) == (1, 2)
     assert root.completed == 0
 
@@ -227,7 +223,7 @@ def test_a_worker_that_lost_a_calls_last_results_gets_them_after_others_started_
     # other workers got every result and started the next call at once. The next
     # call's rounds must not take the cells of rounds a worker may still lack, so
     # w4's retransmission of S still gets S's result back.
-    job = _job(model_lab)
+    job = model_lab.deploy_figure1()
     w = job.slots
     configs = {h: WorkerConfig.for_job(job, model_lab.topology, h) for h in job.workers}
     start = open_call(model_lab, job, proposal=1000)

@@ -180,8 +180,21 @@ def test_a_stalled_window_probes_its_oldest_chunk_before_the_rto() -> None:
     # Window 2, both sent, chunk 1 answered: nothing more can be sent, so no later
     # result can reveal chunk 0's loss. It is sent again after two round trips.
     session = ReductionWindow(CONFIG, np.zeros(4 * ELEMS_PER_PACKET, dtype=np.int32),
-                               rto=RtoEstimator(initial=1.0, floor=0.005))
+                               rto=RtoEstimator(initial=1.0, floor=0.005), joined=True)
     first = session.packets_to_send(now=0.0)
     session.accept(_result(1, [0] * ELEMS_PER_PACKET), now=0.02)  # a 20 ms round trip
     assert session.next_timer() == pytest.approx(0.06)
     assert session.packets_to_send(now=0.06) == [first[0]]
+
+
+def test_the_probe_waits_at_least_a_typical_round_trip_when_the_least_is_short() -> None:
+    # The stalls of make train on the rate-limited fat-tree (up to 29 s a step): the
+    # probe waited twice the least recent round trip, down to the 5 ms floor, while
+    # queues made round trips of 0.3 to 1.4 s; the windows probed their oldest chunk
+    # every few ms, hundreds of copies a call (11,796 duplicates at the root in 150
+    # calls), and the copies filled the queues further.
+    rto = RtoEstimator(initial=0.2, floor=0.005, cap=1.0)
+    for rtt in (0.4, 0.002, *[0.4] * 10):
+        rto.sample(rtt)
+    assert rto.probe is not None and rto.srtt is not None
+    assert rto.probe >= rto.srtt > 0.3

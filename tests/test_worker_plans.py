@@ -56,6 +56,8 @@ class Fabric:
         self.on_hosts = False
         self.hook: Callable[[InaHeader], None] = lambda h: None
         self.sent: list[tuple[int, InaHeader]] = []  # every packet a worker sent
+        #: Drop contributions until a SYNC of the plan (a root's DROP_AHEAD).
+        self.drop_until_sync = False
 
     def replan(self, progress: int | None = None) -> None:
         """A new plan: a new generation and epoch; ``progress``: the root's state as if
@@ -91,10 +93,11 @@ class Fabric:
         elif h.flags & Flag.SYNC:
             if self.first:
                 self.first, self.done = False, seq_add(h.seq, -(2 * SLOTS + 1))
+                self.drop_until_sync = False
             self._back(rank, h, payload, told, seq_add(self.done, 2 * SLOTS + 1))
         elif h.gen != self.gen:
             self._back(rank, h, payload, told | Flag.REPLAN, h.seq)
-        else:
+        elif not self.drop_until_sync:
             self._absorb(rank, h, payload_values(payload).astype(np.int64))
 
     def _absorb(self, rank: int, h: InaHeader, values: npt.NDArray[np.int64]) -> None:
@@ -206,6 +209,8 @@ def test_every_packet_carries_the_generation_the_root_answered_with() -> None:
 def test_a_sync_proposes_the_sequence_number_after_the_last_call() -> None:
     fabric = Fabric(2)
     workers = _workers(fabric)
+    for w in workers:
+        w.pipelined_start = False  # every call asks the root
     _call_all(workers, _arrays(2, 3 * P))  # the descriptor and 3 packets: seq 0..3
     assert [w.continuation for w in workers] == [4, 4]
     fabric.replan()  # a new epoch: the first SYNC's proposal is the start
@@ -218,12 +223,39 @@ def test_a_sync_proposes_the_sequence_number_after_the_last_call() -> None:
 def test_a_start_behind_the_last_call_fails_saying_the_root_lost_progress() -> None:
     fabric = Fabric(1)
     (worker,) = _workers(fabric)
+    worker.pipelined_start = False
     worker.allreduce(np.arange(3 * P))
     fabric.replan(progress=seq_add(0, -(2 * SLOTS + 1)))  # the root would start calls at 0
     sent = len(fabric.sent)
     with pytest.raises(AllreduceError, match="root has lost the progress of earlier calls"):
         worker.allreduce(np.arange(P))
     assert [h.flags for _, h in fabric.sent[sent:]] == [Flag.SYNC]  # nothing but the SYNC
+
+
+def test_a_call_after_a_completed_one_starts_without_a_sync_where_the_root_would() -> None:
+    fabric = Fabric(2)
+    workers = _workers(fabric)
+    _call_all(workers, _arrays(2, 3 * P))  # seq 0..3
+    sent = len(fabric.sent)
+    arrays = _arrays(2, P, seed=1)
+    _exact(_call_all(workers, arrays), Op.SUM, arrays)
+    later = [h for _, h in fabric.sent[sent:]]
+    assert not any(h.flags & Flag.SYNC for h in later)
+    assert min(h.seq for h in later) == 4 + 2 * SLOTS  # the root's answer to a SYNC
+    assert [w.continuation for w in workers] == [4 + 2 * SLOTS + 2] * 2
+
+
+def test_a_call_without_a_sync_at_a_root_that_lost_the_progress_asks_it_and_is_exact() -> None:
+    # The job redeployed between two calls: the root takes the first SYNC's proposal.
+    fabric = Fabric(2)
+    workers = _workers(fabric, timeout=5.0)
+    _call_all(workers, _arrays(2, P))
+    fabric.first, fabric.cells = True, {}
+    fabric.drop_until_sync = True  # contributions before a SYNC of the epoch are dropped
+    arrays = _arrays(2, 2 * P, seed=2)
+    _exact(_call_all(workers, arrays), Op.SUM, arrays)
+    syncs = [h.seq for _, h in fabric.sent if h.flags == Flag.SYNC]
+    assert syncs[-1] == 2 + 2 * SLOTS  # its proposal: the start it took
 
 
 # --- REPLAN ------------------------------------------------------------------------------
@@ -263,7 +295,9 @@ def test_a_replan_during_a_float_call_is_exact() -> None:
     assert results[0].error_bound is not None
     exact = arrays[0].astype(np.float64) + arrays[1]
     assert np.all(np.abs(results[0].values - exact) <= results[0].error_bound)
-    assert [w.stats.replans for w in workers] == [1, 1]
+    # The worker that saw the new plan first ran its call again; the other, if it
+    # started the call after that, under the new plan already.
+    assert max(w.stats.replans for w in workers) == 1
 
 
 def test_a_replan_after_other_workers_finished_the_call_fails_saying_so() -> None:

@@ -19,6 +19,7 @@ import os
 import random
 import selectors
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -194,6 +195,17 @@ def check_collective(reports: list[dict[str, Any]], name: str, dtype: str) -> No
     if name in REDUCTIONS and dtype.startswith(("float", "bfloat")):
         assert any(r["bounded"] for r in reports)  # a bound was reported where a result is
 
+
+
+def creation_cost(network: str, reports: list[dict[str, Any]], members: list[int]) -> str:
+    """What making a group cost in a ``churn`` scenario: new_group's time at its
+    members, and the job service's part of it (planning and writing the switches)."""
+    made = [s for m in members for s in reports[m]["seconds"]]
+    deploys = reports[members[0]]["deploys"]
+    return (f"\nnew_group of {len(members)} ranks on {network}, at its members: median "
+            f"{statistics.median(made) * 1000:.1f} ms (max {max(made) * 1000:.1f} ms) over "
+            f"{len(made)}; of which the job's deploy: median "
+            f"{statistics.median(deploys) * 1000:.1f} ms")
 
 
 # --- Inside a rank ---------------------------------------------------------------------
@@ -453,6 +465,32 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         return {"exact": exact, "within_bound": within, "counted": made,
                 "bounded": any(ina.torch.error_bound(r) is not None for r, _ in checks)}
 
+    def small_model(seed: int) -> torch.nn.Sequential:
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                   torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                   torch.nn.Linear(64, 10))
+
+    def trained(model: torch.nn.Module, steps: int, data_seed: int
+                ) -> tuple[list[torch.Tensor], float]:
+        """``steps`` of SGD on batches drawn from ``data_seed``: the rank's part of each
+        parameter afterwards (its shard of a sharded one), and the last loss."""
+        g = torch.Generator().manual_seed(data_seed)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        loss = torch.zeros(())
+        for _ in range(steps):
+            x = torch.randn(16, 32, generator=g)
+            y = torch.randint(0, 10, (16,), generator=g)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            opt.step()
+        local = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
+        return [t.detach().clone() for t in local], float(loss)
+
+    def largest_difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+        return max(float((x - y).abs().max()) for x, y in zip(a, b, strict=True) if x.numel())
+
     def train(steps: int, hook: bool = False, seed: int = 0,
               bucket_cap_mb: float = 25.0) -> dict[str, Any]:
         """A small model trained with DDP, through the switches (the ina group, or
@@ -463,23 +501,10 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         rank = dist.get_rank()
 
         def model() -> torch.nn.Module:
-            torch.manual_seed(seed)
-            return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
-                                       torch.nn.Linear(64, 64), torch.nn.ReLU(),
-                                       torch.nn.Linear(64, 10))
+            return small_model(seed)
 
         def run(ddp: DDP) -> tuple[list[torch.Tensor], float]:
-            g = torch.Generator().manual_seed(seed * 100 + rank)
-            opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-            loss = torch.zeros(())
-            for _ in range(steps):
-                x = torch.randn(16, 32, generator=g)
-                y = torch.randint(0, 10, (16,), generator=g)
-                loss = torch.nn.functional.cross_entropy(ddp(x), y)
-                opt.zero_grad()
-                loss.backward()  # type: ignore[no-untyped-call]
-                opt.step()
-            return [p.detach().clone() for p in ddp.parameters()], float(loss)
+            return trained(ddp, steps, seed * 100 + rank)
 
         if hook:
             ddp = DDP(model(), process_group=gloo(), bucket_cap_mb=bucket_cap_mb)
@@ -491,10 +516,8 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         through_switches, loss = run(ddp)
         made = since(before, counts())
         reference, loss_gloo = run(DDP(model(), process_group=gloo()))
-        diff = max(float((a - b).abs().max())
-                   for a, b in zip(through_switches, reference, strict=True))
-        return {"max_param_diff": diff, "loss": loss, "loss_gloo": loss_gloo,
-                "stats": made}
+        return {"max_param_diff": largest_difference(through_switches, reference),
+                "loss": loss, "loss_gloo": loss_gloo, "stats": made}
 
     def collectives(names: list[str], dtypes: list[str], root: int = 1) -> dict[str, Any]:
         """``collective`` of each name for each type, in one run: {"name/dtype": report}."""
@@ -516,10 +539,7 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         rank = dist.get_rank()
 
         def wrapped(group: Any) -> torch.nn.Module:
-            torch.manual_seed(seed)
-            model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
-                                        torch.nn.Linear(64, 64), torch.nn.ReLU(),
-                                        torch.nn.Linear(64, 10))
+            model = small_model(seed)
             if version == "fsdp1":
                 return FullyShardedDataParallel(model, process_group=group,
                                                 device_id=torch.device("cpu"))
@@ -535,18 +555,7 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
             return model
 
         def run(model: torch.nn.Module) -> tuple[list[torch.Tensor], float]:
-            g = torch.Generator().manual_seed(seed * 100 + rank)
-            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-            loss = torch.zeros(())
-            for _ in range(steps):
-                x = torch.randn(16, 32, generator=g)
-                y = torch.randint(0, 10, (16,), generator=g)
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-                opt.zero_grad()
-                loss.backward()  # type: ignore[no-untyped-call]
-                opt.step()
-            shards = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
-            return [s.detach().clone() for s in shards], float(loss)
+            return trained(model, steps, seed * 100 + rank)
 
         before = counts()
         model = wrapped(dist.group.WORLD)
@@ -559,10 +568,8 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
                 for p, shard in zip(model.parameters(), through_switches, strict=True)
                 if isinstance(p, DTensor))
         reference, loss_gloo = run(wrapped(gloo()))
-        diff = max(float((a - b).abs().max())
-                   for a, b in zip(through_switches, reference, strict=True) if a.numel())
-        return {"max_param_diff": diff, "loss": loss, "loss_gloo": loss_gloo,
-                "stats": made, "full_tensor_ok": full_ok}
+        return {"max_param_diff": largest_difference(through_switches, reference),
+                "loss": loss, "loss_gloo": loss_gloo, "stats": made, "full_tensor_ok": full_ok}
 
     def packets(dtype: str, size: int, half_width: int = 16) -> dict[str, Any]:
         """Packets a SUM all_reduce of ``size`` values sent, with float16 and bfloat16
@@ -608,10 +615,237 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
     def nothing() -> dict[str, Any]:
         return {}
 
+    # --- process groups: each a job of its own --------------------------------------
+
+    def int_sums(group: Any, members: list[int], calls: int, size: int, salt: int = 0
+                 ) -> int:
+        """``calls`` int32 all_reduces in ``group`` (of global ranks ``members``): how
+        many values came out wrong."""
+        rank, wrong = dist.get_rank(), 0
+        for i in range(calls):
+            t = torch.full((size + i,), rank * 10 + i + salt, dtype=torch.int32)
+            dist.all_reduce(t, group=group)
+            wrong += int((t != sum(r * 10 + i + salt for r in members)).sum())
+        return wrong
+
+    def service_jobs() -> dict[str, Any]:
+        """What the network's job service says: the jobs on its switches, those it
+        granted, and the job state its switches hold."""
+        from ina.host.jobclient import JobClient
+
+        path = ina.torch.backend_of().member.node.service
+        assert path is not None
+        with JobClient(path) as client:
+            jobs = client.jobs()
+        return {"deployed": list(jobs.deployed), "granted": list(jobs.granted),
+                "state": jobs.state}
+
+    def subgroup(members: list[int], calls: int = 3, size: int = 700) -> dict[str, Any]:
+        """new_group(members) at every rank (as torch requires); its members make
+        int32 all_reduces in it, the other ranks nothing; then it is destroyed."""
+        rank = dist.get_rank()
+        started = time.monotonic()
+        group: Any = dist.new_group(members)
+        report: dict[str, Any] = {"member": rank in members,
+                                  "seconds": time.monotonic() - started}
+        if rank in members:
+            report.update(wrong=int_sums(group, members, calls, size),
+                          stats=ina.torch.stats(group), job=ina.torch.job(group).to_json(),
+                          world_job=ina.torch.job().job_id)
+            dist.destroy_process_group(group)
+        return report
+
+    def overlapping(a: list[int], b: list[int], rounds: int, size: int = 500
+                    ) -> dict[str, Any]:
+        """Two groups that share ranks, used alternately, then both at once (a rank
+        in both has a call of each in flight)."""
+        rank = dist.get_rank()
+        ga: Any = dist.new_group(a)
+        gb: Any = dist.new_group(b)
+        wrong = 0
+        for i in range(rounds):
+            for members, g in ((a, ga), (b, gb)):
+                if rank in members:
+                    wrong += int_sums(g, members, 1, size + i, salt=100 * i)
+        mine = [(k, m, g, torch.full((3000,), rank + k, dtype=torch.int32))
+                for k, (m, g) in enumerate(((a, ga), (b, gb))) if rank in m]
+        works = [dist.all_reduce(t, group=g, async_op=True) for _, _, g, t in mine]
+        for w in works:
+            assert w is not None
+            w.wait()
+        for k, m, _, t in mine:
+            wrong += int((t != sum(r + k for r in m)).sum())
+        jobs = {name: ina.torch.job(g).job_id for name, m, g in (("a", a, ga), ("b", b, gb))
+                if rank in m}
+        stats = {name: ina.torch.stats(g) for name, m, g in (("a", a, ga), ("b", b, gb))
+                 if rank in m}
+        for m, g in ((a, ga), (b, gb)):
+            if rank in m:
+                dist.destroy_process_group(g)
+        return {"wrong": wrong, "jobs": jobs, "stats": stats}
+
+    def churn(times: int, members: list[int]) -> dict[str, Any]:
+        """A group of ``members`` made, used once and destroyed ``times`` times; what
+        the job service holds before and after (at the group's rank 0)."""
+        rank = dist.get_rank()
+        before = service_jobs() if rank == members[0] else None
+        wrong, ids, seconds, deploys = 0, set(), [], []
+        for _ in range(times):
+            started = time.monotonic()
+            group: Any = dist.new_group(members)
+            seconds.append(time.monotonic() - started)
+            if rank in members:
+                wrong += int_sums(group, members, 1, 300)
+                ids.add(ina.torch.job(group).job_id)
+                deploys.append(ina.torch.job(group).seconds)
+                dist.destroy_process_group(group)
+        dist.barrier()  # every member has given its group back
+        after = service_jobs() if rank == members[0] else None
+        return {"wrong": wrong, "job_ids": sorted(ids), "seconds": seconds,
+                "deploys": deploys, "before": before, "after": after}
+
+    def die_in_group(members: list[int], victim: int) -> dict[str, Any]:
+        """A group of ``members`` (``victim`` among them) used once; then ``victim``
+        exits without a word while the others call again (and fail)."""
+        from datetime import timedelta
+
+        rank = dist.get_rank()
+        store = dist.distributed_c10d._get_default_store()
+        group: Any = dist.new_group(members)
+        survivors = [f"die_in_group/{r}" for r in members if r != victim]
+        if rank not in members:
+            dist.barrier()  # the world's job: every rank's, the victim's too
+            # Rank 0 keeps the store up until the survivors have seen the victim go.
+            store.wait(survivors, timedelta(seconds=90))
+            return {}
+        int_sums(group, members, 1, 300)
+        dist.barrier()
+        if rank == victim:
+            os._exit(17)
+        try:
+            int_sums(group, members, 1, 300)
+        finally:
+            store.set(f"die_in_group/{rank}", "failed")
+        return {}
+
+    def subgroups(size: int, calls: int = 2) -> dict[str, Any]:
+        """new_subgroups(group_size=size): this rank's subgroup, int32 all_reduces in it."""
+        group: Any
+        group, all_groups = dist.new_subgroups(group_size=size)
+        members = dist.get_process_group_ranks(group)
+        report = {"members": members, "wrong": int_sums(group, members, calls, 400),
+                  "job": ina.torch.job(group).to_json(), "stats": ina.torch.stats(group)}
+        dist.destroy_process_group(group)  # every rank is in one of them
+        assert group in all_groups
+        return report
+
+    def split(members: list[list[int]], backend: str = "ina") -> dict[str, Any]:
+        """split_group of the default group (ina) or of a gloo group of every rank:
+        the error torch gives on CPU, if any."""
+        parent = None if backend == "ina" else gloo()
+        try:
+            dist.split_group(parent, split_ranks=members)
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        return {"error": None}
+
+    def gloo_mesh(shape: list[int], names: tuple[str, str]) -> Any:
+        """A 2-D DeviceMesh of gloo groups, laid out as init_device_mesh lays out ranks
+        (row-major): every rank makes every group, as new_group requires."""
+        from torch.distributed.device_mesh import DeviceMesh
+
+        ids = torch.arange(shape[0] * shape[1]).reshape(shape)
+        rank = dist.get_rank()
+        mine: list[Any] = [None, None]
+        for dim in (0, 1):
+            lines = ids.t() if dim == 0 else ids
+            for line in lines:
+                g = dist.new_group(line.tolist(), backend="gloo")
+                if rank in line.tolist():
+                    mine[dim] = g
+        return DeviceMesh.from_group(mine, "cpu", mesh=ids, mesh_dim_names=names)
+
+    def mesh_stats(mesh: Any) -> dict[str, dict[str, int]]:
+        """The collectives of every group of ``mesh`` at this rank, by where they went."""
+        total: dict[str, dict[str, int]] = {}
+        for dim in range(mesh.ndim):
+            for name, by_where in ina.torch.stats(mesh.get_group(dim)).items():
+                for where, n in by_where.items():
+                    total.setdefault(name, {})[where] = total.get(name, {}).get(where, 0) + n
+        return total
+
+    def hsdp(shape: list[int], steps: int, seed: int = 0) -> dict[str, Any]:
+        """fully_shard on a 2-D mesh (HSDP: replicas x shards; init_device_mesh, each
+        dimension's groups jobs of their own) through the switches, and the same on a
+        mesh of gloo groups, from the same start and data: the largest difference
+        between the two runs' shards; and every mesh group's collectives."""
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        names = ("replicate", "shard")
+        started = time.monotonic()
+        mesh = init_device_mesh("cpu", tuple(shape), mesh_dim_names=names)
+        made = time.monotonic() - started
+
+        def wrapped(m: Any) -> torch.nn.Module:
+            model = small_model(seed)
+            for layer in model:
+                if isinstance(layer, torch.nn.Linear):
+                    fully_shard(layer, mesh=m)
+            fully_shard(model, mesh=m)
+            return model
+
+        data = seed * 100 + dist.get_rank()
+        through_switches, loss = trained(wrapped(mesh), steps, data)
+        reference, loss_gloo = trained(wrapped(gloo_mesh(shape, names)), steps, data)
+        return {"max_param_diff": largest_difference(through_switches, reference),
+                "loss": loss, "loss_gloo": loss_gloo, "stats": mesh_stats(mesh),
+                "jobs": [ina.torch.job(mesh.get_group(d)).to_json() for d in range(2)],
+                "mesh_seconds": made}
+
+    def tensor_parallel(shape: list[int], steps: int, seed: int = 0) -> dict[str, Any]:
+        """Tensor parallelism on a 2-D mesh's "tp" groups (a column-wise then a
+        row-wise Linear, parallelize_module) and fully_shard on its "dp" groups,
+        through the switches and on a mesh of gloo groups, from the same start and
+        data (the ranks of a tp group share their batches): the largest difference
+        between the two runs' local parameters; and every mesh group's collectives,
+        while the model is built (distribute_tensor scatters each parameter's shards)
+        and while it trains."""
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            RowwiseParallel,
+            parallelize_module,
+        )
+
+        names = ("dp", "tp")
+        mesh = init_device_mesh("cpu", tuple(shape), mesh_dim_names=names)
+
+        def wrapped(m: Any) -> torch.nn.Module:
+            torch.manual_seed(seed)
+            model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                        torch.nn.Linear(64, 10))
+            parallelize_module(model, m["tp"], {"0": ColwiseParallel(),
+                                                "2": RowwiseParallel()})
+            fully_shard(model, mesh=m["dp"])
+            return model
+
+        data = seed * 100 + mesh["dp"].get_local_rank()
+        model = wrapped(mesh)
+        made = mesh_stats(mesh)
+        through_switches, loss = trained(model, steps, data)
+        reference, loss_gloo = trained(wrapped(gloo_mesh(shape, names)), steps, data)
+        return {"max_param_diff": largest_difference(through_switches, reference),
+                "loss": loss, "loss_gloo": loss_gloo, "construction": made,
+                "stats": since(made, mesh_stats(mesh))}
+
     return {f.__name__: f for f in (backend, allreduce, like_gloo, bucket, wrapping_sum, refused,
                                      async_calls, repeated, noncontiguous, via_gloo, collective,
                                      collectives, train, fsdp, packets,
-                                     die_after, nothing)}
+                                     die_after, nothing, service_jobs, subgroup,
+                                     overlapping, churn, die_in_group, hsdp,
+                                     tensor_parallel, subgroups, split)}
 
 
 def main(argv: list[str]) -> int:

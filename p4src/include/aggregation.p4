@@ -41,12 +41,13 @@
 // ahead in a cell makes the job's later rounds there look old, an ABORT far
 // ahead moves every later call there. The root keeps the job's progress P (the
 // highest sequence number completed or given up) and takes what a call can have
-// sent: a worker sends s only once s - W is complete (a call's first packet, at
-// P + 2W + 1, excepted) and sends it again only while some worker lacks its
-// result. So it takes a contribution if P - 2W <= s <= P + 2W + 1 (past it:
-// DROP_AHEAD; before it: DROP_STALE, every worker holds that result) and an
-// ABORT if its seq <= P + 2W + 1 (DROP_ABORT_AHEAD), both only once a SYNC of this
-// plan has set P (before: DROP_AHEAD, DROP_ABORT_AHEAD). A node below the root
+// sent: a worker sends s only once s - W is complete, but for a call's first W
+// packets (P + 2W + 1 to P + 3W: the call's descriptor and a float call's
+// exponents, sent together), and sends it again only while some worker lacks its
+// result. So it takes a contribution if P - 2W <= s <= P + 3W (the entry's reach,
+// 5W, from P - 2W; past it: DROP_AHEAD; before it: DROP_STALE, every worker holds
+// that result) and an ABORT if its seq <= P + 3W (DROP_ABORT_AHEAD), both only
+// once a SYNC of this plan has set P (before: DROP_AHEAD, DROP_ABORT_AHEAD). A node below the root
 // does not know P: there any other round replaces a cell's, but the one a lap
 // before it (s = cell's - 2W: stale), so a stray round lasts until the job's
 // next round in that cell. What a member can still do is what it can do by not
@@ -54,7 +55,7 @@
 // or the first contribution of a round with another count, op, width or kind, which
 // then refuses everyone else's); its workers give that call up (ABORT) and the next
 // one is exact. Since ABORTs are legitimate, a member can also move the job's
-// calls forward, at most 2W + 1 sequence numbers per ABORT.
+// calls forward, at most 3W sequence numbers per ABORT.
 //
 // Registers hold only what the data plane writes. A cell whose epoch differs
 // from the job entry's is a leftover of a torn-down job and counts as empty.
@@ -357,7 +358,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 progress.read(done_up_to, (bit<32>)meta.job_index);
                 if (done_up_to[63:32] != meta.epoch
                         || (int<32>)(hdr.ina.seq - done_up_to[31:0])
-                           > (int<32>)(meta.lap + 1)) {
+                           > (int<32>)(meta.reach - meta.lap)) {
                     refuse(JOB_STAT_DROP_ABORT_AHEAD);
                 } else {
                     advance(hdr.ina.seq);
@@ -388,7 +389,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         }
         if (meta.job_role == ROLE_ROOT) {
             open_root_cell();
-            // In the window: seq - P + 2W in 0..4W + 1, one test on the common path.
+            // In the window: seq - P + 2W in 0..5W (reach), one test on the common path.
             if (done_up_to[63:32] != meta.epoch
                     || hdr.ina.seq - done_up_to[31:0] + meta.lap > meta.reach) {
                 if (done_up_to[63:32] != meta.epoch

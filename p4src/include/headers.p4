@@ -115,7 +115,7 @@ struct metadata_t {
     bit<16>     slot_base;
     bit<16>     slot_mask;
     bit<32>     lap;            // 2W: a cell's next round comes lap sequence numbers later
-    bit<32>     reach;          // 4W + 1: the root's window, from P - lap (aggregation.p4)
+    bit<32>     reach;          // 5W: the root's window, from P - lap (aggregation.p4)
     bit<32>     epoch;
     bit<8>      gen;            // the generation of the job's plan this entry is of
     ipv4_addr_t node_ip;

@@ -8,7 +8,7 @@
 // addressed to this switch (node_ip is its loopback), which spares the packets
 // of a deployed job the lookup of the switch's addresses.
 control Jobs(in bit<16> job_id, in bit<8> si, in ipv4_addr_t dst, inout metadata_t meta) {
-    // lap (2W, W = slot_mask + 1) and, at the root, reach (4W + 1) bound the
+    // lap (2W, W = slot_mask + 1) and, at the root, reach (5W) bound the
     // job's window (aggregation.p4): numbers the controller works out once, so that
     // no packet does.
     action vat_node(bit<8> job_index, bit<16> slot_base, bit<16> slot_mask, bit<32> lap,

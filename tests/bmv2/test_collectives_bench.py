@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from ina.lab.bench import CASES, Bench
-from ina.lab.collective_rank import Command
-from ina.lab.collectives_bench import ARRAY_COLLECTIVES, CollectivesFigures, measure_on_bench
+from ina.bench.collective_rank import Command
+from ina.bench.collectives import ARRAY_COLLECTIVES, CollectivesFigures, measure_on_bench
+from ina.bench.onlab import CASES, Bench
 from ina.spec.job import Job
 
 from bmv2.bmv2lab import NetLab
@@ -28,8 +28,8 @@ SIZE = 4096
 def figure1_job(figure1_lab: NetLab) -> Iterator[tuple[Bench, Job]]:
     path = figure1_lab.write_job(**{**FIGURE1_SPEC, "job_id": 17})
     job = figure1_lab.deploy(path)
-    yield Bench(figure1_lab.lab, figure1_lab.topology, figure1_lab.topology_path, job, path,
-                "w5"), job
+    yield Bench(figure1_lab.lab, figure1_lab.topology, figure1_lab.topology_path, job,
+                path), job
     figure1_lab.teardown(job.job_id)
 
 

@@ -241,8 +241,9 @@ def _window_batches(topology: Topology) -> list[Batch]:
         # Before any call of the plan: an ABORT, a contribution; then the plan's first SYNC.
         _from(topology, "w1", root, [_header(job, 5, w1, Flag.SYNC | Flag.ABORT),
                                      _part(job, 0, w1), _header(job, START, w1, Flag.SYNC)]),
-        # The call's first packet (the window's last), one past it, one before the window.
-        _from(topology, "w1", root, [_part(job, START, w1), _part(job, START + 1, w1),
+        # The call's first packet, one past its first W (the window's last is START + W - 1:
+        # a call's first W packets may go together), one before the window.
+        _from(topology, "w1", root, [_part(job, START, w1), _part(job, START + W, w1),
                                      _part(job, PROGRESS - 2 * W - 1, w1)]),
         # Another count, another op in that incomplete round.
         _from(topology, "w2", root, [_part(job, START, w2, count=2),

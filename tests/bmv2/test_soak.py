@@ -1,4 +1,4 @@
-"""The chaos soak (ina.lab.soak) on the leaf-spine fabric, short: a link and a spine
+"""The chaos soak (ina.bench.soak) on the leaf-spine fabric, short: a link and a spine
 fail and come back once each while a dozen calls run, the watcher repairing; the
 misbehaving member sends every kind of bad packet and the outsider every kind of
 garbage. Every result is exact, no call hangs, and nothing is left behind. Run
@@ -7,14 +7,14 @@ with `make test` (``-s`` shows the soak's report).
 
 from __future__ import annotations
 
-from ina.lab.chaos import (
+from ina.bench.chaos import (
     MEMBER_KINDS,
     OUTSIDER_KINDS,
     ChaosEvent,
     faults,
     render,
 )
-from ina.lab.soak import CASES, SoakSettings, soak_on_lab
+from ina.bench.soak import CASES, SoakSettings, soak_on_lab
 from ina.spec.job import JobSpec
 
 from bmv2.bmv2lab import Labs

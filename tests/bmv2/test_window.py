@@ -6,19 +6,20 @@ has the same on the model. Run with `make test`."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
+import pytest
 
-from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import Flag, JobStat, Op
 from ina.protocol.frames import ina_frame
 from ina.spec.job import Job
 
-from bmv2.bmv2lab import NetLab
+from bmv2.bmv2lab import Deployed, NetLab
 from inatest import FIGURE1_SPEC
 
 ROOT_IP = "10.0.100.6"  # s6
@@ -31,99 +32,100 @@ NEXT_START = PROGRESS + 2 * W + 1
 ROOT_PARENT_SPEC = {**FIGURE1_SPEC, "job_id": 3, "aggregators": {"s7": ["w3", "w4"]}}
 
 
-def _call_exact(lab: NetLab, path: Path, job: Job, seed: int) -> None:
-    results, expected = lab.allreduce(path, job, SIZE, seed=seed, timeout=3.0)
-    for w in job.workers:
-        assert np.array_equal(results[w], expected), w
+class Frame(NamedTuple):
+    """An INA packet a worker of the job sends by hand: its own P-BM, ``values``
+    (their count in the header), to ``dst``."""
+
+    host: str
+    dst: str
+    seq: int
+    values: tuple[int, ...] = ()
+    op: Op = Op.SUM
+    flags: Flag = Flag.NONE
 
 
-def _stat(lab: NetLab, switch: str, job_id: int, stat: JobStat) -> int:
-    status = lab.controller_call(lambda ctl: ctl.status())
-    return status[switch].job_stats[job_id][stat].packets
+@dataclass
+class Crafted:
+    """A job deployed on Figure 1 (conftest's ``deployed``), and frames crafted by
+    hand between two calls of every worker."""
+
+    lab: NetLab
+    path: Path
+    job: Job
+
+    def between_calls(self, seeds: tuple[int, int], frames: list[Frame],
+                      until: tuple[str, JobStat]) -> None:
+        """A call of every worker, exact; ``frames``; once the switch ``until``
+        names has counted one more of its counter (the frames are through), or
+        after 10 s, the next call, exact."""
+        self._call_exact(seeds[0])
+        switch, stat = until
+        before = self.stat(switch, stat)
+        for f in frames:
+            self._send(f)
+        deadline = time.monotonic() + 10
+        while self.stat(switch, stat) <= before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._call_exact(seeds[1])
+
+    def stat(self, switch: str, stat: JobStat) -> int:
+        status = self.lab.controller_call(lambda ctl: ctl.status())
+        return status[switch].job_stats[self.job.job_id][stat].packets
+
+    def _call_exact(self, seed: int) -> None:
+        results, expected = self.lab.allreduce(self.path, self.job, SIZE, seed=seed,
+                                               timeout=3.0)
+        for w in self.job.workers:
+            assert np.array_equal(results[w], expected), w
+
+    def _send(self, f: Frame) -> None:
+        topology = self.lab.topology
+        h = topology.hosts[f.host]
+        edge, _ = topology.host_attachment(f.host)
+        header = InaHeader(job_id=self.job.job_id, seq=f.seq, pbm=h.bit, count=len(f.values),
+                           op=f.op, flags=f.flags)
+        payload = InaPacket(header, f.values).pack() if f.values else header.pack()
+        self.lab.send_frames(f.host, [ina_frame(h.mac, topology.switches[edge].mac, h.ip, f.dst,
+                                                payload)])
 
 
-def _wait_for(lab: NetLab, switch: str, job_id: int, stat: JobStat, count: int) -> None:
-    """Until the switch has counted ``count`` of ``stat`` for the job (the frames are
-    through), or 10 s."""
-    deadline = time.monotonic() + 10
-    while _stat(lab, switch, job_id, stat) < count and time.monotonic() < deadline:
-        time.sleep(0.05)
+@pytest.fixture
+def crafted(figure1_lab: NetLab, deployed: Deployed) -> Crafted:
+    ((path, job),) = deployed
+    return Crafted(figure1_lab, path, job)
 
 
-def _send(lab: NetLab, host: str, dst: str, header: InaHeader,
-          values: tuple[int, ...] = ()) -> None:
-    h = lab.topology.hosts[host]
-    edge, _ = lab.topology.host_attachment(host)
-    payload = InaPacket(header, values).pack() if values else header.pack()
-    lab.send_frames(host, [ina_frame(h.mac, lab.topology.switches[edge].mac, h.ip, dst,
-                                     payload)])
+def test_an_abort_far_ahead_is_dropped_and_the_next_call_is_exact(crafted: Crafted) -> None:
+    crafted.between_calls((1, 2), [Frame("w1", ROOT_IP, PROGRESS + 2**31 - 1,
+                                         flags=Flag.SYNC | Flag.ABORT)],
+                          until=("s6", JobStat.DROP_ABORT_AHEAD))
+    assert crafted.stat("s6", JobStat.DROP_ABORT_AHEAD) == 1
 
 
-def _deployed(lab: NetLab, spec: dict[str, Any]) -> tuple[Path, Job]:
-    path = lab.write_job(**spec)
-    return path, lab.deploy(path)
-
-
-def test_an_abort_far_ahead_is_dropped_and_the_next_call_is_exact(figure1_lab: NetLab) -> None:
-    path, job = _deployed(figure1_lab, FIGURE1_SPEC)
-    try:
-        _call_exact(figure1_lab, path, job, seed=1)
-        _send(figure1_lab, "w1", ROOT_IP, InaHeader(
-            job_id=job.job_id, seq=PROGRESS + 2**31 - 1, pbm=bit_of(1), count=0,
-            flags=Flag.SYNC | Flag.ABORT))
-        _wait_for(figure1_lab, "s6", job.job_id, JobStat.DROP_ABORT_AHEAD, 1)
-        _call_exact(figure1_lab, path, job, seed=2)
-        assert _stat(figure1_lab, "s6", job.job_id, JobStat.DROP_ABORT_AHEAD) == 1
-    finally:
-        figure1_lab.teardown(job.job_id)
-
-
+@pytest.mark.parametrize("deployed", [[ROOT_PARENT_SPEC]], indirect=True)
 def test_a_contribution_far_ahead_is_dropped_at_the_root_and_the_next_call_is_exact(
-        figure1_lab: NetLab) -> None:
-    path, job = _deployed(figure1_lab, ROOT_PARENT_SPEC)
-    try:
-        _call_exact(figure1_lab, path, job, seed=3)
-        # In the cell of the next call's first packet, many laps ahead.
-        _send(figure1_lab, "w1", ROOT_IP, InaHeader(
-            job_id=job.job_id, seq=NEXT_START + 2 * W * 2**20, pbm=bit_of(1), count=1), (7,))
-        _wait_for(figure1_lab, "s6", job.job_id, JobStat.DROP_AHEAD, 1)
-        _call_exact(figure1_lab, path, job, seed=4)
-        assert _stat(figure1_lab, "s6", job.job_id, JobStat.DROP_AHEAD) == 1
-    finally:
-        figure1_lab.teardown(job.job_id)
+        crafted: Crafted) -> None:
+    # In the cell of the next call's first packet, many laps ahead.
+    ahead = Frame("w1", ROOT_IP, NEXT_START + 2 * W * 2**20, (7,))
+    crafted.between_calls((3, 4), [ahead], until=("s6", JobStat.DROP_AHEAD))
+    assert crafted.stat("s6", JobStat.DROP_AHEAD) == 1
 
 
 def test_a_round_far_ahead_below_the_root_gives_way_to_the_next_call(
-        figure1_lab: NetLab) -> None:
+        crafted: Crafted) -> None:
     # s1 aggregates w1 and w2; it cannot know the root's progress.
-    path, job = _deployed(figure1_lab, FIGURE1_SPEC)
-    try:
-        _call_exact(figure1_lab, path, job, seed=5)
-        absorbed = _stat(figure1_lab, "s1", job.job_id, JobStat.ABSORBED)
-        _send(figure1_lab, "w1", "10.0.100.1", InaHeader(
-            job_id=job.job_id, seq=NEXT_START + 2 * W * 2**20, pbm=bit_of(1), count=1), (7,))
-        _wait_for(figure1_lab, "s1", job.job_id, JobStat.ABSORBED, absorbed + 1)
-        _call_exact(figure1_lab, path, job, seed=6)
-        assert _stat(figure1_lab, "s1", job.job_id, JobStat.DROP_STALE) == 0
-    finally:
-        figure1_lab.teardown(job.job_id)
+    ahead = Frame("w1", "10.0.100.1", NEXT_START + 2 * W * 2**20, (7,))
+    crafted.between_calls((5, 6), [ahead], until=("s1", JobStat.ABSORBED))
+    assert crafted.stat("s1", JobStat.DROP_STALE) == 0
 
 
+@pytest.mark.parametrize("deployed", [[ROOT_PARENT_SPEC]], indirect=True)
 def test_a_foreign_count_or_op_in_an_incomplete_cell_is_dropped_and_the_next_call_is_exact(
-        figure1_lab: NetLab) -> None:
-    path, job = _deployed(figure1_lab, ROOT_PARENT_SPEC)
-    try:
-        _call_exact(figure1_lab, path, job, seed=7)
-        seq = PROGRESS + 1  # w2 starts a round there, which stays incomplete
-        _send(figure1_lab, "w2", ROOT_IP, InaHeader(
-            job_id=job.job_id, seq=seq, pbm=bit_of(2), count=2), (1, 2))
-        _send(figure1_lab, "w1", ROOT_IP, InaHeader(
-            job_id=job.job_id, seq=seq, pbm=bit_of(1), count=3), (1, 2, 3))
-        _send(figure1_lab, "w1", ROOT_IP, InaHeader(
-            job_id=job.job_id, seq=seq, pbm=bit_of(1), count=2, op=Op.MAX), (1, 2))
-        _wait_for(figure1_lab, "s6", job.job_id, JobStat.DROP_OP_MISMATCH, 1)
-        _call_exact(figure1_lab, path, job, seed=8)
-        assert _stat(figure1_lab, "s6", job.job_id, JobStat.DROP_COUNT_MISMATCH) == 1
-        assert _stat(figure1_lab, "s6", job.job_id, JobStat.DROP_OP_MISMATCH) == 1
-    finally:
-        figure1_lab.teardown(job.job_id)
+        crafted: Crafted) -> None:
+    seq = PROGRESS + 1  # w2 starts a round there, which stays incomplete
+    crafted.between_calls((7, 8), [Frame("w2", ROOT_IP, seq, (1, 2)),
+                                   Frame("w1", ROOT_IP, seq, (1, 2, 3)),
+                                   Frame("w1", ROOT_IP, seq, (1, 2), Op.MAX)],
+                          until=("s6", JobStat.DROP_OP_MISMATCH))
+    assert crafted.stat("s6", JobStat.DROP_COUNT_MISMATCH) == 1
+    assert crafted.stat("s6", JobStat.DROP_OP_MISMATCH) == 1

@@ -10,6 +10,7 @@ import argparse
 import importlib.metadata
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -228,6 +229,22 @@ def fail(prog: str, exc: InaError) -> int:
     """Say what went wrong; the exit code its class has."""
     print(f"{prog}: {exc}", file=sys.stderr)
     return exc.exit_code
+
+
+def main(prog: str, p: argparse.ArgumentParser, argv: list[str] | None,
+         body: Callable[[argparse.Namespace], int]) -> int:
+    """A command's run: its arguments parsed by ``p``, logging as -v says, then
+    ``body(args)``'s exit code, or, if it raises an InaError, that error's."""
+    args = parse(p, argv)
+    setup_logging(args.verbose)
+    return run(prog, lambda: body(args))
+
+
+def stop_on_signals(stop: Callable[[], None]) -> None:
+    """A server's way out: ``stop()`` on SIGTERM or SIGINT (Ctrl-C), which ends its
+    serving loop where the loop checks, instead of an exception wherever it is."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop())
 
 
 def run(prog: str, body: Callable[[], int]) -> int:

@@ -73,6 +73,9 @@ def _run(args: argparse.Namespace, topology: Topology) -> int:
               f"{len(topology.hosts)} hosts up; pipeline and routes installed.", flush=True)
         print(f"From another terminal: inalab -t {args.topology} exec -- inactl "
               f"-t {args.topology} deploy --job <job.yaml>", flush=True)
+        if lab.jobs_socket is not None:
+            print(f"Process groups of programs on the hosts get their jobs from "
+                  f"{lab.jobs_socket} (inalab -t {args.topology} ranks --hosts ...)", flush=True)
         if args.no_cli:
             while True:
                 signal.pause()
@@ -259,10 +262,16 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("host", help="the host's name in the topology")
     h.add_argument("command", nargs=argparse.REMAINDER,
                    help="the command and its arguments, after --")
-    k = common.command(sub, "ranks", "run a command once per worker of a job, rank r on "
-                                     "the job's r-th worker's host, with torchrun's "
+    k = common.command(sub, "ranks", "run a command once per worker of a job (or per host "
+                                     "named), rank r on the r-th one's host, with torchrun's "
                                      "environment (torch.distributed, the ina backend)")
-    common.add_job(k, "the job file whose workers are the ranks")
+    which = k.add_mutually_exclusive_group(required=True)
+    which.add_argument("--job", type=Path, metavar="FILE",
+                       help="the job file whose workers are the ranks (INA_JOB: the default "
+                            "group's job, deployed already)")
+    which.add_argument("--hosts", metavar="H1,H2,...",
+                       help="the ranks' hosts, in rank order; the lab deploys the default "
+                            "group's job as every other group's")
     k.add_argument("--port", type=int, default=ranks.DEFAULT_PORT,
                    help="MASTER_PORT, the store's port on rank 0's host")
     k.add_argument("command", nargs=argparse.REMAINDER,
@@ -306,16 +315,25 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _ranks(args: argparse.Namespace, topology: Topology) -> int:
-    spec = JobSpec.load(args.job)
-    problems = [p for p in check_names(spec, topology) if not p.startswith("root")]
-    if problems:
-        raise JobError(problems, str(args.job))
+    if args.job is not None:
+        spec = JobSpec.load(args.job)
+        problems = [p for p in check_names(spec, topology) if not p.startswith("root")]
+        if problems:
+            raise JobError(problems, str(args.job))
+        workers = list(spec.workers)
+    else:
+        workers = [h for h in args.hosts.split(",") if h]
+        unknown = [h for h in workers if h not in topology.hosts]
+        if unknown or not workers or len(set(workers)) != len(workers):
+            raise UsageError(f"--hosts takes distinct hosts of {topology.name} "
+                             f"({', '.join(sorted(topology.hosts))}), not {args.hosts!r}")
     if not args.command:
         raise UsageError("give a command after --")
     init, hosts = _running_lab(topology)
-    pids = {w: sandbox.outer_pid(init, hosts[w]) for w in spec.workers}
-    return ranks.run_ranks(topology, args.topology, args.job, list(spec.workers), pids,
-                           args.command, args.port)
+    pids = {w: sandbox.outer_pid(init, hosts[w]) for w in workers}
+    service = LabRecord(topology.name).jobs_socket
+    return ranks.run_ranks(topology, args.topology, args.job, workers, pids, args.command,
+                           args.port, job_service=service if service.exists() else None)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
 
 The controller initialises the model's switches and deploys the jobs, as on BMv2;
 then every host of the topology has a UDP port on the loopback, the far end of its
-link (see ina.model.embedded). The first line on stdout is those ports as JSON;
+link (see ina.model.embedded), and the network deploys and tears down jobs on
+request on a Unix socket (``--jobs-socket``; the torch backend's process groups
+ask it for theirs). The first line on stdout is those ports as JSON;
 workers reach their host's link through it (``inaworker --embedded FILE``, the
 torch backend with INA_NETWORK=FILE). The torch backend starts one by itself when
 its ranks are not on hosts of a lab. Runs until SIGTERM or SIGINT (or, with
@@ -15,10 +17,11 @@ its ranks are not on hosts of a lab. Runs until SIGTERM or SIGINT (or, with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
-import signal
 import sys
+import tempfile
 from pathlib import Path
 
 from ina.cli import common
@@ -41,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoints", type=Path, metavar="FILE",
                    help="also write the ports' JSON to FILE, removed at exit (default: "
                         "not written)")
+    p.add_argument("--jobs-socket", type=Path, metavar="PATH",
+                   help="serve the job service (jobs deployed on request, ina.spec.jobservice) "
+                        "on this Unix socket (default: one in a private temporary directory)")
     p.add_argument("--loss", type=float, default=0.0,
                    help="probability that a link loses a frame, 0 to 1")
     p.add_argument("--seed", type=int, default=0, help="seed of the links' losses")
@@ -50,9 +56,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse(parser(), argv)
-    common.setup_logging(args.verbose)
-    return common.run(PROG, lambda: _serve(args))
+    return common.main(PROG, parser(), argv, _serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -61,20 +65,30 @@ def _serve(args: argparse.Namespace) -> int:
     topology = Topology.load(args.topology)
     jobs = [JobSpec.load(j) for j in args.job]
     impairment = Impairment(loss=args.loss, seed=args.seed) if args.loss else None
-    with EmbeddedNetwork(topology, jobs, args.address, impairment) as net:
-        signal.signal(signal.SIGTERM, lambda *_: net.stop())
-        signal.signal(signal.SIGINT, lambda *_: net.stop())
-        text = net.endpoints.to_json()
+    with contextlib.ExitStack() as stack:
+        jobs_socket = args.jobs_socket
+        if jobs_socket is None:
+            jobs_socket = Path(stack.enter_context(tempfile.TemporaryDirectory(
+                prefix="inanet-"))) / "jobs.sock"
+        net = stack.enter_context(EmbeddedNetwork(topology, jobs, args.address, impairment,
+                                                  jobs_socket))
+        return _run(args, net)
+
+
+def _run(args: argparse.Namespace, net: EmbeddedNetwork) -> int:
+    common.stop_on_signals(net.stop)
+    text = net.endpoints.to_json()
+    if args.endpoints is not None:
+        args.endpoints.write_text(text + "\n")
+    print(text, flush=True)
+    try:
+        net.serve(sys.stdin.buffer if args.until_stdin_closes else None)
+    finally:
         if args.endpoints is not None:
-            args.endpoints.write_text(text + "\n")
-        print(text, flush=True)
-        try:
-            net.serve(sys.stdin.buffer if args.until_stdin_closes else None)
-        finally:
-            if args.endpoints is not None:
-                args.endpoints.unlink(missing_ok=True)
-        print(json.dumps({"jobs": [j.job_id for j in net.deployed],
-                          **dataclasses.asdict(net.stats)}), flush=True)
+            args.endpoints.unlink(missing_ok=True)
+    print(json.dumps({"jobs": [j.job_id for j in net.deployed],
+                      "granted": sorted(net.service.granted()),
+                      **dataclasses.asdict(net.stats)}), flush=True)
     return 0
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import signal
 import socket
 import sys
+import threading
 
 from ina.cli import common
 from ina.errors import JobError
@@ -35,12 +35,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = common.parse(parser(), argv)
-    common.setup_logging(args.verbose)
-    return common.run(PROG, lambda: _serve(args))
-
-
 def _serve(args: argparse.Namespace) -> int:
     """Aggregate and multicast until SIGTERM or SIGINT; then print the counts."""
     topology = Topology.load(args.topology)
@@ -50,14 +44,8 @@ def _serve(args: argparse.Namespace) -> int:
                        str(args.job))
     root = ServerRoot(job, topology)
     intf = args.interface or next(name for _, name in socket.if_nameindex() if name != "lo")
-    stop = False
-
-    def finish(signum: int, frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, finish)
-    signal.signal(signal.SIGINT, finish)
+    stopped = threading.Event()
+    common.stop_on_signals(stopped.set)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, \
             socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as tx:
         rx.bind(("0.0.0.0", INA_UDP_PORT))
@@ -65,7 +53,7 @@ def _serve(args: argparse.Namespace) -> int:
         tx.bind((intf, 0))
         print(f"{PROG}: job {job.job_id} root on {args.host} ({intf})", file=sys.stderr,
               flush=True)
-        while not stop:
+        while not stopped.is_set():
             try:
                 payload, (src_ip, _) = rx.recvfrom(65535)
             except (TimeoutError, InterruptedError):
@@ -78,6 +66,10 @@ def _serve(args: argparse.Namespace) -> int:
                         raise
     print(json.dumps({"host": args.host, "job_id": job.job_id, **root.stats}), flush=True)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.main(PROG, parser(), argv, _serve)
 
 
 if __name__ == "__main__":

@@ -263,6 +263,8 @@ def _call(args: argparse.Namespace, config: WorkerConfig, values: npt.NDArray[An
         "replans": worker.stats.replans, "on_hosts": result.on_hosts,
         "rto": round(worker.rto.rto, 4),
         "srtt": round(worker.rto.srtt or 0.0, 4),
+        "marked": worker.stats.marked,
+        "cwnd": round(worker.cc.cwnd, 2) if worker.cc is not None else None,
         "overflow": result.overflow, "sha256": digest(result.values),
         "head": result.values[:4].tolist(),
         **({"max_error_bound": float(result.error_bound.max())}

@@ -70,7 +70,7 @@ VAT_NODE = ActionSpec(
      ("abm", BM)),
 )
 # A root's A-BM is in (set_id, abm) when it lies in one set (sets == 1), else in vat_sets.
-# lap (2 x slots) and reach (4 x slots + 1) bound the job's window (aggregation.p4).
+# lap (2 x slots) and reach (5 x slots) bound the job's window (aggregation.p4).
 VAT_ROOT = ActionSpec(
     "InaIngress.jobs.vat_root",
     (("job_index", 8), ("sets", 8), ("slot_base", 16), ("slot_mask", 16), ("lap", 32),

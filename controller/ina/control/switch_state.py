@@ -133,7 +133,7 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
         set_id, bits = next(iter(sets.items())) if len(sets) == 1 else (0, 0)
         if node.parent is None:
             e = entry(n.VAT_JOBS, match, n.VAT_ROOT, **common, sets=len(sets), set_id=set_id,
-                      abm=bits, reach=4 * job.slots + 1)
+                      abm=bits, reach=5 * job.slots)
         else:
             e = entry(n.VAT_JOBS, match, n.VAT_NODE, **common, set_id=set_id, abm=bits,
                       parent_ip=ip_int(topology.address(node.parent)))

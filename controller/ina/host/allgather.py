@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ina.host.call import Collective, agree
+from ina.host.call import Collective, agreeing
 from ina.host.collective import bytes_kind, describe, flat, movement, unwords, words
 from ina.host.config import WorkerConfig
 from ina.host.flow import Layout
@@ -28,8 +28,8 @@ def allgather(config: WorkerConfig, values: npt.ArrayLike) -> CallBody:
     n = config.workers
 
     def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
-        seq = agree(reduce, describe(Collective.ALLGATHER, array.size, bytes_kind(array)),
-                    seq, config.job_id)
+        reduce = agreeing(reduce, describe(Collective.ALLGATHER, array.size, bytes_kind(array)),
+                          config.job_id)
         layout = Layout(n * mine.size, parts=n)
         wire = np.zeros(layout.slots, dtype=np.int32)
         start = layout.part_slots(config.rank)

@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy.typing as npt
 
-from ina.host.call import Collective, agree
+from ina.host.call import Collective, agreeing
 from ina.host.collective import describe, reducible, reduction, reduction_kind
 from ina.host.config import WorkerConfig
 from ina.host.flow import Layout
@@ -27,8 +27,9 @@ def allreduce(config: WorkerConfig, values: npt.ArrayLike, op: Op,
     array, is_float, width = reducible(values, width, "allreduce")
 
     def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
-        seq = agree(reduce, describe(Collective.ALLREDUCE, array.size, reduction_kind(is_float),
-                                     op, width=width), seq, config.job_id)
+        reduce = agreeing(reduce, describe(Collective.ALLREDUCE, array.size,
+                                           reduction_kind(is_float), op, width=width),
+                          config.job_id)
         r, seq = reduction(reduce, config, array, is_float, op, seq, Layout(array.size, width))
         return trimmed(r, array.size), seq
 

@@ -1,15 +1,15 @@
 """Barrier: returns once every worker of the job has entered it.
 
-After the call's descriptor, one chunk of NODATA contributions (every worker's bit,
-no array): it completes, and the root tells every worker (a completion), once every
-worker has sent it. A worker's links each carry one header for it.
+One chunk of NODATA contributions (every worker's bit, no array) behind the call's
+descriptor, in the same round trip: it completes, and the root tells every worker
+(a completion), once every worker has sent it. A worker's links each carry one header for it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ina.host.call import KIND_INT, Collective, agree
+from ina.host.call import KIND_INT, Collective, agreeing
 from ina.host.collective import describe
 from ina.host.config import WorkerConfig
 from ina.host.flow import no_data
@@ -22,7 +22,7 @@ def barrier(config: WorkerConfig) -> CallBody:
     """The body of a Barrier: its result has no values."""
 
     def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
-        seq = agree(reduce, describe(Collective.BARRIER, 1, KIND_INT), seq, config.job_id)
+        reduce = agreeing(reduce, describe(Collective.BARRIER, 1, KIND_INT), config.job_id)
         r = reduce(np.zeros(1, dtype=np.int32), Op.SUM, seq, "waiting at the barrier",
                    no_data())
         return AllreduceResult(np.zeros(0, dtype=np.int32), False, r.packets,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ina.host.call import Collective, agree
+from ina.host.call import Collective, agreeing
 from ina.host.collective import bytes_kind, check_rank, describe, flat, movement, unwords, words
 from ina.host.config import WorkerConfig
 from ina.host.flow import Layout
@@ -28,8 +28,8 @@ def broadcast(config: WorkerConfig, values: npt.ArrayLike, root: int) -> CallBod
     mine = config.rank == root
 
     def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
-        seq = agree(reduce, describe(Collective.BROADCAST, array.size, bytes_kind(array),
-                                     root=root), seq, config.job_id)
+        reduce = agreeing(reduce, describe(Collective.BROADCAST, array.size,
+                                           bytes_kind(array), root=root), config.job_id)
         layout = Layout(wire.size)
         data = np.full(layout.chunks, mine, dtype=bool)
         r, seq = movement(reduce, wire, seq, layout, data, "broadcasting")

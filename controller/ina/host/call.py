@@ -43,6 +43,7 @@ says what was observed (the stall message).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import secrets
@@ -56,9 +57,10 @@ import numpy.typing as npt
 
 from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch, PlanChanged
 from ina.host.config import WorkerConfig
+from ina.host.congestion import CongestionWindow
 from ina.host.flow import Flow
 from ina.host.onhosts import call_on_hosts
-from ina.host.results import AllreduceResult, CallBody, CallStats, Reduce
+from ina.host.results import EXPONENTS, AllreduceResult, CallBody, CallStats, Lead, Reduce
 from ina.host.transport import Transport
 from ina.host.window import (
     DEFAULT_RTO,
@@ -85,6 +87,12 @@ ABORT_COPIES = 3
 MAX_REPLANS = 8
 #: Seconds between two questions to a Caller's ``patience`` while a call waits on.
 PATIENCE_RECHECK = 1.0
+#: A call started without a SYNC (``Caller.next_start``) that has no result after
+#: this many RTOs (and at least SYNC_CHECK_MIN seconds) asks the root once, with a
+#: SYNC proposing its start: a root that lost the job's progress (a redeployment)
+#: takes the proposal, and one whose job moved to hosts says so.
+SYNC_CHECK_RTOS = 4
+SYNC_CHECK_MIN = 0.25
 
 
 # --- A call's descriptor ---------------------------------------------------------
@@ -159,17 +167,44 @@ class CallDescriptor:
         return problems
 
 
-def agree(reduce: Reduce, descriptor: CallDescriptor, seq: int, job_id: int) -> int:
-    """The call's descriptor reduced from ``seq`` (step 2): the sequence number after
-    it, or CallMismatch if the workers do not make the same call."""
-    agreed = reduce(descriptor.values(), Op.MAX, seq, "agreeing on the call")
-    problems = CallDescriptor.disagreement(agreed.values)
-    if problems:
-        raise CallMismatch(
-            f"job {job_id}: the workers do not make the same call: "
-            + "; ".join(problems) + " (every worker must make the same collectives, with "
-            "the same array length, type, op, root and width, in the same order)")
-    return seq_add(seq, agreed.packets)
+def agreeing(reduce: Reduce, descriptor: CallDescriptor, job_id: int) -> Reduce:
+    """``reduce`` that agrees on the call first (step 2): the call's descriptor is
+    reduced with MAX at the call's first sequence number, and the call's first
+    reduction follows at the next one, only once the workers are known to make the
+    same call (else CallMismatch, before anything else is sent), so no worker sends
+    its array before every worker has joined the call.
+
+    A float call's exponents (phase EXPONENTS: a MAX that each worker checks against
+    its own, ina.host.collective) need no such wait: the descriptor rides as the
+    lead chunk of their window, in the same round trips, and the mismatch stops the
+    window as soon as the lead's result shows it. So a call costs one round trip
+    before its array's reduction, its descriptor's or its exponents'."""
+    first = True
+
+    def check(reduced: npt.NDArray[np.int32]) -> None:
+        problems = CallDescriptor.disagreement(reduced)
+        if problems:
+            raise CallMismatch(
+                f"job {job_id}: the workers do not make the same call: "
+                + "; ".join(problems) + " (every worker must make the same collectives, "
+                "with the same array length, type, op, root and width, in the same order)")
+
+    def agreed(values: npt.NDArray[Any], op: Op, seq: int, phase: str,
+               flow: Flow | None = None, lead: Lead | None = None) -> AllreduceResult:
+        nonlocal first
+        if not first:
+            return reduce(values, op, seq, phase, flow, lead)
+        first = False
+        mine = Lead(descriptor.values(), check)
+        if phase == EXPONENTS and op == Op.MAX and lead is None:
+            return reduce(values, op, seq, phase, flow, mine)
+        led = reduce(mine.values, Op.MAX, seq, "agreeing on the call")
+        check(led.values)
+        r = reduce(values, op, seq_add(seq, led.packets), phase, flow, lead)
+        return dataclasses.replace(r, packets=led.packets + r.packets,
+                                   retransmissions=led.retransmissions + r.retransmissions)
+
+    return agreed
 
 
 # --- SYNC, its answer, notices ---------------------------------------------------
@@ -269,6 +304,22 @@ class Caller:
     on hosts: a TCP ring among the job's workers (ina.host.onhosts); the next call
     asks the root again.
 
+    One round trip. After a call completed on switches, the worker knows where the
+    next one starts: 2W past its end (``next_start``), where the root would answer
+    a SYNC, since the job's progress is then the call's last sequence number. So
+    it starts the next call there without asking (``pipelined_start``), and the
+    call's descriptor rides in the lead chunk of its first reduction
+    (``agreeing``): a call costs one round trip plus its data's time (a float call:
+    two, its exponents first). A SYNC is still sent by a worker that does not know
+    the start (a fresh one, or after a failed call or a call on hosts), and by one
+    whose call got no result for a while (SYNC_CHECK_RTOS): a root that lost the
+    job's progress takes its proposal, an edge switch whose job moved to hosts says
+    so, and a re-planned job's edge switch turns the first contribution back
+    anyway.
+
+    How fast it sends: ``cc``, the congestion window (ina.host.congestion), which
+    lives across the worker's calls as the RTO estimate does.
+
     Limits: workers that completed a call before the job was re-planned, or moved to
     hosts, cannot redo it with the others: those still in the call fail (with
     AllreduceError saying so, or AllreduceTimeout on hosts).
@@ -289,11 +340,25 @@ class Caller:
     #: keep waiting (every peer is alive, only slow), or why to give up. Without it,
     #: the call gives up after ``timeout`` seconds.
     patience: Callable[[float], str | None] | None = None
+    #: Start a call where the last one says, without a SYNC (see above).
+    pipelined_start: bool = True
+    #: Where the next call starts without a SYNC (None: unknown, ask the root).
+    next_start: int | None = None
+    #: The congestion window (default: one of the job's window, made on first use).
+    cc: CongestionWindow | None = None
+    _unconfirmed: int | None = None  # a call's start taken without a SYNC, no result yet
+    _joined: bool = False  # a reduction of the call has completed: every worker is in it
+    _on_hosts: bool = False  # the call ran on hosts
 
     def call(self, body: CallBody) -> AllreduceResult:
         """Run ``body`` as one call of the job: start it, run it (again under each new
         plan, or on hosts), give it up with an ABORT if it fails."""
-        reply = self._start()
+        self._joined = self._on_hosts = False
+        if self.pipelined_start and self.next_start is not None:
+            reply, self._unconfirmed = SyncReply(self.next_start, self.gen), self.next_start
+        else:
+            reply, self._unconfirmed = self._start(), None
+        self.next_start = None
         if (not reply.on_hosts and self.continuation is not None
                 and seq_diff(reply.seq, self.continuation) < 0):
             raise AllreduceError(
@@ -309,6 +374,8 @@ class Caller:
             self._abort()
             raise
         self.continuation = end
+        if not self._on_hosts:
+            self.next_start = seq_add(end, 2 * self.config.window)
         return result
 
     def _calls(self, body: CallBody, reply: SyncReply) -> tuple[AllreduceResult, int]:
@@ -319,6 +386,7 @@ class Caller:
         known = not reply.on_hosts or self.continuation is not None
         while True:
             try:
+                self._on_hosts = on_hosts
                 if on_hosts:
                     return call_on_hosts(self.config, self.timeout, self.stats, body, start,
                                          known)
@@ -346,6 +414,13 @@ class Caller:
                     on_hosts = True
                     LOG.info("job %d: %s: no switch aggregates the job now: the call from "
                              "seq %d runs on hosts", self.config.job_id, self.config.name, start)
+                elif seq_diff(again.seq, start) < 0:
+                    raise AllreduceError(
+                        f"job {self.config.job_id}: {self.config.name}'s call (from seq "
+                        f"{start}) cannot run again after the job was re-planned: the root "
+                        f"starts calls at seq {again.seq}, before it: the job's root has "
+                        "lost the progress of earlier calls (the job was re-planned while "
+                        "its workers were in different calls)") from None
                 elif again.seq != start:
                     raise AllreduceError(
                         f"job {self.config.job_id}: {self.config.name}'s call (from seq "
@@ -386,8 +461,11 @@ class Caller:
             sent = time.monotonic()
             self.stats.syncs += 1
             # The root answers at once, whatever the other workers do: a short wait,
-            # doubled on each retry.
-            wait = min(max(self.rto.floor, SYNC_RTO * (1 << min(tries, MAX_BACKOFF_DOUBLINGS))),
+            # doubled on each retry; but no shorter than the measured RTO, since the
+            # answer queues as the calls' packets do (on the rate-limited fat-tree,
+            # SYNCs every 80 ms while their answers waited seconds in a queue: 20 a call).
+            wait = min(max(self.rto.floor, SYNC_RTO * (1 << min(tries, MAX_BACKOFF_DOUBLINGS)),
+                           self.rto.rto if self.rto.srtt is not None else 0.0),
                        self.rto.ceiling, started + self.timeout - now)
             tries += 1
             deadline = sent + max(wait, 0.0)
@@ -427,13 +505,18 @@ class Caller:
                 LOG.debug("could not send the call's ABORT: %s", exc)
                 return
 
-    def _reduce(self, values: npt.NDArray[Any], op: Op, seq_base: int,
-                phase: str, flow: Flow | None = None) -> AllreduceResult:
-        """One reduction in the network (what each chunk carries: ``flow``);
-        PlanChanged if the edge switch turns a contribution back with news."""
-        window = ReductionWindow(self.config, values, seq_base, self.rto, op, self.gen, flow)
+    def _reduce(self, values: npt.NDArray[Any], op: Op, seq_base: int, phase: str,
+                flow: Flow | None = None, lead: Lead | None = None) -> AllreduceResult:
+        """One reduction in the network (what each chunk carries: ``flow``; ``lead``:
+        values reduced with MAX before it, in its window); PlanChanged if the edge
+        switch turns a contribution back with news."""
+        if self.cc is None:
+            self.cc = CongestionWindow(self.config.window)
+        window = ReductionWindow(self.config, values, seq_base, self.rto, op, self.gen, flow,
+                                 self.cc, lead, self._joined)
         last_progress = began = time.monotonic()
         give_up_at = last_progress + self.timeout
+        check = _StartCheck(self, began) if self._unconfirmed is not None else None
         try:
             while not window.done:
                 now = time.monotonic()
@@ -449,16 +532,22 @@ class Caller:
                 timer = window.next_timer()
                 if timer is not None:
                     wake = min(wake, timer)
+                if check is not None:
+                    wake = min(wake, check.due(now))
                 received = self.transport.recv(wake - now)
                 while received is not None:
-                    # Only a notice has SYNC set among what a window receives.
-                    notice = notice_of(received, self.config) \
-                        if len(received) > 1 and received[1] & Flag.SYNC else None
-                    if notice is not None:
-                        self._heed(notice, window)
+                    # Only a notice or a SYNC's answer has SYNC set among what a
+                    # window receives.
+                    if len(received) > 1 and received[1] & Flag.SYNC:
+                        notice = notice_of(received, self.config)
+                        if notice is not None:
+                            self._heed(notice, window)
+                        elif check is not None:
+                            check.answered(received)
                     elif window.accept(received, time.monotonic()):
                         last_progress = time.monotonic()
                         give_up_at = last_progress + self.timeout
+                        self._unconfirmed = check = None  # the start is right
                         if self.progress is not None and phase == "reducing":
                             self.progress(window.results, window.chunks)
                     received = self.transport.recv(0.0)
@@ -471,6 +560,8 @@ class Caller:
             self.stats.packets += window.next
             self.stats.retransmissions += window.retransmissions
             self.stats.early_retransmissions += window.early_retransmissions
+            self.stats.marked += window.marked
+        self._joined = True
         return window.outcome()
 
     def _heed(self, notice: Notice, window: ReductionWindow) -> None:
@@ -500,3 +591,47 @@ class Caller:
             return (what + f"; the call did not start: not every worker of the job ({peers}) "
                     "has started this call (one stopped, or is still in an earlier one?)")
         return what + f"; is every worker of the job ({peers}) still running?"
+
+
+class _StartCheck:
+    """A call started without a SYNC (``Caller.next_start``) that has had no result
+    for SYNC_CHECK_RTOS RTOs asks the root with a SYNC proposing its start (again,
+    each wait doubled, until answered): a root that lost the job's progress (the
+    job redeployed) takes the proposal, so the call's packets are taken from then
+    on; an edge switch whose job moved to hosts answers ON_HOSTS (PlanChanged). Any
+    other answer changes nothing: the root has the call's start already (its other
+    workers may just be late), or moved past it (a peer gave the call up), which
+    the call's timeout reports."""
+
+    def __init__(self, caller: Caller, began: float):
+        self.caller = caller
+        self.wait = max(SYNC_CHECK_MIN, SYNC_CHECK_RTOS * caller.rto.rto)
+        self.at = began + self.wait
+        self.nonce: int | None = None
+
+    def due(self, now: float) -> float:
+        """When to look again; sends the SYNC if it is time."""
+        if now >= self.at:
+            c = self.caller
+            assert c._unconfirmed is not None
+            self.nonce = secrets.randbits(16)
+            c.transport.send(sync_request(c.config, self.nonce, c._unconfirmed, c.gen),
+                             c.config.sync_target)
+            c.stats.syncs += 1
+            self.wait *= 2
+            self.at = now + self.wait
+        return self.at
+
+    def answered(self, payload: bytes) -> None:
+        c = self.caller
+        if self.nonce is None:
+            return
+        reply = sync_reply(payload, c.config, self.nonce)
+        if reply is None:
+            return
+        self.nonce, self.at = None, float("inf")  # answered: no more checks
+        if reply.on_hosts:
+            raise PlanChanged(reply.gen, on_hosts=True)
+        if reply.seq != c._unconfirmed:
+            LOG.debug("job %d: %s: the root starts calls at seq %d, this call at %d",
+                      c.config.job_id, c.config.name, reply.seq, c._unconfirmed)

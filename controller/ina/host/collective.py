@@ -24,11 +24,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ina.errors import AllreduceError
 from ina.host import quantize
 from ina.host.call import KIND_BYTES, KIND_FLOAT, KIND_INT, NO_ROOT, CallDescriptor, Collective
 from ina.host.config import WorkerConfig
 from ina.host.flow import WIDTHS, BoolArray, Flow, IntArray, Layout
-from ina.host.results import AllreduceResult, Reduce
+from ina.host.results import EXPONENTS, AllreduceResult, Reduce
 from ina.host.window import check_ints
 from ina.protocol.arith import seq_add
 from ina.protocol.constants import WIDTH16, WIDTH32, Op
@@ -103,7 +104,16 @@ def reduction(reduce: Reduce, config: WorkerConfig, array: npt.NDArray[Any], is_
         return r, seq_add(seq, r.packets)
     n, width = config.workers, layout.width
     x = layout.spread(array.astype(np.float32))
-    e = reduce(quantize.block_exponents(x, width), Op.MAX, seq, "agreeing on exponents")
+    mine = quantize.block_exponents(x, width)
+    e = reduce(mine, Op.MAX, seq, EXPONENTS)
+    if np.any(e.values < mine):
+        # A MAX below this worker's own: its contribution was not counted, a
+        # round of an interrupted call was left in the switches at this sequence
+        # number. The call is given up (ABORT), the next one starts past it.
+        raise AllreduceError(
+            f"job {config.job_id}: {config.name}: the block exponents agreed in the "
+            "network are below this worker's own: a round of an interrupted call was "
+            "left in the switches; this call is given up, the next one is exact")
     seq = seq_add(seq, e.packets)
     r = reduce(quantize.quantize(x, e.values, op, n, width), op, seq, "reducing", flow)
     values = quantize.dequantize(r.values, e.values, op, n, width)

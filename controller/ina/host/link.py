@@ -35,10 +35,12 @@ _PROTO, _DST_IP, _DPORT, _PAYLOAD = 14 + 9, 14 + 16, 14 + 20 + 2, 14 + 20 + 8
 
 @dataclass(frozen=True)
 class Endpoints:
-    """Where each host's link ends: a UDP port per host on ``address``."""
+    """Where each host's link ends: a UDP port per host on ``address``; and where the
+    network's job service listens (a Unix socket), if it offers one."""
 
     address: str
     ports: dict[str, int]
+    jobs: str | None = None
 
     def of(self, host: str) -> tuple[str, int]:
         if host not in self.ports:
@@ -47,12 +49,15 @@ class Endpoints:
         return self.address, self.ports[host]
 
     def to_json(self) -> str:
-        return json.dumps({"address": self.address, "ports": self.ports}, sort_keys=True)
+        return json.dumps({"address": self.address, "ports": self.ports,
+                           **({"jobs": self.jobs} if self.jobs else {})}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Endpoints:
         data = json.loads(text)
-        return cls(str(data["address"]), {str(h): int(p) for h, p in data["ports"].items()})
+        jobs = data.get("jobs")
+        return cls(str(data["address"]), {str(h): int(p) for h, p in data["ports"].items()},
+                   None if jobs is None else str(jobs))
 
     @classmethod
     def load(cls, path: str | Path) -> Endpoints:

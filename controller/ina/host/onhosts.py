@@ -31,7 +31,7 @@ from ina.errors import AllreduceError, AllreduceTimeout, RingError
 from ina.host.baselines import Ring
 from ina.host.config import WorkerConfig
 from ina.host.flow import Flow, elems_per_packet
-from ina.host.results import AllreduceResult, CallBody, CallStats, Reduce
+from ina.host.results import AllreduceResult, CallBody, CallStats, Lead, Reduce
 from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, wrap_int16
 from ina.protocol.constants import WIDTH16, Op
 
@@ -71,9 +71,13 @@ def call_on_hosts(config: WorkerConfig, timeout: float, stats: CallStats, body: 
                         c.job_id, c.name, why)
     try:
         def reduce(values: npt.NDArray[Any], op: Op, seq: int, phase: str,
-                   flow: Flow | None = None) -> AllreduceResult:
+                   flow: Flow | None = None, lead: Lead | None = None) -> AllreduceResult:
             flow = Flow() if flow is None else flow
             try:
+                led = None
+                if lead is not None:
+                    led = ring.allreduce(np.asarray(lead.values, dtype=np.int32), Op.MAX)[0]
+                    lead.check(led)
                 reduced, overflow = ring.allreduce(contribution(values, op, flow), op)
             except RingError as exc:
                 raise AllreduceError(f"job {c.job_id}: {c.name}: the ring on hosts "
@@ -84,8 +88,9 @@ def call_on_hosts(config: WorkerConfig, timeout: float, stats: CallStats, body: 
                     f"{exc}; is every worker of the job ({peers}) still running?"
                     ) from exc
             result, wrapped = kept(reduced, flow, c.pbm.bit_length())
-            return AllreduceResult(result, overflow or wrapped, _chunks(values.size, flow),
-                                   on_hosts=True)
+            return AllreduceResult(result, overflow or wrapped,
+                                   _chunks(values.size, flow) + (lead is not None),
+                                   on_hosts=True, lead=led)
 
         start = _agree_on_start(reduce, c.job_id, start, known)
         return body(reduce, start)

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.host.allreduce import trimmed
-from ina.host.call import Collective, agree
+from ina.host.call import Collective, agreeing
 from ina.host.collective import (
     bfr_id,
     check_rank,
@@ -39,8 +39,9 @@ def reduce_to(config: WorkerConfig, values: npt.ArrayLike, root: int, op: Op,
     dest_id = bfr_id(config, root)
 
     def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
-        seq = agree(reduce, describe(Collective.REDUCE, array.size, reduction_kind(is_float),
-                                     op, root, width), seq, config.job_id)
+        reduce = agreeing(reduce, describe(Collective.REDUCE, array.size,
+                                           reduction_kind(is_float), op, root, width),
+                          config.job_id)
         layout = Layout(array.size, width)
         dest = np.full(layout.chunks, dest_id, dtype=np.int64)
         r, seq = reduction(reduce, config, array, is_float, op, seq, layout, dest)

@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 import numpy.typing as npt
 
-from ina.host.call import Collective, agree
+from ina.host.call import Collective, agreeing
 from ina.host.collective import describe, reducible, reduction, reduction_kind
 from ina.host.config import WorkerConfig
 from ina.host.flow import Layout
@@ -34,9 +34,9 @@ def reduce_scatter(config: WorkerConfig, values: npt.ArrayLike, op: Op,
     owners = np.array(config.bfr_ids, dtype=np.int64)
 
     def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
-        seq = agree(reduce, describe(Collective.REDUCE_SCATTER, array.size,
-                                     reduction_kind(is_float), op, width=width),
-                    seq, config.job_id)
+        reduce = agreeing(reduce, describe(Collective.REDUCE_SCATTER, array.size,
+                                           reduction_kind(is_float), op, width=width),
+                          config.job_id)
         layout = Layout(array.size, width, parts=config.workers)
         r, seq = reduction(reduce, config, array, is_float, op, seq, layout,
                            owners[layout.owner()])

@@ -34,6 +34,8 @@ class AllreduceResult:
     #: Float AllReduce only: per element, how far a value may be from the exact one.
     error_bound: npt.NDArray[np.float64] | None = None
     on_hosts: bool = False  # reduced among the workers: no switch aggregated the job
+    #: The reduction's lead chunk (a call's descriptor, reduced with MAX), if it had one.
+    lead: npt.NDArray[np.int32] | None = None
 
 
 @dataclass
@@ -43,6 +45,7 @@ class CallStats:
     packets: int = 0
     retransmissions: int = 0
     early_retransmissions: int = 0
+    marked: int = 0  # results that carried a congestion mark (ECN CE)
     syncs: int = 0
     replans: int = 0  # calls run again from their start under a new plan of the job
     on_hosts: int = 0  # calls reduced among the workers (no switch aggregated the job)
@@ -56,13 +59,32 @@ class CallStats:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
 
 
+#: The phase of a float reduction's block exponents (ina.host.collective): a MAX whose
+#: result every worker checks against its own exponents, so that a call's descriptor
+#: may ride in its window (ina.host.call.agreeing).
+EXPONENTS = "agreeing on exponents"
+
+
+@dataclass(frozen=True)
+class Lead:
+    """Values a reduction's window sends ahead of its array, reduced with MAX in the
+    same round trips (a call's descriptor), and ``check``, called with their result
+    as soon as it arrives, which may raise to stop the reduction (a mismatched call
+    stops before its array is waited for)."""
+
+    values: npt.NDArray[np.int32]
+    check: Callable[[npt.NDArray[np.int32]], None]
+
+
 class Reduce(Protocol):
-    """A reduction backend: (values, op, first sequence number, phase, and what each
-    chunk carries: ina.host.flow; default: every chunk, data to every worker, 32
-    bits) -> the result."""
+    """A reduction backend: (values, op, first sequence number, phase, what each
+    chunk carries: ina.host.flow (default: every chunk, data to every worker, 32
+    bits), and a ``Lead``: values reduced with MAX before the array, in the same
+    round trips (a call's descriptor; the result's ``lead``)) -> the result."""
 
     def __call__(self, values: npt.NDArray[Any], op: Op, seq: int, phase: str,
-                 flow: Flow | None = None, /) -> AllreduceResult: ...
+                 flow: Flow | None = None, lead: Lead | None = None, /
+                 ) -> AllreduceResult: ...
 
 
 #: A call's body, the collective: (a reduction backend, the call's first sequence

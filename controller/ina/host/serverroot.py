@@ -112,7 +112,7 @@ class ServerRoot:
             self.stats["old_plan"] += 1
             return []
         # The window, as on a root switch (aggregation.p4): what a call can have sent.
-        if self.completed is None or seq_diff(h.seq, self.completed) > 2 * self.job.slots + 1:
+        if self.completed is None or seq_diff(h.seq, self.completed) > 3 * self.job.slots:
             self.stats["ahead"] += 1  # past it, or before any call
             return []
         if (seq_diff(self.completed, h.seq) > 2 * self.job.slots
@@ -148,7 +148,7 @@ class ServerRoot:
         or, to the first SYNC, its proposal; with the request's ``gen`` (which the
         worker's edge switch stamped: the plan's generation)."""
         if h.flags & Flag.ABORT:  # a worker gave up after sending up to h.seq
-            if self.completed is None or seq_diff(h.seq, self.completed) > 2 * self.job.slots + 1:
+            if self.completed is None or seq_diff(h.seq, self.completed) > 3 * self.job.slots:
                 self.stats["abort_ahead"] += 1  # further than a call can reach, or no call
                 return []
             if seq_diff(self.completed, h.seq) < 0:

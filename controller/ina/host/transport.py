@@ -4,6 +4,12 @@ the worker's edge switch (or another address) and receives what comes back.
 ``UdpTransport`` is a UDP socket on the INA port, on a lab host. Others: the
 reference model's (ina.model.network.ModelTransport) and a host's link to the
 embedded network (ina.host.link.LinkTransport).
+
+``SharedTransport`` lets the workers of several jobs in one process share one such
+transport (a host's INA port can be bound once, and the embedded network answers the
+one address that last sent on a host's link): each job gets a view
+(``SharedTransport.view``) that receives only its own packets, by the INA header's
+job id.
 """
 
 from __future__ import annotations
@@ -11,11 +17,16 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import threading
+import time
+from collections import deque
 from typing import Protocol
 
 from ina.protocol.constants import INA_UDP_PORT
 
 LOG = logging.getLogger(__name__)
+#: The IPv4 ECN field's ECT(0) codepoint (the low two bits of the TOS byte).
+ECT0 = 0x02
 
 
 class Transport(Protocol):
@@ -50,6 +61,10 @@ class UdpTransport:
         # A window of packets waiting in a slow link's queue still counts against
         # the socket's send buffer: room for several windows.
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        # ECN-capable (ECT(0), RFC 3168): a switch on the way that is not an INA node
+        # marks congestion as CE in the IPv4 header, which the next INA switch folds
+        # into the INA header's mark (ina.host.congestion reads that).
+        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
         self.sock.bind((bind, port))
         self.timeout: float | None = None
 
@@ -85,3 +100,112 @@ class UdpTransport:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: Where the job id lies in an INA payload (the header's bytes 2 and 3).
+_JOB_ID = slice(2, 4)
+
+
+class RawTransport(Transport, Protocol):
+    def close(self) -> None: ...
+
+
+class SharedTransport:
+    """One transport for the workers of several jobs in one process (the ranks of a
+    torch program are workers of every process group they belong to, each group a
+    job): ``view(job_id)`` is a ``Transport`` that sends through the shared one and
+    receives only the packets of ``job_id``.
+
+    No thread of its own: a view whose queue is empty while no other view reads
+    becomes the reader and hands each packet of another job to that job's queue
+    (waking its receiver); one job alone reads the socket directly, as it would
+    without sharing. Packets of a job without a view are dropped and counted
+    (``strays``), as a host's socket would drop them."""
+
+    def __init__(self, raw: RawTransport):
+        self.raw = raw
+        self._cond = threading.Condition()
+        self._queues: dict[int, deque[bytes]] = {}
+        self._reading = False
+        self.strays = 0
+
+    def view(self, job_id: int) -> JobView:
+        with self._cond:
+            if job_id in self._queues:
+                raise ValueError(f"job {job_id} has a view of this transport already")
+            self._queues[job_id] = deque()
+        return JobView(self, job_id)
+
+    def _drop(self, job_id: int) -> None:
+        with self._cond:
+            self._queues.pop(job_id, None)
+            self._cond.notify_all()
+
+    @property
+    def jobs(self) -> list[int]:
+        with self._cond:
+            return sorted(self._queues)
+
+    def _recv(self, job_id: int, timeout: float) -> bytes | None:
+        deadline = time.monotonic() + max(timeout, 0.0)
+        with self._cond:
+            while True:
+                queue = self._queues.get(job_id)
+                if queue is None:
+                    return None  # the view is closed
+                if queue:
+                    return queue.popleft()
+                if not self._reading:
+                    self._reading = True
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(left)
+        try:
+            return self._read(job_id, deadline)
+        finally:
+            with self._cond:
+                self._reading = False
+                self._cond.notify_all()  # another view may read now
+
+    def _read(self, job_id: int, deadline: float) -> bytes | None:
+        """As the reader: packets from the socket until one of ``job_id``'s, handing
+        the others' to their queues; None at ``deadline``."""
+        while True:
+            payload = self.raw.recv(max(deadline - time.monotonic(), 0.0))
+            if payload is None:
+                return None
+            owner = int.from_bytes(payload[_JOB_ID], "big") if len(payload) >= 4 else -1
+            if owner == job_id:
+                return payload
+            with self._cond:
+                queue = self._queues.get(owner)
+                if queue is None:
+                    self.strays += 1
+                else:
+                    queue.append(payload)
+                    self._cond.notify_all()
+            if time.monotonic() >= deadline:
+                return None
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class JobView:
+    """One job's side of a ``SharedTransport``: a ``Transport``."""
+
+    def __init__(self, shared: SharedTransport, job_id: int):
+        self.shared = shared
+        self.job_id = job_id
+
+    def send(self, payload: bytes, dst: str | None = None) -> None:
+        self.shared.raw.send(payload, dst)
+
+    def recv(self, timeout: float) -> bytes | None:
+        return self.shared._recv(self.job_id, timeout)
+
+    def close(self) -> None:
+        """No more packets for this job (the shared transport stays open)."""
+        self.shared._drop(self.job_id)

@@ -1,11 +1,17 @@
 """The window of one reduction (``ReductionWindow``): the protocol logic that sends
 an integer array through the network and collects its result, without any I/O.
 
-A sliding window of ``window`` packets (the job's slots), retransmission after an
-adaptive timeout (``RtoEstimator``, from measured round trips) and early
-retransmission of a packet whose result is missing while DUPLICATE_RESULTS results
-of packets sent after it have arrived. A call (ina.host.call) drives one window per
-reduction over a ``Transport`` (ina.host.transport).
+A sliding window of ``window`` packets (the job's slots), of which the congestion
+window (ina.host.congestion) lets ``allowed`` be outstanding, paced over a round
+trip; retransmission after an adaptive timeout (``RtoEstimator``, from measured
+round trips) and early retransmission of a packet whose result is missing while
+DUPLICATE_RESULTS results of packets sent after it have arrived. A call
+(ina.host.call) drives one window per reduction over a ``Transport``
+(ina.host.transport).
+
+A window may lead with one more chunk (``lead``): a call's descriptor, reduced with
+MAX in 32-bit elements whatever the reduction's op and width, so that the workers
+agree on the call in the same round trips as its first reduction (ina.host.call).
 
 Every collective is such reductions: per chunk, the window contributes the
 worker's data or only its bit (NODATA), and expects back the chunk's data or a
@@ -26,13 +32,16 @@ import numpy.typing as npt
 
 from ina.errors import AllreduceError
 from ina.host.config import WorkerConfig
+from ina.host.congestion import PACING_BURST, CongestionWindow
 from ina.host.flow import Flow, elems_per_packet
-from ina.host.results import AllreduceResult
+from ina.host.results import AllreduceResult, Lead
 from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, seq_add
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import (
     ARRAY_BYTES,
+    ECN_CE,
+    ELEMS_PER_PACKET,
     INA_HEADER_BYTES,
     WIDTH16,
     WIDTH32,
@@ -44,8 +53,9 @@ LOG = logging.getLogger(__name__)
 #: The fields of the INA header a worker reads: flags, job_id, seq, count.
 RESULT_FIELDS = struct.Struct("!xBHIH")
 #: The fields of the INA header a window writes per chunk (after the first byte):
-#: flags; and from byte 4: seq, count; from byte 12: dest; and the width's byte.
-_FLAGS, _SEQ, _COUNT, _DEST, _WIDTH = 1, 4, 8, 12, 14
+#: flags; and from byte 4: seq, count; from byte 12: dest; the width's byte; the
+#: congestion marks' byte (ecn), which the window reads in results.
+_FLAGS, _SEQ, _COUNT, _DEST, _WIDTH, _ECN = 1, 4, 8, 12, 14, 15
 _U32 = struct.Struct("!I")
 _U16 = struct.Struct("!H")
 #: The wire's element type of each width (big-endian).
@@ -54,7 +64,9 @@ WIRE_TYPES = {WIDTH32: ">i4", WIDTH16: ">i2"}
 RESULT_TYPES: dict[int, type[np.signedinteger[Any]]] = {WIDTH32: np.int32, WIDTH16: np.int16}
 #: Seconds before an unanswered packet is first sent again, until round trips are measured.
 DEFAULT_RTO = 0.2
-#: Bounds of the adaptive retransmission timeout (seconds).
+#: Bounds of the adaptive retransmission timeout (seconds). The cap bounds a
+#: feedback: a result's round trip includes the other workers' loss recovery, which
+#: waits for their RTO. Queues stay far shorter than it (ina.host.congestion).
 MIN_RTO = 0.005
 MAX_RTO = 1.0
 #: Round trips the probe timer looks back over.
@@ -64,6 +76,12 @@ DUPLICATE_RESULTS = 3
 #: Timeouts double the RTO up to this many times (and never beyond its cap) until a
 #: new result arrives.
 MAX_BACKOFF_DOUBLINGS = 2
+#: A round-trip sample counts for at most this many smoothed round trips: a result
+#: may also wait for another worker's loss recovery (an outlier), while a lasting rise
+#: still gets through, growing the estimate by up to this factor every few samples.
+RTT_CLIP = 2.0
+#: The most values a window's lead chunk carries (one packet of int32).
+MAX_LEAD = ELEMS_PER_PACKET
 
 
 @dataclass
@@ -71,7 +89,8 @@ class RtoEstimator:
     """The retransmission timeout from measured round trips (RFC 6298's smoothed
     round trip and its variation, Karn's rule: only packets sent once are
     measured), between ``floor`` and ``cap``. A round trip here runs from a
-    contribution to its result, so it includes waiting for the other workers."""
+    contribution to its result, so it includes waiting for the other workers; the
+    window measures only packets sent once every worker had joined the reduction."""
 
     initial: float = DEFAULT_RTO
     floor: float = MIN_RTO
@@ -90,10 +109,7 @@ class RtoEstimator:
         if self.srtt is None:
             self.srtt, self.rttvar = rtt, rtt / 2
         else:
-            # A result also waits for the other workers' contributions, and for
-            # their loss recovery: clip outliers so one slow recovery does not
-            # inflate the timeout (a lasting rise still gets through, doubling).
-            rtt = min(rtt, 2 * self.srtt)
+            rtt = min(rtt, RTT_CLIP * self.srtt)
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
 
@@ -114,10 +130,13 @@ class RtoEstimator:
     def probe(self) -> float | None:
         """How long to wait for the oldest result when nothing else is in flight
         to reveal its loss: twice the least recent round trip (others' losses
-        lengthen many round trips; the least is the path's own)."""
-        if not self.recent:
+        lengthen many round trips; the least is the path's own), but no less than
+        a typical one (the smoothed round trip and its variation): a queue that
+        lengthens every round trip is not a loss."""
+        if not self.recent or self.srtt is None:
             return None
-        return min(self.ceiling, max(self.floor, 2 * min(self.recent)))
+        return min(self.ceiling, max(self.floor, 2 * min(self.recent),
+                                     self.srtt + 2 * self.rttvar))
 
     @property
     def ceiling(self) -> float:
@@ -134,6 +153,7 @@ class _Outstanding:
     sent_at: float  # last transmission
     deadline: float  # when it counts as lost, if it is the oldest one outstanding
     order: int  # position of the last transmission among all of the window's
+    sample: bool  # its round trip measures the path: sent once every worker had joined
     tries: int = 1
     later: int = 0  # results of packets sent after this one's last transmission
 
@@ -161,12 +181,16 @@ class ReductionWindow:
     result of every chunk before ``j - window + 1`` has arrived: a sliding window,
     as in SwitchML. So when any worker sends chunk ``j``, every worker already has
     the result of chunk ``j - 2 * window``, the last one to use the same copy of
-    the same slot, and the switches may overwrite it. Every packet carries ``gen``,
-    the generation of the job's plan the worker knows. A chunk is sent again,
-    unchanged, at once when results of DUPLICATE_RESULTS chunks sent after it
-    have arrived (it, or a peer's contribution to it, was lost), or, if it is the
-    oldest outstanding, when its result is ``rto`` late (a timeout doubles the
-    RTO until a round trip is measured again, up to its cap).
+    the same slot, and the switches may overwrite it. Within that, the congestion
+    window (``cc``, ina.host.congestion) bounds the chunks outstanding, and sends
+    are paced a round trip per congestion window apart (``send_at``); the results'
+    congestion marks (the INA header's ECN CE), their round trips and the losses
+    move it. Every packet carries ``gen``, the generation of the job's plan the
+    worker knows. A chunk is sent again, unchanged, at once when results of
+    DUPLICATE_RESULTS chunks sent after it have arrived (it, or a peer's
+    contribution to it, was lost), or, if it is the oldest outstanding, when its
+    result is ``rto`` late (a timeout doubles the RTO until a round trip is
+    measured again, up to its cap).
 
     ``flow`` (ina.host.flow) says, per chunk, whether the worker sends its values
     or NODATA, and whether it gets the chunk's data back or a completion (it gets
@@ -174,11 +198,19 @@ class ReductionWindow:
     width. Chunk ``j``'s values are ``values[j * E: j * E + count]``, E elements
     to a packet of the width. A chunk is complete when either arrives; the result
     holds the data of the chunks whose data the worker gets (zeros elsewhere).
+
+    ``lead``: up to MAX_LEAD int32 values sent before the array as one more chunk
+    (the window's first: the array's chunk ``j`` is then sequence number
+    ``seq_base + 1 + j``), reduced with MAX, data to every worker; its result is
+    ``lead_result``, handed to the lead's check as it arrives. ``joined``: every
+    worker is known to be in the reduction already (not a call's first), so every
+    round trip measures the path.
     """
 
     def __init__(self, config: WorkerConfig, values: npt.ArrayLike, seq_base: int = 0,
                  rto: RtoEstimator | float | None = None, op: Op | None = None,
-                 gen: int = 0, flow: Flow | None = None):
+                 gen: int = 0, flow: Flow | None = None, cc: CongestionWindow | None = None,
+                 lead: Lead | None = None, joined: bool = False):
         flow = Flow() if flow is None else flow
         self.width = flow.width
         self.per_packet = elems_per_packet(flow.width)
@@ -187,47 +219,70 @@ class ReductionWindow:
         self.op = config.op if op is None else op
         self.size = array.size
         if flow.counts is None:
-            self.chunks = -(-array.size // self.per_packet)
-            counts = np.full(self.chunks, self.per_packet, dtype=np.int64)
-            counts[-1] = array.size - (self.chunks - 1) * self.per_packet
+            chunks = -(-array.size // self.per_packet)
+            counts = np.full(chunks, self.per_packet, dtype=np.int64)
+            counts[-1] = array.size - (chunks - 1) * self.per_packet
         else:
-            self.chunks = len(flow.counts)
+            chunks = len(flow.counts)
             counts = np.asarray(flow.counts, dtype=np.int64)
-            ends = np.arange(self.chunks) * self.per_packet + counts
-            if self.chunks == 0 or ends.max() > array.size \
-                    or array.size > self.chunks * self.per_packet:
-                raise ValueError(f"{array.size} values do not fill the flow's {self.chunks} "
+            ends = np.arange(chunks) * self.per_packet + counts
+            if chunks == 0 or ends.max() > array.size or array.size > chunks * self.per_packet:
+                raise ValueError(f"{array.size} values do not fill the flow's {chunks} "
                                  "chunks as their counts say")
-        flow.check(self.chunks)
+        flow.check(chunks)
         self.flow = flow
-        self.counts = counts.tolist()
         self.bfr_id = config.pbm.bit_length()
-        #: Per chunk: whether this worker sends its values, whether it gets the data.
-        self.sends_data = [flow.sends_data(c) for c in range(self.chunks)]
-        self.gets_data = flow.received(self.chunks, self.bfr_id).tolist()
-        self.dests = [flow.dest_of(c) for c in range(self.chunks)]
         # The whole array as it goes on the wire, padded to whole packets: a
         # packet's payload is a header and a slice of it, no per-value work.
-        wire = np.zeros(self.chunks * self.per_packet, dtype=WIRE_TYPES[flow.width])
+        wire = np.zeros(chunks * self.per_packet, dtype=WIRE_TYPES[flow.width])
         wire[: array.size] = array
         self.wire = wire.tobytes()
         si, bits = one_set(config.pbm)
         self.head = bytearray(InaHeader(job_id=config.job_id, seq=0, pbm=bits,
                                         count=self.per_packet, op=self.op, si=si,
                                         gen=gen, width=flow.width).pack())
+        #: Per chunk (the lead's first): meaningful values, whether this worker sends
+        #: its values, whether it gets the data back, the chunk's dest.
+        sends = [flow.sends_data(c) for c in range(chunks)]
+        gets = flow.received(chunks, self.bfr_id).tolist()
+        dests = [flow.dest_of(c) for c in range(chunks)]
+        self.offset = 0  # the array's first chunk (1 with a lead)
+        self.lead = lead
+        self.lead_payload = b""
+        self.lead_result: npt.NDArray[np.int32] | None = None
+        if lead is not None:
+            lead_values = check_ints(lead.values)
+            if lead_values.size > MAX_LEAD:
+                raise ValueError(f"a lead chunk carries at most {MAX_LEAD} values")
+            lead_wire = np.zeros(ELEMS_PER_PACKET, dtype=WIRE_TYPES[WIDTH32])
+            lead_wire[: lead_values.size] = lead_values
+            self.lead_payload = InaHeader(
+                job_id=config.job_id, seq=0, pbm=bits, count=lead_values.size, op=Op.MAX,
+                si=si, gen=gen, width=WIDTH32).pack() + lead_wire.tobytes()
+            self.lead_result = np.zeros(lead_values.size, dtype=np.int32)
+            self.offset = 1
+            counts = np.concatenate(([lead_values.size], counts))
+            sends, gets, dests = [True, *sends], [True, *gets], [0, *dests]
+        self.chunks = chunks + self.offset
+        self.counts = counts.tolist()
+        self.sends_data, self.gets_data, self.dests = sends, gets, dests
         self.seq_base = seq_base
         self.rto = rto if isinstance(rto, RtoEstimator) else RtoEstimator(
             initial=DEFAULT_RTO if rto is None else rto)
+        self.cc = CongestionWindow(config.window) if cc is None else cc
         self.result = np.zeros(array.size, dtype=RESULT_TYPES[flow.width])
         self.received = np.zeros(self.chunks, dtype=bool)
         self.results = 0
         self.completions = 0  # results without data (NODATA), of chunks sent elsewhere
         self.unexpected = 0  # completions of chunks whose data this worker should get
+        self.marked = 0  # results that carried a congestion mark
         self.next = 0  # next chunk to send for the first time
         self.base = 0  # lowest chunk without a result
         self.outstanding: dict[int, _Outstanding] = {}
         self.lost: list[int] = []  # chunks to send again now (early retransmission)
         self.progress_at = 0.0  # when the last new result arrived
+        self.joined = joined  # every worker is in: round trips measure the path
+        self.send_at = float("-inf")  # the pacer's time for the next send
         self.sends = 0
         self.retransmissions = 0
         self.early_retransmissions = 0
@@ -247,6 +302,10 @@ class ReductionWindow:
     def _payload(self, chunk: int) -> bytes:
         """Chunk ``chunk``'s packet: its header and its array, or the header alone
         with NODATA, the count, op and width those with data carry."""
+        if chunk < self.offset:
+            lead = bytearray(self.lead_payload)
+            _U32.pack_into(lead, _SEQ, self.seq_of(chunk))
+            return bytes(lead)
         head = self.head
         _U32.pack_into(head, _SEQ, self.seq_of(chunk))
         _U16.pack_into(head, _COUNT, self.counts[chunk])
@@ -255,43 +314,55 @@ class ReductionWindow:
             head[_FLAGS] = Flag.NODATA
             return bytes(head)
         head[_FLAGS] = Flag.NONE
-        lo = chunk * ARRAY_BYTES
+        lo = (chunk - self.offset) * ARRAY_BYTES
         return bytes(head) + self.wire[lo: lo + ARRAY_BYTES]
 
     def _send(self, chunk: int, now: float) -> bytes:
         state = self.outstanding.get(chunk)
         deadline = now + self.rto.rto
         if state is None:
-            state = self.outstanding[chunk] = _Outstanding(now, deadline, self.sends)
+            state = self.outstanding[chunk] = _Outstanding(
+                now, deadline, self.sends, self.joined or self.results > 0)
         else:
             state.tries, state.sent_at, state.deadline, state.order, state.later = \
                 state.tries + 1, now, deadline, self.sends, 0
             self.retransmissions += 1
         self.sends += 1
+        interval = self.cc.interval(self.rto.srtt)
+        self.send_at = max(self.send_at, now - (PACING_BURST - 1) * interval) + interval
         return self._payload(chunk)
+
+    def _may_send_new(self) -> bool:
+        """The sliding window and the congestion window let a new chunk go."""
+        return (self.next < self.chunks and self.next < self.base + self.config.window
+                and len(self.outstanding) < self.cc.allowed)
 
     def packets_to_send(self, now: float = 0.0) -> list[bytes]:
         """Retransmissions that are due (early ones first), then the new chunks the
-        window allows. Only the oldest outstanding chunk can time out, as in TCP:
-        a window sent in one burst waits in queues, and its later packets must not
-        all be sent again when the first is slow; losses among them are found by
-        the results that overtake them."""
+        windows allow, as many as the pacer lets go now. Only the oldest outstanding
+        chunk can time out, as in TCP: a window sent in one burst waits in queues,
+        and its later packets must not all be sent again when the first is slow;
+        losses among them are found by the results that overtake them."""
         out = []
-        for chunk in self.lost:
+        while self.lost and now >= self.send_at:
+            chunk = self.lost.pop(0)
             if chunk in self.outstanding:
                 self.early_retransmissions += 1
                 out.append(self._send(chunk, now))
-        self.lost.clear()
+        if now < self.send_at:
+            return out
         oldest = self.outstanding.get(self.base)
         if oldest is not None and oldest.deadline <= now:
             self.rto.timed_out(now)
+            if oldest.sample:
+                self.cc.on_timeout(now, self.rto.srtt)
             out.append(self._send(self.base, now))
         elif oldest is not None and self._probe_due(now):
             # Nothing in flight after it can reveal its loss (the window is full,
             # or the array's tail): send it again without waiting for the RTO.
             self.early_retransmissions += 1
             out.append(self._send(self.base, now))
-        while self.next < self.chunks and self.next < self.base + self.config.window:
+        while self._may_send_new() and now >= self.send_at:
             out.append(self._send(self.next, now))
             self.next += 1
         return out
@@ -312,14 +383,16 @@ class ReductionWindow:
         return at is not None and at <= now
 
     def next_timer(self) -> float | None:
-        """When the next retransmission is due, if any chunk is outstanding."""
-        if self.lost:
-            return 0.0
+        """When something is next due: a retransmission, or a send the pacer held
+        back; None if nothing is outstanding or waiting."""
+        if self.lost or self._may_send_new():
+            return max(self.send_at, 0.0)
         oldest = self.outstanding.get(self.base)
         if oldest is None:
             return None
         probe = self._probe_at()
-        return oldest.deadline if probe is None else min(oldest.deadline, probe)
+        due = oldest.deadline if probe is None else min(oldest.deadline, probe)
+        return max(due, self.send_at)
 
     def accept(self, payload: bytes, now: float = 0.0) -> bool:
         """Take a received UDP payload; True if it was a new result of this window
@@ -337,35 +410,28 @@ class ReductionWindow:
         if count != n:
             LOG.warning("result for seq %d carries %d values, expected %d", seq, count, n)
             return False
-        if flags & Flag.NODATA:
-            if self.gets_data[chunk]:
-                # Its data is this worker's: a completion cannot end the chunk.
-                self.unexpected += 1
-                LOG.debug("completion of seq %d, whose data is ours: ignored", seq)
-                return False
-            self.completions += 1
-        else:
-            if len(payload) < INA_HEADER_BYTES + ARRAY_BYTES or payload[_WIDTH] != self.width:
-                LOG.warning("result for seq %d is not a whole array of width %d", seq,
-                            self.width)
-                return False
-            if self.gets_data[chunk]:
-                lo = chunk * self.per_packet
-                self.result[lo: lo + n] = np.frombuffer(
-                    payload, dtype=WIRE_TYPES[self.width], count=n, offset=INA_HEADER_BYTES)
-                self.overflow |= bool(flags & Flag.OVERFLOW)
+        if not self._take(chunk, flags, payload, n):
+            return False
         self.received[chunk] = True
         self.results += 1
+        marked = bool(payload[_ECN] & ECN_CE)
+        self.marked += marked
         state = self.outstanding.pop(chunk, None)
+        rtt = None
         if state is not None and state.tries == 1:
-            # Sent once: the result answers that send (Karn). Then it is a round
-            # trip, and overtakes whatever was sent before it and is still missing.
-            self.rto.sample(now - state.sent_at)
+            # Sent once: the result answers that send (Karn). Then it overtakes
+            # whatever was sent before it and is still missing; and if every worker
+            # had joined when it was sent, its round trip measures the path.
+            if state.sample:
+                rtt = now - state.sent_at
+                self.rto.sample(rtt)
             for other_chunk, other in self.outstanding.items():
                 if other.order < state.order:
                     other.later += 1
                     if other.later == DUPLICATE_RESULTS:
                         self.lost.append(other_chunk)
+                        self.cc.on_loss(now, self.rto.srtt)
+        self.cc.on_result(now, marked, rtt, self.rto.srtt)
         self.progress_at = now
         self.rto.progress()
         if chunk == self.base:
@@ -378,6 +444,35 @@ class ReductionWindow:
                 oldest.deadline = max(oldest.deadline, now + self.rto.rto)
         return True
 
+    def _take(self, chunk: int, flags: int, payload: bytes, n: int) -> bool:
+        """Keep what the result of ``chunk`` brings (its values, if they are this
+        worker's); False if it cannot end the chunk."""
+        if flags & Flag.NODATA:
+            if self.gets_data[chunk]:
+                # Its data is this worker's: a completion cannot end the chunk.
+                self.unexpected += 1
+                LOG.debug("completion of seq %d, whose data is ours: ignored",
+                          self.seq_of(chunk))
+                return False
+            self.completions += 1
+            return True
+        width = WIDTH32 if chunk < self.offset else self.width
+        if len(payload) < INA_HEADER_BYTES + ARRAY_BYTES or payload[_WIDTH] != width:
+            LOG.warning("result for seq %d is not a whole array of width %d",
+                        self.seq_of(chunk), width)
+            return False
+        if chunk < self.offset:
+            assert self.lead is not None and self.lead_result is not None
+            self.lead_result[:] = np.frombuffer(payload, dtype=WIRE_TYPES[WIDTH32], count=n,
+                                                offset=INA_HEADER_BYTES)
+            self.lead.check(self.lead_result)
+        elif self.gets_data[chunk]:
+            lo = (chunk - self.offset) * self.per_packet
+            self.result[lo: lo + n] = np.frombuffer(
+                payload, dtype=WIRE_TYPES[self.width], count=n, offset=INA_HEADER_BYTES)
+            self.overflow |= bool(flags & Flag.OVERFLOW)
+        return True
+
     def missing(self) -> list[int]:
         return [self.seq_of(c) for c in range(self.chunks) if not self.received[c]]
 
@@ -385,4 +480,6 @@ class ReductionWindow:
         if not self.done:
             raise AllreduceError(f"{len(self.missing())} of {self.chunks} results missing")
         return AllreduceResult(self.result.copy(), self.overflow, self.chunks,
-                               self.retransmissions)
+                               self.retransmissions,
+                               lead=None if self.lead_result is None
+                               else self.lead_result.copy())

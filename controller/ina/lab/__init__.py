@@ -1,4 +1,4 @@
-"""Emulation and measurement: private namespaces (``sandbox``) and the record of
-running labs, Mininet + BMv2 for a topology (``mininet``), deploying jobs on a
-running lab (``deploy``), the demo, the benchmarks and the simulation at scale.
-On top of every other subpackage."""
+"""Emulation: private namespaces (``sandbox``) and the record of running labs,
+Mininet + BMv2 for a topology (``mininet``), failures on a running lab (``faults``),
+deploying jobs on it (``deploy``), the watcher beside blocking code, torchrun on
+its hosts (``ranks``) and the demo. The measurements on it live in ina.bench."""

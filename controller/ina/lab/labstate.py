@@ -15,7 +15,9 @@ In the run directory (``$INA_RUN_DIR``, default ``.run``):
 - ``<topology>.tls/``: the lab's CA certificate, each switch's certificate and key
   and the controller's (ina.lab.pki), which every command connects with;
 - ``<topology>.lock``: held by each command that writes to the switches, from
-  before it connects until it has disconnected (ina.control.p4runtime.connect).
+  before it connects until it has disconnected (ina.control.p4runtime.connect);
+- ``<topology>.jobs.sock``: the lab's job service (ina.lab.jobs), where a torch
+  program's process groups ask for their jobs.
 
 ``inalab run`` removes them (the lock file aside) when its lab ends. A run killed
 with SIGKILL cannot: its files are then stale, which every reader detects (the
@@ -141,6 +143,10 @@ class LabRecord:
     def lock_file(self) -> Path:
         return self.directory / f"{self.topology}.lock"
 
+    @property
+    def jobs_socket(self) -> Path:
+        return self.directory / f"{self.topology}.jobs.sock"
+
     def access(self, insecure: bool = False) -> Access:
         """How a command reaches the lab's switches: with the lab's TLS credentials
         (UsageError if there are none), or in plaintext if ``insecure``."""
@@ -198,6 +204,7 @@ class LabRecord:
 
     def _remove(self) -> None:
         self.failures_file.unlink(missing_ok=True)
+        self.jobs_socket.unlink(missing_ok=True)
         shutil.rmtree(self.tls_dir, ignore_errors=True)
         self.state_file.unlink(missing_ok=True)
         self.pid_file.unlink(missing_ok=True)

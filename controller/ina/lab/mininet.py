@@ -51,6 +51,7 @@ from ina.control.access import Access
 from ina.control.controller import Controller
 from ina.errors import LabError
 from ina.lab import sandbox
+from ina.lab.jobs import LabJobService
 from ina.lab.labstate import LabRecord
 from ina.lab.pki import make_lab_pki, switch_tls_args
 from ina.protocol.constants import CPU_PORT, ETHERTYPE_PROBE, PRIORITY_QUEUES
@@ -343,6 +344,7 @@ class Lab:
         self._private_dir: Path | None = None  # the state directory, if the lab made it
         self._record: LabRecord | None = None
         self._made_tls = False
+        self.job_service: LabJobService | None = None
 
     @property
     def record(self) -> LabRecord:
@@ -413,6 +415,27 @@ class Lab:
             self._apply_queues()
         wait_until(lambda: all(sw.connected() for sw in net.switches),
                    self.options.startup_timeout, "every BMv2 switch to open its gRPC port")
+        self._start_job_service()
+
+    def _start_job_service(self) -> None:
+        """The lab's job service (ina.lab.jobs), on ``record.jobs_socket``: where a
+        program on the hosts asks for its process groups' jobs. A socket path the
+        system cannot bind (longer than 107 bytes) leaves the lab without one: its
+        programs' groups then run on their hosts, and say so."""
+        path = self.record.jobs_socket
+        if len(str(path.resolve())) > 107:
+            LOG.warning("%s: no job service: its socket's path %s is too long for a Unix "
+                        "socket", self.topology.name, path)
+            return
+        service = LabJobService(self.topology, self.p4info, self.access, path.resolve(),
+                                lambda: self.failures, self.record.failures_file)
+        service.start()
+        self.job_service = service
+
+    @property
+    def jobs_socket(self) -> Path | None:
+        """Where the lab's job service listens (INA_JOB_SERVICE), if it has one."""
+        return None if self.job_service is None else self.job_service.path
 
     def _secure_control(self) -> None:
         """The state directory; unless insecure, the lab's credentials in it and the
@@ -457,6 +480,9 @@ class Lab:
                 raise LabError(f"{name}: `{cmd}` failed: {out.strip()}")
 
     def stop(self) -> None:
+        if self.job_service is not None:
+            self.job_service.stop()
+            self.job_service = None
         if self.net is not None:
             self.net.stop()
             self.net = None

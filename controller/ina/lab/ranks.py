@@ -1,12 +1,16 @@
-"""torchrun for a running lab: one process per worker of a job, each on its host.
+"""torchrun for a running lab: one process per host (a job's workers, or hosts named),
+each on its host.
 
-``run_ranks`` starts a command once per worker of the job, rank r on the host of
-the job's r-th worker (entering that host's network namespace, as ``inalab host``
-does), with what torch.distributed and the ina backend read from the environment:
-RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (rank 0's address),
-MASTER_PORT, INA_TOPOLOGY, INA_JOB, INA_NETWORK=lab and GLOO_SOCKET_IFNAME (the
-host's interface, for gloo). Every line a rank prints comes out prefixed with its
-rank and worker, as torchrun's do; once one rank fails, the others are stopped.
+``run_ranks`` starts a command once per host, rank r on the r-th (entering that
+host's network namespace, as ``inalab host`` does), with what torch.distributed and
+the ina backend read from the environment: RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR (rank 0's address), MASTER_PORT, INA_TOPOLOGY, INA_JOB
+(if a job names the hosts; without it the default group's job is planned and
+deployed by the lab, as every other group's), INA_WORKER (the rank's host),
+INA_JOB_SERVICE (the lab's job service, if it runs one), INA_NETWORK=lab and
+GLOO_SOCKET_IFNAME (the host's interface, for gloo). Every line a rank prints comes
+out prefixed with its rank and host, as torchrun's do; once one rank fails, the
+others are stopped.
 """
 
 from __future__ import annotations
@@ -51,26 +55,35 @@ def interface_of(host_pid: int, address: str) -> str:
     raise LabError(f"no interface has {address} on that host (is the lab up?)")
 
 
-def rank_env(rank: Rank, world: int, topology: Topology, topology_path: Path, job_path: Path,
-             master: str, port: int, interface: str) -> dict[str, str]:
-    return {**os.environ, "RANK": str(rank.rank), "WORLD_SIZE": str(world),
-            "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": master,
-            "MASTER_PORT": str(port), "INA_TOPOLOGY": str(topology_path.resolve()),
-            "INA_JOB": str(job_path.resolve()), "INA_NETWORK": "lab",
-            "GLOO_SOCKET_IFNAME": interface}
+def rank_env(rank: Rank, world: int, topology: Topology, topology_path: Path,
+             job_path: Path | None, master: str, port: int, interface: str,
+             job_service: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("INA_JOB", "INA_JOB_SERVICE")}
+    env.update({"RANK": str(rank.rank), "WORLD_SIZE": str(world),
+                "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": master,
+                "MASTER_PORT": str(port), "INA_TOPOLOGY": str(topology_path.resolve()),
+                "INA_WORKER": rank.worker, "INA_NETWORK": "lab",
+                "GLOO_SOCKET_IFNAME": interface})
+    if job_path is not None:
+        env["INA_JOB"] = str(job_path.resolve())
+    if job_service is not None:
+        env["INA_JOB_SERVICE"] = str(job_service.resolve())
+    return env
 
 
-def run_ranks(topology: Topology, topology_path: Path, job_path: Path, workers: Sequence[str],
-              host_pids: Mapping[str, int], command: Sequence[str],
-              port: int = DEFAULT_PORT, out: IO[str] = sys.stdout) -> int:
-    """Run ``command`` as every rank; 0 if every rank ended with 0, else the first
-    failure's exit code."""
+def run_ranks(topology: Topology, topology_path: Path, job_path: Path | None,
+              workers: Sequence[str], host_pids: Mapping[str, int], command: Sequence[str],
+              port: int = DEFAULT_PORT, out: IO[str] = sys.stdout,
+              job_service: Path | None = None) -> int:
+    """Run ``command`` as every rank, rank r on host ``workers[r]``; 0 if every rank
+    ended with 0, else the first failure's exit code."""
     ranks = [Rank(r, w, host_pids[w]) for r, w in enumerate(workers)]
     master = topology.hosts[workers[0]].ip
     procs: dict[int, subprocess.Popen[str]] = {}
     for rank in ranks:
         env = rank_env(rank, len(ranks), topology, topology_path, job_path, master, port,
-                       interface_of(rank.host_pid, topology.hosts[rank.worker].ip))
+                       interface_of(rank.host_pid, topology.hosts[rank.worker].ip),
+                       job_service)
         procs[rank.rank] = subprocess.Popen(
             ["nsenter", "--target", str(rank.host_pid), "--net", "--", *command], env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)

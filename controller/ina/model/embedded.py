@@ -13,6 +13,13 @@ no socket open would drop them.
 ``EmbeddedNetwork`` binds the sockets and deploys the jobs; ``serve`` moves frames
 until told to stop. ``Endpoints`` is what a worker needs to reach its host's link;
 ``spawn`` starts the network in a child process (``inanet``) and returns them.
+
+The network also deploys jobs on request: with ``jobs_socket``, it serves the job
+service (ina.control.jobservice, ina.spec.jobservice) on that Unix socket, from the
+same loop that moves the frames (so a deploy never races a packet through the
+model). A torch program's process groups become jobs this way, each torn down when
+its group is destroyed or when the connection that asked for it closes: the rank
+that asked ended, or was killed.
 """
 
 from __future__ import annotations
@@ -26,15 +33,17 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from ina.control.jobservice import JobService, lasting
 from ina.errors import LabError
 from ina.host.link import Endpoints as Endpoints  # where it lived first: ina.torch imports it here
 from ina.model.harness import initialised_network
 from ina.model.network import Impairment
 from ina.spec.job import Job, JobSpec
+from ina.spec.jobservice import MAX_LINE, decode, encode
 from ina.spec.topology import Topology
 
 LOG = logging.getLogger(__name__)
@@ -53,12 +62,21 @@ class LinkStats:
     undelivered: int = 0  # frames for a host whose link nobody uses
 
 
+@dataclass(eq=False)
+class _Client:
+    """A connection to the job service, and what it sent of its next line."""
+
+    sock: socket.socket
+    pending: bytearray = field(default_factory=bytearray)
+
+
 class EmbeddedNetwork:
     """The model's switches with the controller's base state and ``jobs`` deployed,
     one UDP socket per host on ``address``."""
 
     def __init__(self, topology: Topology, jobs: Sequence[JobSpec | Job] = (),
-                 address: str = "127.0.0.1", impairment: Impairment | None = None):
+                 address: str = "127.0.0.1", impairment: Impairment | None = None,
+                 jobs_socket: Path | None = None):
         self.topology = topology
         self.net, self.controller = initialised_network(topology, impairment)
         self.deployed: list[Job] = []
@@ -70,7 +88,18 @@ class EmbeddedNetwork:
         self.peers: dict[str, tuple[str, int]] = {}  # who last sent on each host's link
         self.stats = LinkStats()
         self.selector = selectors.DefaultSelector()
+        self.service = JobService(lambda: lasting(self.controller))
+        self._loop = asyncio.new_event_loop()
+        self._listener: socket.socket | None = None
+        self.jobs_socket = jobs_socket
         try:
+            if jobs_socket is not None:
+                jobs_socket.unlink(missing_ok=True)
+                self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self._listener.bind(str(jobs_socket))
+                jobs_socket.chmod(0o600)
+                self._listener.listen()
+                self.selector.register(self._listener, selectors.EVENT_READ, "listen")
             for host in topology.hosts:
                 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -83,7 +112,8 @@ class EmbeddedNetwork:
             self.close()
             raise
         self.endpoints = Endpoints(address, {h: s.getsockname()[1]
-                                             for h, s in self.sockets.items()})
+                                             for h, s in self.sockets.items()},
+                                   None if jobs_socket is None else str(jobs_socket))
         # A socket pair that wakes ``serve`` when ``stop`` is called from elsewhere.
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -102,6 +132,10 @@ class EmbeddedNetwork:
                 elif key.data == "until":
                     if until is not None and not until.readline():
                         self._stopped.set()
+                elif key.data == "listen":
+                    self._accept()
+                elif isinstance(key.data, _Client):
+                    self._request(key.data)
                 else:
                     self._carry(key.data, key.fileobj)  # type: ignore[arg-type]
             self._deliver()
@@ -138,12 +172,60 @@ class EmbeddedNetwork:
                 except (BlockingIOError, ConnectionRefusedError):
                     self.stats.undelivered += 1  # a full socket, a peer gone: as a lossy link
 
+    # --- the job service ---------------------------------------------------------
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        try:
+            sock, _ = self._listener.accept()
+        except OSError:
+            return
+        self.selector.register(sock, selectors.EVENT_READ, _Client(sock))
+
+    def _request(self, client: _Client) -> None:
+        """What a client sent: each whole line a request, answered at once (the
+        frames wait meanwhile); at its end, its jobs torn down."""
+        try:
+            data = client.sock.recv(65536)
+        except OSError:
+            data = b""
+        if not data or len(client.pending) + len(data) > MAX_LINE:
+            self.selector.unregister(client.sock)
+            client.sock.close()
+            self._loop.run_until_complete(self.service.release(client))
+            return
+        client.pending += data
+        while (end := client.pending.find(b"\n")) >= 0:
+            line = bytes(client.pending[:end])
+            del client.pending[:end + 1]
+            try:
+                answer = self._loop.run_until_complete(self.service.handle(client,
+                                                                           decode(line)))
+            except ValueError as exc:
+                answer = {"error": f"not a request: {exc}"}
+            except Exception as exc:  # noqa: BLE001 (a bug must not end the network)
+                LOG.exception("job service request failed")
+                answer = {"error": f"{type(exc).__name__}: {exc}"}
+            try:
+                client.sock.sendall(encode(answer))
+            except OSError:
+                return  # gone: its end comes next
+
     def stop(self) -> None:
         self._stopped.set()
         with contextlib.suppress(OSError):  # closed already: nothing to wake
             self._wake_w.send(b"\0")
 
     def close(self) -> None:
+        for key in list(self.selector.get_map().values()):
+            if isinstance(key.data, _Client):
+                key.data.sock.close()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            if self.jobs_socket is not None:
+                self.jobs_socket.unlink(missing_ok=True)
+        self._loop.close()
         for sock in self.sockets.values():
             sock.close()
         for end in ("_wake_r", "_wake_w"):

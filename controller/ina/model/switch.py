@@ -440,7 +440,8 @@ class ModelSwitch:
         if job.action == n.VAT_ROOT.name:
             # What a call can have sent (aggregation.p4, "The window").
             epoch, done = s.reg_read(REG_PROGRESS, job.param("job_index"), (0, 0))
-            if epoch != job.param("epoch") or seq_diff(ina.seq, done) > 2 * window + 1:
+            if (epoch != job.param("epoch")
+                    or seq_diff(ina.seq, done) > job.param("reach") - job.param("lap")):
                 self._job_drop(meta, JobStat.DROP_AHEAD)
                 return
             if seq_diff(done, ina.seq) > 2 * window:
@@ -498,7 +499,7 @@ class ModelSwitch:
             index = job.param("job_index")
             epoch, last = self.store.reg_read(REG_PROGRESS, index, (0, 0))
             if (epoch != job.param("epoch")
-                    or seq_diff(ina.seq, last) > job.param("lap") + 1):
+                    or seq_diff(ina.seq, last) > job.param("reach") - job.param("lap")):
                 self._job_drop(meta, JobStat.DROP_ABORT_AHEAD)
                 return
             if seq_diff(ina.seq, last) > 0:

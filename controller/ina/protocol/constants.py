@@ -118,6 +118,11 @@ class Flag(enum.IntFlag):
     NODATA = 0x80
 
 
+#: Ecn.CE as a plain int, for code that tests the header's ``ecn`` byte in raw bytes
+#: (the workers' window).
+ECN_CE = int(Ecn.CE)
+
+
 # --- Data-plane sizes -----------------------------------------------------------
 
 #: Aggregation slots per switch. Each has two copies (cells) of ELEMS_PER_PACKET

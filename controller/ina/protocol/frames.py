@@ -195,7 +195,7 @@ class Frame:
         if self.lanes is None:
             return None
         if self.ina is not None and self.ina.width == WIDTH16:
-            return lanes_mod.to_values16(self.lanes).astype(np.int32)
+            return lanes_mod.to_values(self.lanes, 16).astype(np.int32)
         return lanes_mod.to_values(self.lanes)
 
     def pack(self) -> bytes:

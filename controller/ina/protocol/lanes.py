@@ -35,6 +35,9 @@ the 16-bit elements), so one test of ``w & HIGH`` serves both widths.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -63,40 +66,34 @@ LOW16 = LANE_MASK ^ HIGH16
 Lanes = tuple[int, ...]
 
 
-def lane_sum(a: int, b: int) -> int:
-    """Per element: a + b, wrapping like int32."""
-    return ((a & LOW) + (b & LOW)) ^ ((a ^ b) & HIGH)
+@dataclass(frozen=True)
+class _Width:
+    """What the formulas and the packing need of an element width."""
+
+    high: int  # the top bit of every element
+    low: int  # the other bits of every element
+    top: int  # the top bit's place within an element (bits - 1)
+    elems: int  # elements per packet
+    wire: str  # an element on the wire, as numpy names it (big-endian)
+    dtype: type[np.signedinteger[Any]]
 
 
-def lane_overflow(a: int, b: int, s: int) -> int:
-    """Non-zero iff some element of ``s = lane_sum(a, b)`` overflowed."""
-    return (a ^ s) & (b ^ s) & HIGH
+#: By element width. p4src/include/lane_math.p4 writes each function once per width
+#: (lane_sum and lane_sum16, ...: its masks are constants); here the width is an
+#: argument of one function, as the formulas are one.
+_WIDTHS = {32: _Width(HIGH, LOW, 31, ELEMS_PER_PACKET, ">i4", np.int32),
+           WIDTH16: _Width(HIGH16, LOW16, 15, ELEMS16_PER_PACKET, ">i2", np.int16)}
 
 
-def lane_ge_mask(a: int, b: int) -> int:
-    """Per element: all ones where a >= b (signed), zeros elsewhere."""
-    ge = ((~a & b) | (~(a ^ b) & ((a | HIGH) - (b & LOW)))) & HIGH
-    return ((ge << 1) - (ge >> 31)) & LANE_MASK
+def lane_sum(a: int, b: int, width: int = 32) -> int:
+    """Per element of ``width`` bits: a + b, wrapping like int32 (int16)."""
+    m = _WIDTHS[width]
+    return ((a & m.low) + (b & m.low)) ^ ((a ^ b) & m.high)
 
 
-def lane_max(a: int, b: int) -> int:
-    m = lane_ge_mask(a, b)
-    return (a & m) | (b & ~m & LANE_MASK)
-
-
-def lane_min(a: int, b: int) -> int:
-    m = lane_ge_mask(a, b)
-    return (b & m) | (a & ~m & LANE_MASK)
-
-
-def lane_sum16(a: int, b: int) -> int:
-    """Per 16-bit element: a + b, wrapping like int16."""
-    return ((a & LOW16) + (b & LOW16)) ^ ((a ^ b) & HIGH16)
-
-
-def lane_overflow16(a: int, b: int, s: int) -> int:
-    """Non-zero iff some element of ``s = lane_sum16(a, b)`` overflowed."""
-    return (a ^ s) & (b ^ s) & HIGH16
+def lane_overflow(a: int, b: int, s: int, width: int = 32) -> int:
+    """Non-zero iff some element of ``s = lane_sum(a, b, width)`` overflowed."""
+    return (a ^ s) & (b ^ s) & _WIDTHS[width].high
 
 
 def fold16(w: int) -> int:
@@ -105,19 +102,20 @@ def fold16(w: int) -> int:
     return (w | (w << 16)) & LANE_MASK
 
 
-def lane_ge_mask16(a: int, b: int) -> int:
-    """Per 16-bit element: all ones where a >= b (signed), zeros elsewhere."""
-    ge = ((~a & b) | (~(a ^ b) & ((a | HIGH16) - (b & LOW16)))) & HIGH16
-    return ((ge << 1) - (ge >> 15)) & LANE_MASK
+def lane_ge_mask(a: int, b: int, width: int = 32) -> int:
+    """Per element of ``width`` bits: all ones where a >= b (signed), zeros elsewhere."""
+    m = _WIDTHS[width]
+    ge = ((~a & b) | (~(a ^ b) & ((a | m.high) - (b & m.low)))) & m.high
+    return ((ge << 1) - (ge >> m.top)) & LANE_MASK
 
 
-def lane_max16(a: int, b: int) -> int:
-    m = lane_ge_mask16(a, b)
+def lane_max(a: int, b: int, width: int = 32) -> int:
+    m = lane_ge_mask(a, b, width)
     return (a & m) | (b & ~m & LANE_MASK)
 
 
-def lane_min16(a: int, b: int) -> int:
-    m = lane_ge_mask16(a, b)
+def lane_min(a: int, b: int, width: int = 32) -> int:
+    m = lane_ge_mask(a, b, width)
     return (b & m) | (a & ~m & LANE_MASK)
 
 
@@ -125,24 +123,14 @@ def combine(op: Op | int, a: Lanes, b: Lanes, width: int = 32) -> tuple[Lanes, b
     """The packet-wide reduction of elements of ``width`` bits (16, else 32):
     (lanes, whether some SUM element overflowed). An op that is not MIN or MAX
     sums, as the data plane does (it refuses other ops before this point)."""
-    if width == WIDTH16:
-        return _combine16(op, a, b)
+    width = WIDTH16 if width == WIDTH16 else 32
+    pairs = list(zip(a, b, strict=True))
     if op == Op.MIN:
-        return tuple(lane_min(x, y) for x, y in zip(a, b, strict=True)), False
+        return tuple(lane_min(x, y, width) for x, y in pairs), False
     if op == Op.MAX:
-        return tuple(lane_max(x, y) for x, y in zip(a, b, strict=True)), False
-    sums = tuple(lane_sum(x, y) for x, y in zip(a, b, strict=True))
-    overflow = any(lane_overflow(x, y, s) for x, y, s in zip(a, b, sums, strict=True))
-    return sums, overflow
-
-
-def _combine16(op: Op | int, a: Lanes, b: Lanes) -> tuple[Lanes, bool]:
-    if op == Op.MIN:
-        return tuple(lane_min16(x, y) for x, y in zip(a, b, strict=True)), False
-    if op == Op.MAX:
-        return tuple(lane_max16(x, y) for x, y in zip(a, b, strict=True)), False
-    sums = tuple(lane_sum16(x, y) for x, y in zip(a, b, strict=True))
-    overflow = any(lane_overflow16(x, y, s) for x, y, s in zip(a, b, sums, strict=True))
+        return tuple(lane_max(x, y, width) for x, y in pairs), False
+    sums = tuple(lane_sum(x, y, width) for x, y in pairs)
+    overflow = any(lane_overflow(x, y, s, width) for (x, y), s in zip(pairs, sums, strict=True))
     return sums, overflow
 
 
@@ -157,27 +145,18 @@ def to_bytes(lanes: Lanes) -> bytes:
     return b"".join(lane.to_bytes(LANE_BYTES, "big") for lane in lanes)
 
 
-def from_values(values: npt.ArrayLike) -> Lanes:
-    """Lanes holding up to ELEMS_PER_PACKET int32 values, zero-padded."""
-    padded = np.zeros(ELEMS_PER_PACKET, dtype=">i4")
+def from_values(values: npt.ArrayLike, width: int = 32) -> Lanes:
+    """Lanes holding up to ELEMS_PER_PACKET int32 values (ELEMS16_PER_PACKET int16
+    values if ``width`` is 16), zero-padded."""
+    w = _WIDTHS[width]
+    padded = np.zeros(w.elems, dtype=w.wire)
     array = np.asarray(values)
     padded[: array.size] = array
     return from_bytes(padded.tobytes())
 
 
-def to_values(lanes: Lanes) -> npt.NDArray[np.int32]:
-    """The ELEMS_PER_PACKET int32 values the lanes hold."""
-    return np.frombuffer(to_bytes(lanes), dtype=">i4").astype(np.int32)
-
-
-def from_values16(values: npt.ArrayLike) -> Lanes:
-    """Lanes holding up to ELEMS16_PER_PACKET int16 values, zero-padded."""
-    padded = np.zeros(ELEMS16_PER_PACKET, dtype=">i2")
-    array = np.asarray(values)
-    padded[: array.size] = array
-    return from_bytes(padded.tobytes())
-
-
-def to_values16(lanes: Lanes) -> npt.NDArray[np.int16]:
-    """The ELEMS16_PER_PACKET int16 values the lanes hold."""
-    return np.frombuffer(to_bytes(lanes), dtype=">i2").astype(np.int16)
+def to_values(lanes: Lanes, width: int = 32) -> npt.NDArray[np.signedinteger[Any]]:
+    """The ELEMS_PER_PACKET int32 values (ELEMS16_PER_PACKET int16 values if
+    ``width`` is 16) the lanes hold."""
+    w = _WIDTHS[width]
+    return np.frombuffer(to_bytes(lanes), dtype=w.wire).astype(w.dtype)

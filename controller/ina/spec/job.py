@@ -272,12 +272,33 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
                         "--job JOB -o FILE, or ina.control.vat_planner.resolve)"], spec.source)
     assert spec.root is not None  # JobSpec requires it with aggregators
     problems = check_names(spec, topology)
-    workers = list(spec.workers)
-    worker_set = set(workers)
-    root = spec.root
+    aggregators = _aggregators(spec, topology, problems)
+    if problems:
+        raise JobError(problems, spec.source)
+    covers = {sw: frozenset(ws) for sw, ws in aggregators.items()}
+    covers[spec.root] = frozenset(spec.workers)
+    problems += _nesting_problems(covers)
+    if problems:
+        raise JobError(problems, spec.source)
+    job = _tree(spec, topology, covers)
+    problems += _set_problems(job) + unreachable(job, topology)
+    if problems:
+        raise JobError(problems, spec.source)
+    conflicts = route_conflicts(job, topology)
+    problems += [str(c) for c in conflicts]
+    if problems:
+        raise JobError(problems, spec.source, conflicts)
+    return job
+
+
+def _aggregators(spec: JobSpec, topology: Topology, problems: list[str]) -> dict[str, list[str]]:
+    """The job's aggregators below the root, each with the workers it covers;
+    what is wrong with them added to ``problems``."""
+    assert spec.aggregators is not None
+    worker_set = set(spec.workers)
     aggregators: dict[str, list[str]] = {}
     for sw, names in spec.aggregators.items():
-        if sw == root:
+        if sw == spec.root:
             problems.append(
                 f"aggregator {sw} is the root; the root covers every worker, do not list it"
             )
@@ -291,11 +312,12 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
             problems.append(
                 f"aggregator {sw} covers {outside}, which are not workers of the job")
         aggregators[sw] = [w for w in names if w in worker_set]
-    if problems:
-        raise JobError(problems, spec.source)
+    return aggregators
 
-    covers = {sw: frozenset(ws) for sw, ws in aggregators.items()}
-    covers[root] = frozenset(workers)
+
+def _nesting_problems(covers: dict[str, frozenset[str]]) -> list[str]:
+    """What keeps the VAT nodes' covers (root included) from nesting as a tree."""
+    problems = []
     nodes_by_name = sorted(covers)
     for i, a in enumerate(nodes_by_name):
         for b in nodes_by_name[i + 1:]:
@@ -309,8 +331,14 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
                     f"{a} and {b} both cover {sorted(common)} but neither covers the other's "
                     "workers: a worker's contributions would be split between two subtrees"
                 )
-    if problems:
-        raise JobError(problems, spec.source)
+    return problems
+
+
+def _tree(spec: JobSpec, topology: Topology, covers: dict[str, frozenset[str]]) -> Job:
+    """The job whose VAT nodes cover ``covers`` (nested): each node's parent is the
+    smallest node that covers more, each worker's the smallest that covers it."""
+    assert spec.root is not None
+    root, workers = spec.root, list(spec.workers)
 
     def smallest_cover(workers_needed: frozenset[str], exclude: str | None) -> str:
         candidates = [s for s in covers if s != exclude and workers_needed <= covers[s]]
@@ -338,24 +366,22 @@ def validate_job(spec: JobSpec, topology: Topology) -> Job:
         )
         for sw in covers
     }
-    job = Job(
+    return Job(
         job_id=spec.job_id, op=spec.op, workers=tuple(workers), root=root, nodes=nodes,
         worker_parent=worker_parent, worker_bit=worker_bit, slots=spec.slots,
     )
-    for sw, node in sorted(nodes.items()):
+
+
+def _set_problems(job: Job) -> list[str]:
+    """Nodes below the root whose workers lie in more than one BIER set."""
+    problems = []
+    for sw, node in sorted(job.nodes.items()):
         sets = sorted(split_sets(node.abm))
         if node.parent is not None and len(sets) > 1:
             problems.append(
                 f"aggregator {sw} covers workers in BIER sets {sets}: a node below the root "
                 "must lie within one set (its result travels in one packet with one P-BM)")
-    problems += unreachable(job, topology)
-    if problems:
-        raise JobError(problems, spec.source)
-    conflicts = route_conflicts(job, topology)
-    problems += [str(c) for c in conflicts]
-    if problems:
-        raise JobError(problems, spec.source, conflicts)
-    return job
+    return problems
 
 
 def unreachable(job: Job, topology: Topology) -> list[str]:

@@ -16,6 +16,7 @@ from ina.torch.backend import (
     ProcessGroupIna,
     backend_of,
     error_bound,
+    job,
     profile,
     register,
     set_half_width,
@@ -27,4 +28,4 @@ from ina.torch.member import Settings
 register()
 
 __all__ = ["HookState", "ProcessGroupIna", "Settings", "allreduce_hook", "backend_of",
-           "error_bound", "hook_state", "profile", "register", "set_half_width", "stats"]
+           "error_bound", "hook_state", "job", "profile", "register", "set_half_width", "stats"]

@@ -1,8 +1,12 @@
 """The torch.distributed backend ``ina``: the collectives through the switches.
 
 ``register()`` (done by ``import ina.torch``) makes ``init_process_group("ina")``
-create a ``ProcessGroupIna`` at every rank: the rank joins its INA job
-(``ina.torch.member``: INA_TOPOLOGY, INA_JOB, INA_WORKER, INA_NETWORK), and
+create a ``ProcessGroupIna`` at every rank, and so does every group made of its
+ranks afterwards (``new_group``, ``new_subgroups``, ``init_device_mesh``, the groups
+of a DeviceMesh): each group is an INA job of its own, its workers the hosts of the
+group's ranks (``ina.torch.member``: INA_TOPOLOGY, INA_JOB, INA_WORKER, INA_NETWORK,
+INA_JOB_SERVICE; a group no switch can take runs on its hosts, ``job()`` says so),
+and
 
 - ``all_reduce`` (SUM, AVG, MIN, MAX; float32, float16, bfloat16, integers; any
   shape, in place) and its coalesced form, ``reduce``, ``reduce_scatter`` (and
@@ -38,6 +42,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend, PrefixStore, ProcessGroupGloo, Store, Work
 
 from ina.errors import UsageError
+from ina.spec.jobservice import Grant
 from ina.torch.convert import (
     Reduced,
     allgather_coalesced,
@@ -53,7 +58,7 @@ from ina.torch.convert import (
     split_into,
     split_like,
 )
-from ina.torch.member import HALF_WIDTHS, Member
+from ina.torch.member import HALF_WIDTHS, Member, Node
 
 LOG = logging.getLogger(__name__)
 NAME = "ina"
@@ -89,29 +94,54 @@ class InaWork(Work):
 
 
 class ProcessGroupIna(Backend):
-    """One rank of the ``ina`` backend: its INA job member and a gloo group."""
+    """One rank of the ``ina`` backend in one process group: its member of the group's
+    INA job, and a gloo group for what the data plane has no form of (made at its
+    first such call: a group that never makes one never pays for it)."""
 
-    def __init__(self, store: Store, rank: int, size: int, timeout: datetime.timedelta):
+    def __init__(self, store: Store, rank: int, size: int, timeout: datetime.timedelta,
+                 global_ranks: list[int] | None = None):
         super().__init__(rank, size)
-        self.member = Member.join(store, rank, size, timeout=timeout)
-        options = ProcessGroupGloo._Options()  # type: ignore[attr-defined]
-        options._timeout = timeout
-        # gloo on the rank's own address: its lab host's, or the loopback beside the
-        # embedded network (never an address it would guess from the host name).
-        host = (self.member.topology.hosts[self.member.name].ip
-                if self.member.network == "lab" else "127.0.0.1")
-        options._devices = [ProcessGroupGloo.create_device(hostname=host)]
-        self.gloo = ProcessGroupGloo(PrefixStore("ina-gloo", store), rank, size, options)
+        if not global_ranks:  # the default group
+            self.member = Member.join(store, rank, size, timeout=timeout)
+            Node.current = self.member.node
+        else:
+            node = Node.current
+            if node is None:
+                raise UsageError("a process group on the ina backend needs the default group "
+                                 "on it too: init_process_group('ina') first")
+            self.member = Member.of_group(node, store, rank, size, global_ranks, timeout)
+        self._store, self._timeout = store, timeout
+        self._gloo: ProcessGroupGloo | None = None
         #: Per float tensor (by id, while it lives), the error bound of its last
         #: all_reduce. (Tensors compare element-wise: no WeakKeyDictionary.)
         self._bounds: dict[int, tuple[weakref.ref[torch.Tensor], torch.Tensor]] = {}
+
+    @property
+    def gloo(self) -> ProcessGroupGloo:
+        """The group's gloo group, made at first use (on the call thread: every member
+        makes the same calls in the same order, so they all make it together)."""
+        if self._gloo is None:
+            options = ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+            options._timeout = self._timeout
+            # gloo on the rank's own address: its lab host's, or the loopback beside the
+            # embedded network (never an address it would guess from the host name).
+            host = (self.member.topology.hosts[self.member.node.host].ip
+                    if self.member.network == "lab" else "127.0.0.1")
+            options._devices = [ProcessGroupGloo.create_device(hostname=host)]
+            self._gloo = ProcessGroupGloo(PrefixStore("ina-gloo", self._store), self.rank(),
+                                          self.size(), options)
+        return self._gloo
 
     def getBackendName(self) -> str:
         return NAME
 
     def stats(self) -> dict[str, dict[str, int]]:
-        """Collectives made so far: {name: {"switches" or "gloo": count}}."""
+        """Collectives made so far: {name: {"switches", "hosts" or "gloo": count}}."""
         return {k: dict(v) for k, v in self.member.counts.counts.items()}
+
+    def job(self) -> Grant:
+        """The group's job: its id, workers, and whether it runs on its hosts (and why)."""
+        return self.member.grant
 
     def profile(self) -> dict[str, float]:
         """Seconds the calls through the switches spent so far in each phase (the
@@ -263,8 +293,10 @@ class ProcessGroupIna(Backend):
         return [lists[0]]
 
     def _switches(self, name: str, call: Callable[[], Any]) -> Work:
+        """A call through the group's job: the switches, or its hosts if no switch
+        takes the group (``member.where``)."""
         work = InaWork(torch.futures.Future())
-        self._submit(name, "switches", call, work)
+        self._submit(name, self.member.where, call, work)
         return work
 
     def _keep(self, tensor: torch.Tensor, reduced: Reduced) -> None:
@@ -333,13 +365,16 @@ for _name in VIA_GLOO:
     setattr(ProcessGroupIna, _name, _gloo_method(_name))
 
 
-def create(store: Store, rank: int, size: int, timeout: datetime.timedelta) -> ProcessGroupIna:
-    return ProcessGroupIna(store, rank, size, timeout)
+def create(opts: Any, backend_options: Any = None) -> ProcessGroupIna:
+    """torch's extended creator: the group's store, rank, size, timeout and the
+    default group's ranks in it (none for the default group itself)."""
+    return ProcessGroupIna(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                           list(opts.global_ranks_in_group))
 
 
 def register() -> None:
     """Make ``init_process_group("ina")`` available (again: harmless)."""
-    dist.Backend.register_backend(NAME, create, devices=["cpu"])
+    dist.Backend.register_backend(NAME, create, extended_api=True, devices=["cpu"])
 
 
 def backend_of(group: dist.ProcessGroup | None = None) -> ProcessGroupIna:
@@ -354,8 +389,15 @@ def backend_of(group: dist.ProcessGroup | None = None) -> ProcessGroupIna:
 
 
 def stats(group: dist.ProcessGroup | None = None) -> dict[str, dict[str, int]]:
-    """Collectives made so far by this rank in ``group``, by where they went."""
+    """Collectives made so far by this rank in ``group``, by where they went: "switches",
+    "hosts" (a group no switch takes: see ``job``), "gloo"."""
     return backend_of(group).stats()
+
+
+def job(group: dist.ProcessGroup | None = None) -> Grant:
+    """``group``'s job: its id, its workers (the hosts of its ranks, in group rank
+    order), and ``on_hosts`` with the reason if no switch takes it."""
+    return backend_of(group).job()
 
 
 def profile(group: dist.ProcessGroup | None = None) -> dict[str, float]:

@@ -18,7 +18,7 @@ its bytes and comes back bit for bit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,52 +123,52 @@ def _written(result: AllreduceResult, tensor: torch.Tensor, average: bool,
     return bound
 
 
+def _reduction(worker: Worker, source: torch.Tensor, target: torch.Tensor, op: str,
+               ranks: int, half_width: int,
+               call: Callable[[npt.NDArray[Any], Op, int], AllreduceResult],
+               writes: bool = True) -> Reduced:
+    """What every reduction does: check the tensors, the op and the width; ``call``
+    the worker's collective on ``source``'s values; write its result into ``target``
+    (where ``writes``: at a reduce's root only)."""
+    check_tensor(source)
+    check_tensor(target)
+    plane, average = plane_op(op)
+    if target.numel() == 0:
+        return Reduced(None, 0, 0)
+    array, width = _plane(source, average, half_width)
+    result = call(array, plane, width)
+    bound = _written(result, target, average, ranks) if writes else None
+    return Reduced(bound, result.retransmissions, result.packets)
+
+
 def allreduce_tensor(worker: Worker, tensor: torch.Tensor, op: str, ranks: int,
                      half_width: int = WIDTH16) -> Reduced:
     """Reduce ``tensor`` with every rank's through ``worker``'s job, in place."""
-    check_tensor(tensor)
-    plane, average = plane_op(op)
-    if tensor.numel() == 0:
-        return Reduced(None, 0, 0)
-    array, width = _plane(tensor, average, half_width)
-    result = worker.allreduce(array, plane, width)
-    return Reduced(_written(result, tensor, average, ranks), result.retransmissions,
-                   result.packets)
+    return _reduction(worker, tensor, tensor, op, ranks, half_width,
+                      lambda a, plane, width: worker.allreduce(a, plane, width))
 
 
 def reduce_tensor(worker: Worker, tensor: torch.Tensor, op: str, root: int,
                   ranks: int, half_width: int = WIDTH16) -> Reduced:
     """Reduce ``tensor`` with every rank's into rank ``root``'s (in place there; the
     other ranks' tensors stay as they are)."""
-    check_tensor(tensor)
-    plane, average = plane_op(op)
-    if tensor.numel() == 0:
-        return Reduced(None, 0, 0)
-    array, width = _plane(tensor, average, half_width)
-    result = worker.reduce(array, root, plane, width)
-    bound = _written(result, tensor, average, ranks) if worker.config.rank == root else None
-    return Reduced(bound, result.retransmissions, result.packets)
+    return _reduction(worker, tensor, tensor, op, ranks, half_width,
+                      lambda a, plane, width: worker.reduce(a, root, plane, width),
+                      writes=worker.config.rank == root)
 
 
 def reduce_scatter_tensor(worker: Worker, output: torch.Tensor, whole: torch.Tensor,
                           op: str, ranks: int, half_width: int = WIDTH16) -> Reduced:
     """Reduce ``whole`` (``ranks`` parts, rank r's part the size of ``output``) with
     every rank's; this rank's part of the result into ``output``, in place."""
-    check_tensor(whole)
-    check_tensor(output)
     if whole.numel() != ranks * output.numel():
         raise UsageError(f"reduce_scatter: the input has {whole.numel()} values, not "
                          f"{ranks} x the output's {output.numel()}")
     if whole.dtype != output.dtype:
         raise UsageError(f"reduce_scatter: the input is {whole.dtype}, the output "
                          f"{output.dtype}")
-    plane, average = plane_op(op)
-    if output.numel() == 0:
-        return Reduced(None, 0, 0)
-    array, width = _plane(whole, average, half_width)
-    result = worker.reduce_scatter(array, plane, width)
-    return Reduced(_written(result, output, average, ranks), result.retransmissions,
-                   result.packets)
+    return _reduction(worker, whole, output, op, ranks, half_width,
+                      lambda a, plane, width: worker.reduce_scatter(a, plane, width))
 
 
 # --- movements -----------------------------------------------------------------------

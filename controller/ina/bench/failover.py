@@ -23,11 +23,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ina.bench.onlab import ROOT, Bench
+from ina.bench.output import pyplot, save, watch_figures
+from ina.bench.timing import start_together, wait_all
 from ina.control.repair import repair_switches
 from ina.control.watch import WatchOptions
 from ina.errors import LabError
 from ina.host.arrays import digest, random_array
-from ina.lab.bench import ROOT, Bench, _start_together, _wait_all
 from ina.lab.deploy import deploy
 from ina.lab.mininet import Lab, LabOptions
 from ina.lab.watching import WatcherThread
@@ -105,7 +107,7 @@ def run_case(case: FailoverCase, build_dir: Path, options: WatchOptions) -> Fail
         job_path.write_text(json.dumps({"job_id": 1, "op": "sum",
                                         "workers": list(case.workers)}))
         job = deploy(lab, spec)
-        bench = Bench(lab, topology, case.topology, job, job_path, "")
+        bench = Bench(lab, topology, case.topology, job, job_path)
         expected = digest(reduce_arrays(job.op, [random_array(case.size, i)
                                                  for i in range(len(job.workers))]))
         baseline = _allreduce(bench, case.size)
@@ -127,10 +129,10 @@ def run_case(case: FailoverCase, build_dir: Path, options: WatchOptions) -> Fail
         try:
             watcher.settled()
             procs, _ = bench.ina(case.size, extra=("--timeline",))
-            _start_together(procs)
+            start_together(procs)
             go = time.monotonic()
             failed_at = _fail_at(lab, victim, go + case.fail_at * baseline_s)
-            reports = _wait_all(procs, {}, timeout=600)
+            reports = wait_all(procs, {}, timeout=600)
             watcher.wait_for(lambda: len(repaired) >= 1, 30, "the repair")
             # Restore: the switch comes back, and the watcher repairs again.
             lab.recover_switch(victim)
@@ -155,8 +157,8 @@ def run_case(case: FailoverCase, build_dir: Path, options: WatchOptions) -> Fail
 
 def _allreduce(bench: Bench, size: int) -> dict[str, Any]:
     procs, _ = bench.ina(size)
-    _start_together(procs)
-    return _wait_all(procs, {}, timeout=600)
+    start_together(procs)
+    return wait_all(procs, {}, timeout=600)
 
 
 def _fail_at(lab: Lab, switch: str, at: float) -> float:
@@ -168,54 +170,72 @@ def _fail_at(lab: Lab, switch: str, at: float) -> float:
     return stopped
 
 
-def render(runs: list[FailoverRun], options: WatchOptions, bmv2: str) -> str:
-    lines = [f"failover: a VAT switch's process stopped mid-AllReduce, detected by the "
-             f"watcher (probes every {options.interval:g}s, verdict after "
-             f"{options.detect_after:g}s), repaired by the controller; BMv2 {bmv2}"]
-    for r in runs:
-        lines += [
-            f"{r.case}: {r.workers} workers x {r.size:,} values; VAT {', '.join(r.vat_before)}"
-            f" -> {', '.join(r.vat_after)} ({r.failed} stopped at {r.fail_at_s:.2f}s)",
-            f"  detection {r.detection_s * 1000:.0f} ms, repaired {r.repaired_s * 1000:.0f} ms, "
-            f"first new result {r.first_new_result_s * 1000:.0f} ms after the failure",
-            f"  AllReduce {r.with_failure_s:.2f}s with the failure, {r.baseline_s:.2f}s "
-            f"without: slowdown {r.slowdown:.2f}x; {r.replans} worker re-plans; results "
-            + ("exact" if r.exact else "NOT EXACT"),
-            f"  repair: {r.repair}",
-        ]
-    return "\n".join(lines)
-
-
 #: Points per worker's timeline in the JSON figures (the picture uses them all).
 TIMELINE_POINTS = 200
 
 
-def figures(runs: list[FailoverRun], bmv2: str, options: WatchOptions) -> dict[str, Any]:
-    """The figures, each worker's timeline thinned to about TIMELINE_POINTS points
-    (the first and last of each run of the call kept), and the watcher's options."""
-    result = []
-    for r in runs:
-        doc = {**asdict(r), "slowdown": r.slowdown}
-        doc["timelines"] = {w: _thin(points) for w, points in r.timelines.items()}
-        result.append(doc)
-    watch = {"interval": options.interval, "detect_after": options.detect_after,
-             "hang_after": options.hang_after}
-    return {"bmv2": bmv2, "watch": watch, "runs": result}
+@dataclass
+class FailoverFigures:
+    """What ``inabench failover`` measured: a run per case, the BMv2 build and the
+    watcher's options."""
 
+    runs: list[FailoverRun]
+    bmv2: str
+    options: WatchOptions
 
-def from_figures(doc: Any) -> tuple[list[FailoverRun], str, WatchOptions]:
-    """The runs, the BMv2 build and the watcher's options from ``figures()``'s data
-    (KeyError or TypeError if it is not that); each worker's timeline as thinned
-    there. Figures written before they recorded the options were measured with the
-    defaults."""
-    names = {f.name for f in fields(FailoverRun)}
-    runs = []
-    for r in doc["runs"]:
-        run = FailoverRun(**{k: v for k, v in r.items() if k in names})
-        run.timelines = {w: [(float(t), int(n)) for t, n in points]
-                         for w, points in run.timelines.items()}
-        runs.append(run)
-    return runs, str(doc["bmv2"]), WatchOptions(**doc.get("watch", {}))
+    def figures(self) -> dict[str, Any]:
+        """The figures, each worker's timeline thinned to about TIMELINE_POINTS points
+        (the first and last of each run of the call kept), and the watcher's options."""
+        result = []
+        for r in self.runs:
+            doc = {**asdict(r), "slowdown": r.slowdown}
+            doc["timelines"] = {w: _thin(points) for w, points in r.timelines.items()}
+            result.append(doc)
+        return {"bmv2": self.bmv2, "watch": watch_figures(self.options), "runs": result}
+
+    @classmethod
+    def from_figures(cls, doc: Any) -> FailoverFigures:
+        """From ``figures()``'s data (KeyError or TypeError if it is not that); each
+        worker's timeline as thinned there. Figures written before they recorded the
+        options were measured with the defaults."""
+        names = {f.name for f in fields(FailoverRun)}
+        runs = []
+        for r in doc["runs"]:
+            run = FailoverRun(**{k: v for k, v in r.items() if k in names})
+            run.timelines = {w: [(float(t), int(n)) for t, n in points]
+                             for w, points in run.timelines.items()}
+            runs.append(run)
+        return cls(runs, str(doc["bmv2"]), WatchOptions(**doc.get("watch", {})))
+
+    def render(self) -> str:
+        options = self.options
+        lines = [f"failover: a VAT switch's process stopped mid-AllReduce, detected by the "
+                 f"watcher (probes every {options.interval:g}s, verdict after "
+                 f"{options.detect_after:g}s), repaired by the controller; BMv2 {self.bmv2}"]
+        for r in self.runs:
+            lines += [
+                f"{r.case}: {r.workers} workers x {r.size:,} values; VAT "
+                f"{', '.join(r.vat_before)} -> {', '.join(r.vat_after)} ({r.failed} stopped "
+                f"at {r.fail_at_s:.2f}s)",
+                f"  detection {r.detection_s * 1000:.0f} ms, repaired "
+                f"{r.repaired_s * 1000:.0f} ms, first new result "
+                f"{r.first_new_result_s * 1000:.0f} ms after the failure",
+                f"  AllReduce {r.with_failure_s:.2f}s with the failure, {r.baseline_s:.2f}s "
+                f"without: slowdown {r.slowdown:.2f}x; {r.replans} worker re-plans; results "
+                + ("exact" if r.exact else "NOT EXACT"),
+                f"  repair: {r.repair}",
+            ]
+        return "\n".join(lines)
+
+    def plot(self, path: Path) -> None:
+        """One panel per case: the share of the array each worker has received, over
+        time (plot_run)."""
+        plt = pyplot()
+        fig, axes = plt.subplots(1, len(self.runs), figsize=(6.4 * len(self.runs), 5.0),
+                                 squeeze=False)
+        for ax, r in zip(axes[0], self.runs, strict=True):
+            plot_run(ax, r)
+        save(fig, path, self.bmv2, rect=(0, 0.03, 1, 1))
 
 
 def _thin(points: list[tuple[float, int]]) -> list[tuple[float, int]]:
@@ -225,55 +245,43 @@ def _thin(points: list[tuple[float, int]]) -> list[tuple[float, int]]:
             or (i + 1 < len(points) and points[i + 1][1] < p[1])]
 
 
-def plot(runs: list[FailoverRun], path: Path, bmv2: str) -> None:
-    """One panel per case: the share of the array each worker has received, over time.
-    The workers' lines coincide (every worker gets every result at once, by BIER), so
+def plot_run(ax: Any, r: FailoverRun) -> None:
+    """The share of the array each worker has received, over time, on ``ax``. The
+    workers' lines coincide (every worker gets every result at once, by BIER), so
     they are drawn in one colour with one legend entry; the stop, the detection and
     the repair are vertical lines named in the legend, with their times."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(runs), figsize=(6.4 * len(runs), 5.0), squeeze=False)
-    for ax, r in zip(axes[0], runs, strict=True):
-        total = max(n for points in r.timelines.values() for _, n in points)
-        for i, (_, points) in enumerate(sorted(r.timelines.items())):
-            # A re-planned call counts again from 0: one line per run of the call.
-            segments: list[list[tuple[float, int]]] = [[]]
-            for t, n in points:
-                if segments[-1] and n < segments[-1][-1][1]:
-                    segments.append([])
-                segments[-1].append((t, n))
-            for j, run in enumerate(segments):
-                ax.plot([t for t, _ in run], [100 * n / total for _, n in run], lw=1.2,
-                        color="#1b5e20",
-                        label=(f"each of the {len(r.timelines)} workers (their lines "
-                               "coincide)") if i == j == 0 else None)
-        stopped, detected = r.fail_at_s, r.fail_at_s + r.detection_s
-        repaired = r.fail_at_s + r.repaired_s
-        ax.axvspan(stopped, repaired, color="#b0413e", alpha=0.08, lw=0)
-        for x, label, color, style in (
-                (stopped, f"{r.failed} stopped, at {stopped:.2f} s", "#b0413e", "--"),
-                (detected, f"failure detected, {r.detection_s * 1000:.0f} ms later",
-                 "#e09f3e", "-."),
-                (repaired, f"repair written, {r.repaired_s * 1000:.0f} ms after the stop",
-                 "#2a7ab0", ":"),
-                (r.baseline_s, f"the same AllReduce without a failure ends "
-                               f"({r.baseline_s:.2f} s)", "#555555", (0, (1, 3)))):
-            ax.axvline(x, color=color, ls=style, lw=1.3, label=label)
-        ax.set_title(f"{r.case}: {r.workers} workers x {r.size:,} values; {r.failed} stopped "
-                     f"mid-AllReduce\nends at {r.with_failure_s:.2f} s instead of "
-                     f"{r.baseline_s:.2f} s: {r.slowdown:.2f}x as long", fontsize=9)
-        ax.set_xlabel("seconds since the AllReduce started")
-        ax.set_ylabel("results received, % of the array\n(the interrupted call starts "
-                      "again at 0)")
-        ax.set_ylim(0, 105)
-        ax.set_xlim(0, None)
-        ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2,
-                  frameon=False)
-    fig.text(0.01, 0.005, bmv2, fontsize=6, color="#555555")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    total = max(n for points in r.timelines.values() for _, n in points)
+    for i, (_, points) in enumerate(sorted(r.timelines.items())):
+        # A re-planned call counts again from 0: one line per run of the call.
+        segments: list[list[tuple[float, int]]] = [[]]
+        for t, n in points:
+            if segments[-1] and n < segments[-1][-1][1]:
+                segments.append([])
+            segments[-1].append((t, n))
+        for j, run in enumerate(segments):
+            ax.plot([t for t, _ in run], [100 * n / total for _, n in run], lw=1.2,
+                    color="#1b5e20",
+                    label=(f"each of the {len(r.timelines)} workers (their lines "
+                           "coincide)") if i == j == 0 else None)
+    stopped, detected = r.fail_at_s, r.fail_at_s + r.detection_s
+    repaired = r.fail_at_s + r.repaired_s
+    ax.axvspan(stopped, repaired, color="#b0413e", alpha=0.08, lw=0)
+    for x, label, color, style in (
+            (stopped, f"{r.failed} stopped, at {stopped:.2f} s", "#b0413e", "--"),
+            (detected, f"failure detected, {r.detection_s * 1000:.0f} ms later",
+             "#e09f3e", "-."),
+            (repaired, f"repair written, {r.repaired_s * 1000:.0f} ms after the stop",
+             "#2a7ab0", ":"),
+            (r.baseline_s, f"the same AllReduce without a failure ends "
+                           f"({r.baseline_s:.2f} s)", "#555555", (0, (1, 3)))):
+        ax.axvline(x, color=color, ls=style, lw=1.3, label=label)
+    ax.set_title(f"{r.case}: {r.workers} workers x {r.size:,} values; {r.failed} stopped "
+                 f"mid-AllReduce\nends at {r.with_failure_s:.2f} s instead of "
+                 f"{r.baseline_s:.2f} s: {r.slowdown:.2f}x as long", fontsize=9)
+    ax.set_xlabel("seconds since the AllReduce started")
+    ax.set_ylabel("results received, % of the array\n(the interrupted call starts "
+                  "again at 0)")
+    ax.set_ylim(0, 105)
+    ax.set_xlim(0, None)
+    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2,
+              frameon=False)

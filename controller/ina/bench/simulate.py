@@ -1,6 +1,6 @@
 """Scale by simulation: planned jobs on large fat-trees, on the reference model.
 
-    python -m ina.lab.simulate --k 4 8 --size 1024
+    python -m ina.bench.simulate --k 4 8 --size 1024
 
 For each fat-tree, every host is a worker of one SUM job. The planner chooses
 the VAT (its time is reported); the reference model runs the AllReduce and
@@ -104,7 +104,7 @@ def report(results: list[Result]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ina.lab.simulate", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m ina.bench.simulate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--k", type=int, nargs="+", default=[4, 8])
     p.add_argument("--size", type=int, default=4 * ELEMS_PER_PACKET,

@@ -1,4 +1,4 @@
-"""The chaos soak's plan, without a lab (``inabench soak``, ina.lab.soak runs it).
+"""The chaos soak's plan, without a lab (``inabench soak``, ina.bench.soak runs it).
 
 Everything here is decided by a seed, so that a soak can be repeated:
 
@@ -252,7 +252,7 @@ def schedule(topology: Topology, workers: Sequence[str], seed: int, duration: fl
 
 # --- What the misbehaving member and the outsider send ----------------------------------
 
-#: A worker of the job sending bad INA packets (ina.lab.soak_host's injector sends
+#: A worker of the job sending bad INA packets (ina.bench.soak_host's injector sends
 #: the frames; "duplicates" makes it duplicate the worker's own frames on its link
 #: for a moment and replay frames it captured).
 MEMBER_KINDS = ("abort-far-ahead", "contributions-far-ahead", "another-count", "another-op",

@@ -3,17 +3,17 @@ AllReduce calls on a lab while switches and links fail and come back at random,
 the watcher detects and repairs, a member of the job misbehaves and an outsider
 sends garbage; then what was left behind.
 
-The loop. One long-lived worker process per worker host (ina.lab.soak_host), as
+The loop. One long-lived worker process per worker host (ina.bench.soak_host), as
 a training job has, driven over stdin/stdout: the soak tells every worker to run
 call ``i`` (its size and kind from the seed), each runs it with its array from
 (seed, i, rank) and checks the result against the exact one, which every worker
-can compute (ina.lab.chaos). A call that fails at any worker (an error, at any
+can compute (ina.bench.chaos). A call that fails at any worker (an error, at any
 of them) is run again by every worker: a retry, up to ``max_attempts`` runs; a
 run of a call that has not ended, with a result or an error, at every worker
 within ``hung_after`` seconds hung: the soak stops the workers that did not
 answer (SIGTERM, then SIGKILL), starts them again and retries the call.
 
-The chaos (ina.lab.chaos.schedule, seeded): every few seconds an element fails
+The chaos (ina.bench.chaos.schedule, seeded): every few seconds an element fails
 (a spine, an aggregation or core switch, an edge switch with no worker of the
 job, a link between switches: the BMv2 process stopped, or the link dropping
 every frame) or the one down longest comes back (a switch started again, empty;
@@ -23,7 +23,7 @@ fail: that would cut it off, and its calls could only stall until it is back.
 The watcher runs as ``inactl watch`` does (WatchOptions' defaults), repairing the
 switches on each change. Meanwhile a worker host of the job (the member) sends
 bad INA packets now and then, and a host of no job (the outsider) garbage
-(ina.lab.chaos.member_frames, outsider_frames), both through an injector process
+(ina.bench.chaos.member_frames, outsider_frames), both through an injector process
 on their host (raw frames on the host's link).
 
 Afterwards everything is brought back, the workers and injectors stopped, the
@@ -52,14 +52,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ina.control import p4names as n
-from ina.control.allocation import used_resources
-from ina.control.controller import Controller
-from ina.control.entities import TableEntry
-from ina.control.repair import repair_switches
-from ina.control.watch import WatchOptions
-from ina.lab.bench import ROOT
-from ina.lab.chaos import (
+from ina.bench.chaos import (
     ChaosEvent,
     ChaosSettings,
     HostView,
@@ -70,8 +63,17 @@ from ina.lab.chaos import (
     call_plan,
     member_frames,
     outsider_frames,
+    render,
     schedule,
 )
+from ina.bench.onlab import ROOT
+from ina.bench.output import watch_figures
+from ina.control import p4names as n
+from ina.control.allocation import used_resources
+from ina.control.controller import Controller
+from ina.control.entities import TableEntry
+from ina.control.repair import repair_switches
+from ina.control.watch import WatchOptions
 from ina.lab.deploy import controller_call, deploy, repair_lab
 from ina.lab.mininet import Lab, LabOptions
 from ina.lab.watching import WatcherThread
@@ -141,7 +143,7 @@ class SoakSettings:
 
 
 class Agent:
-    """A process on a lab host, driven one JSON line at a time (ina.lab.soak_host);
+    """A process on a lab host, driven one JSON line at a time (ina.bench.soak_host);
     its answers read by a thread, so that waiting for one has a bound."""
 
     def __init__(self, lab: Lab, host: str, argv: list[str], log: Path):
@@ -149,7 +151,7 @@ class Agent:
         self._log = log.open("ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc: subprocess.Popen[bytes] = lab.host(host).popen(
-            [sys.executable, "-m", "ina.lab.soak_host", *argv], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "ina.bench.soak_host", *argv], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self._log, env=env)
         self.lines: queue.Queue[bytes] = queue.Queue()
         self._reader = threading.Thread(target=self._read, name=f"agent-{host}", daemon=True)
@@ -836,12 +838,28 @@ def run_case(case: SoakCase, build_dir: Path, settings: SoakSettings) -> SoakRun
     return run
 
 
-def figures(runs: list[SoakRun], bmv2: str, options: WatchOptions) -> dict[str, Any]:
-    watch = {"interval": options.interval, "detect_after": options.detect_after,
-             "hang_after": options.hang_after}
-    return {"bmv2": bmv2, "watch": watch, "runs": [r.figures() for r in runs]}
+@dataclass
+class SoakFigures:
+    """What ``inabench soak`` measured: a run per case, the BMv2 build, the watcher's
+    options."""
 
+    runs: list[SoakRun]
+    bmv2: str
+    watch: dict[str, float]
 
-def from_figures(doc: Any) -> tuple[list[SoakRun], str, dict[str, float]]:
-    return ([SoakRun.from_figures(r) for r in doc["runs"]], str(doc["bmv2"]),
-            {k: float(v) for k, v in doc["watch"].items()})
+    @classmethod
+    def measured(cls, runs: list[SoakRun], bmv2: str, options: WatchOptions) -> SoakFigures:
+        return cls(runs, bmv2, watch_figures(options))
+
+    def figures(self) -> dict[str, Any]:
+        """As JSON-ready data (docs/soak.json)."""
+        return {"bmv2": self.bmv2, "watch": self.watch, "runs": [r.figures() for r in self.runs]}
+
+    @classmethod
+    def from_figures(cls, doc: Any) -> SoakFigures:
+        """From ``figures()``'s data (KeyError or TypeError if it is not that)."""
+        return cls([SoakRun.from_figures(r) for r in doc["runs"]], str(doc["bmv2"]),
+                   {k: float(v) for k, v in doc["watch"].items()})
+
+    def render(self) -> str:
+        return render(self.runs, self.bmv2, self.watch)

@@ -1,4 +1,4 @@
-"""DDP training through the switches against gloo, on the same Mininet network.
+"""DDP and HSDP training through the switches against gloo, on the same Mininet network.
 
 ``run_case`` trains examples/train.py (scikit-learn's digits, an MLP, a fixed seed,
 each rank its shard) on the job's workers twice per regime: with the ``ina``
@@ -9,7 +9,11 @@ a regime see the same data in the same order from the same initial weights; the
 figures are rank 0's: median time per step, steps per second, the share of a
 step spent communicating (1 - compute / step, the compute measured on the same
 steps without gradient exchange), final loss and test accuracy, and the largest
-difference between the two backends' trained parameters.
+difference between the two backends' trained parameters. An HSDP case
+(``TrainSettings.hsdp``: replicas) trains with fully_shard on a mesh of that many
+replicas of the rest as shards instead of DDP, every mesh group a job the lab's job
+service deploys (the reduce-scatters within a replica, the all-reduces across them,
+the all-gathers, all through the switches).
 
 ``bucket_conversion`` measures the host side: a float32 bucket (DDP's 25 MiB by
 default) quantized to the wire and back, against the least time its AllReduce can
@@ -18,6 +22,7 @@ take on a link of the rate-limited regime.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -29,18 +34,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ina.lab.bench import (
+from ina.bench.goals import Goal, Goals
+from ina.bench.goals import render as render_goals
+from ina.bench.onlab import (
     CASES,
     INA_WIRE_PER_VALUE,
     ROOT,
+    Bench,
     Case,
-    _bench_on_lab,
-    describe_regime,
+    bench_on_lab,
     describe_vat,
 )
-from ina.lab.mininet import Lab
-from ina.lab.ranks import Rank, rank_env
-from ina.spec.topology import Topology
+from ina.bench.output import describe_regime, pyplot, save
+from ina.bench.timing import STALL_MEDIANS, Tail
 
 TRAIN_SCRIPT = ROOT / "examples" / "train.py"
 BACKENDS = ("ina", "gloo")
@@ -57,6 +63,7 @@ class TrainSettings:
     batch: int = 16
     hidden: int = 128
     seed: int = 0
+    hsdp: int = 0  # replicas of an HSDP mesh (fully_shard); 0: DDP
 
 
 @dataclass
@@ -74,6 +81,11 @@ class TrainRun:
     #: ina: seconds per all_reduce in each phase of the call (the profile).
     phases: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def tail(self) -> Tail:
+        """Its steps' times: median, p90, p99, largest, stalls (from the run's clock)."""
+        return Tail.of_clock(self.clock)
+
 
 @dataclass
 class TrainRegime:
@@ -89,6 +101,11 @@ class TrainRegime:
     def speedup(self) -> float:
         """gloo's time per step over ina's: above 1, ina is faster."""
         return self.run("gloo").step_median / self.run("ina").step_median
+
+    @property
+    def run_speedup(self) -> float:
+        """gloo's whole run over ina's (every step counted, stalls too)."""
+        return self.run("gloo").seconds / self.run("ina").seconds
 
 
 @dataclass
@@ -128,21 +145,16 @@ class BucketConversion:
         return self.seconds / self.link_bound_seconds
 
 
-def _run_ranks(lab: Lab, topology: Topology, topology_path: Path, workers: list[str],
-               job_path: Path, argv: Callable[[int], list[str]], what: str) -> None:
+def _run_ranks(bench: Bench, argv: Callable[[int], list[str]], what: str) -> None:
     """``argv(rank)`` on every worker's host, rank r on the job's r-th worker, with
     the environment ``inalab ranks`` gives (ina.lab.ranks.rank_env); until all end."""
-    master = topology.hosts[workers[0]].ip
-    procs = []
-    for rank, w in enumerate(workers):
-        host = lab.host(w)
-        env = rank_env(Rank(rank, w, host.pid), len(workers), topology, topology_path,
-                       job_path, master, MASTER_PORT, host.defaultIntf().name)
-        procs.append(host.popen(argv(rank), env={**env, "OMP_NUM_THREADS": "1"},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    envs = bench.rank_envs(MASTER_PORT)
+    procs = [bench.lab.host(w).popen(argv(rank), env=envs[w], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE)
+             for rank, w in enumerate(envs)]
     deadline = time.monotonic() + RUN_TIMEOUT
     failures = []
-    for w, proc in zip(workers, procs, strict=True):
+    for w, proc in zip(envs, procs, strict=True):
         try:
             _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
         except subprocess.TimeoutExpired:
@@ -154,8 +166,7 @@ def _run_ranks(lab: Lab, topology: Topology, topology_path: Path, workers: list[
         raise RuntimeError(f"{what} failed:\n" + "\n".join(failures))
 
 
-def _train(lab: Lab, topology: Topology, topology_path: Path, workers: list[str],
-           job_path: Path, backend: str, settings: TrainSettings, out: Path) -> TrainRun:
+def _train(bench: Bench, backend: str, settings: TrainSettings, out: Path) -> TrainRun:
     """One training run on the workers' hosts."""
     report, params = out / f"{backend}.json", out / f"{backend}.pt"
 
@@ -163,11 +174,10 @@ def _train(lab: Lab, topology: Topology, topology_path: Path, workers: list[str]
         return [sys.executable, str(TRAIN_SCRIPT), "--backend", backend,
                 "--steps", str(settings.steps), "--batch", str(settings.batch),
                 "--hidden", str(settings.hidden), "--seed", str(settings.seed),
-                "--log-every", "0",
+                "--log-every", "0", "--hsdp", str(settings.hsdp),
                 *(["--json", str(report), "--params", str(params)] if rank == 0 else [])]
 
-    _run_ranks(lab, topology, topology_path, workers, job_path, argv,
-               f"training with {backend}")
+    _run_ranks(bench, argv, f"training with {backend}")
     data = json.loads(report.read_text())
     return TrainRun(backend, data["seconds"], data["step_median"], data["steps_per_second"],
                     data["comm_share"], data["final_loss"], data["test_accuracy"],
@@ -175,17 +185,16 @@ def _train(lab: Lab, topology: Topology, topology_path: Path, workers: list[str]
                     data.get("phases", {}))
 
 
-def _bucket(lab: Lab, topology: Topology, topology_path: Path, workers: list[str],
-            job_path: Path, mib: int, out: Path) -> BucketRun:
+def _bucket(bench: Bench, mib: int, out: Path) -> BucketRun:
     """One float32 bucket of ``mib`` MiB all-reduced through the switches and through
-    gloo, on the workers' hosts (``python -m ina.lab.train_bench bucket``)."""
+    gloo, on the workers' hosts (``python -m ina.bench.train bucket``)."""
     report = out / "bucket.json"
 
     def argv(rank: int) -> list[str]:
-        return [sys.executable, "-m", "ina.lab.train_bench", "bucket", "--mib", str(mib),
+        return [sys.executable, "-m", "ina.bench.train", "bucket", "--mib", str(mib),
                 *(["--json", str(report)] if rank == 0 else [])]
 
-    _run_ranks(lab, topology, topology_path, workers, job_path, argv, "the bucket")
+    _run_ranks(bench, argv, "the bucket")
     return BucketRun(**json.loads(report.read_text()))
 
 
@@ -205,22 +214,18 @@ def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...],
              settings: TrainSettings, bucket_mib: int = 0) -> TrainCaseResult:
     """Inside the sandbox: both backends in each regime, on one lab; and, with
     ``bucket_mib``, one bucket of that size, links unlimited."""
-    with _bench_on_lab(case, build_dir) as bench, tempfile.TemporaryDirectory() as tmp:
-        job, lab = bench.job, bench.lab
-        result = TrainCaseResult(case.name, bench.topology.name, list(job.workers),
-                                 describe_vat(job), _parameters(settings), settings)
-        for regime in regimes:
-            rate = case.rate_mbit if regime == "link" else None
-            lab.limit_links(rate)
+    with bench_on_lab(case, build_dir) as bench, tempfile.TemporaryDirectory() as tmp:
+        job = bench.job
+        result = TrainCaseResult(case.name + ("-hsdp" if settings.hsdp else ""),
+                                 bench.topology.name, list(job.workers), describe_vat(job),
+                                 _parameters(settings), settings)
+        for regime, rate in bench.regimes(regimes, case.rate_mbit):
             out = Path(tmp) / regime
             out.mkdir()
-            runs = [_train(lab, bench.topology, bench.topology_path, list(job.workers),
-                           bench.job_path, backend, settings, out) for backend in BACKENDS]
+            runs = [_train(bench, backend, settings, out) for backend in BACKENDS]
             result.regimes.append(TrainRegime(regime, rate, runs, _param_diff(out)))
-        lab.limit_links(None)
         if bucket_mib:
-            result.bucket = _bucket(lab, bench.topology, bench.topology_path,
-                                    list(job.workers), bench.job_path, bucket_mib, Path(tmp))
+            result.bucket = _bucket(bench, bucket_mib, Path(tmp))
     return result
 
 
@@ -273,9 +278,11 @@ class TrainFigures:
         c = self.conversion
         return {"bmv2": self.bmv2, "torch": self.torch,
                 "conversion": None if c is None else {**asdict(c), "share": c.share},
-                "cases": [{**asdict(r), "regimes": [{**asdict(g), "speedup": g.speedup}
-                                                     for g in r.regimes]}
-                          for r in self.cases]}
+                "cases": [{**asdict(r), "regimes": [
+                    {**asdict(g), "speedup": g.speedup, "run_speedup": g.run_speedup,
+                     "tails": {run.backend: asdict(run.tail) for run in g.runs}}
+                    for g in r.regimes]} for r in self.cases],
+                "goals": [asdict(x) for r in self.cases for x in goals(r)]}
 
     @classmethod
     def from_figures(cls, doc: dict[str, Any]) -> TrainFigures:
@@ -293,32 +300,44 @@ class TrainFigures:
             conversion["rate_mbit"]), doc["bmv2"], doc["torch"])
 
     def render(self) -> str:
-        lines = [f"DDP training on Mininet + {self.bmv2}, torch {self.torch}; one run per "
+        kinds = "DDP and HSDP" if any(r.settings.hsdp for r in self.cases) else "DDP"
+        lines = [f"{kinds} training on Mininet + {self.bmv2}, torch {self.torch}; one run per "
                  "case, regime and backend, rank 0's figures; both backends on the same "
                  "network, same data, same initial weights.", ""]
         for r in self.cases:
             s = r.settings
-            lines.append(f"{r.case} ({r.topology}): {len(r.workers)} workers "
+            how = (f"HSDP (fully_shard on a {s.hsdp} x {len(r.workers) // s.hsdp} mesh: "
+                   "replicas x shards, every group of the mesh a job of its own)"
+                   if s.hsdp else "DDP")
+            lines.append(f"{r.case} ({r.topology}): {how}, {len(r.workers)} workers "
                          f"({', '.join(r.workers)}); MLP 64-{s.hidden}-{s.hidden}-10 "
                          f"({r.parameters:,} parameters, {4 * r.parameters / 1024:.0f} KiB of "
                          f"gradients a step), {s.steps} steps of {s.batch} per rank; INA VAT "
-                         f"(planned): {r.vat}.")
+                         f"(planned){' of the default group' if s.hsdp else ''}: {r.vat}"
+                         + ("; the mesh's groups planned by the lab's job service when the "
+                            "program makes them." if s.hsdp else "."))
             for g in r.regimes:
                 lines.append(f"  {describe_regime(g.rate_mbit)}:")
-                lines.append(f"    {'backend':<8} {'ms/step':>8} {'steps/s':>8} {'comm':>6} "
+                lines.append(f"    {'backend':<8} {'ms/step':>8} {'p90':>7} {'p99':>7} "
+                             f"{'largest':>8} {'stalls':>6} {'run s':>7} {'comm':>6} "
                              f"{'loss':>7} {'accuracy':>9}")
                 for run in g.runs:
+                    t = run.tail
                     lines.append(f"    {run.backend:<8} {run.step_median * 1000:>8.1f} "
-                                 f"{run.steps_per_second:>8.2f} {run.comm_share:>6.1%} "
-                                 f"{run.final_loss:>7.4f} {run.test_accuracy:>9.1%}")
+                                 f"{t.p90 * 1000:>7.1f} {t.p99 * 1000:>7.1f} "
+                                 f"{t.largest * 1000:>8.1f} {t.stalls:>6} {run.seconds:>7.1f} "
+                                 f"{run.comm_share:>6.1%} {run.final_loss:>7.4f} "
+                                 f"{run.test_accuracy:>9.1%}")
                 phases = g.run("ina").phases
                 if phases:
-                    lines.append("    ina, an all_reduce's phases (ms): " + ", ".join(
+                    per = "a step's" if s.hsdp else "an all_reduce's"
+                    lines.append(f"    ina, {per} phases (ms): " + ", ".join(
                         f"{name} {seconds * 1000:.1f}" for name, seconds in phases.items()))
                 acc = g.run("ina").test_accuracy - g.run("gloo").test_accuracy
-                lines.append(f"    ina vs gloo (same run): {g.speedup:.2f}x gloo's speed per "
-                             f"step; accuracy {acc * 100:+.1f} points; largest parameter "
-                             f"difference {g.max_param_diff:.2e}")
+                lines.append(f"    ina vs gloo (same run): {g.speedup:.2f}x gloo's speed by the "
+                             f"median step, {g.run_speedup:.2f}x for the whole run; accuracy "
+                             f"{acc * 100:+.1f} points; largest parameter difference "
+                             f"{g.max_param_diff:.2e}")
             b = r.bucket
             if b is not None:
                 lines.append(f"  one {b.mib} MiB float32 bucket (DDP's default size), links "
@@ -334,16 +353,15 @@ class TrainFigures:
                          f"on one worker; its AllReduce takes at least "
                          f"{c.link_bound_seconds:.1f}s at {c.rate_mbit:g} Mbit/s per link: "
                          f"{c.share:.1%} of it.")
+        lines += ["", f"(stalls: steps over {STALL_MEDIANS:g} times the run's median step)",
+                  *render_goals("Goals of issue 22, against this run:",
+                                (x for r in self.cases for x in goals(r)))]
         return "\n".join(lines)
 
     def plot(self, path: Path) -> None:
         """Loss against step and against wall-clock seconds, both backends, a column
         per case and regime."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         colors = {"ina": "#1b5e20", "gloo": "#b0413e"}
         panels = [(r, g) for r in self.cases for g in r.regimes]
         fig, axes = plt.subplots(2, len(panels), figsize=(3.6 * len(panels), 6.0),
@@ -368,12 +386,40 @@ class TrainFigures:
             if col == 0:
                 top.set_ylabel("training loss\n(mean of the last 10 steps)")
                 bottom.set_ylabel("training loss\n(mean of the last 10 steps)")
-        fig.text(0.01, 0.005, f"{self.bmv2}; torch {self.torch}; where the two lines of a "
-                 "panel overlap, the backends' losses agree", fontsize=6, color="#555555")
-        fig.tight_layout(rect=(0, 0.02, 1, 1))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
+        save(fig, path, f"{self.bmv2}; torch {self.torch}; where the two lines of a panel "
+             "overlap, the backends' losses agree")
+
+
+def goals(case: TrainCaseResult) -> list[Goal]:
+    """Issue 22's goals for this case's regimes: ina against gloo by the whole run and
+    the median step, and ina's tail (p99 against its median, stalls)."""
+    judged = Goals[TrainRegime](case.case, lambda g: None)
+    regimes = {g.regime: g for g in case.regimes}
+    link, cpu = regimes.get("link"), regimes.get("cpu")
+    if case.case == "fat-tree":
+        judged.judge("links limited: the whole run >= 1.6x gloo's speed", [("link", link)],
+                     lambda g: (f"{g[0].run_speedup:.2f}x", g[0].run_speedup >= 1.6))
+        judged.judge("links limited: the median step >= 1.8x gloo's", [("link", link)],
+                     lambda g: (f"{g[0].speedup:.2f}x", g[0].speedup >= 1.8))
+        judged.judge("links limited: ina's p99 step <= 1.5x its median", [("link", link)],
+                     lambda g: _p99(g[0]))
+        for name, regime in (("links limited", link), ("links unlimited", cpu)):
+            judged.judge(f"{name}: no ina step over {STALL_MEDIANS:g}x its median",
+                         [(name, regime)], lambda g: _stalls(g[0]))
+    if case.case == "figure1":
+        judged.judge("links limited: the whole run >= 2.0x gloo's speed", [("link", link)],
+                     lambda g: (f"{g[0].run_speedup:.2f}x", g[0].run_speedup >= 2.0))
+    return judged.goals
+
+
+def _p99(regime: TrainRegime) -> tuple[str, bool]:
+    t = regime.run("ina").tail
+    return f"p99 {t.p99 * 1000:.0f} ms, {t.p99 / t.median:.2f}x", t.p99 <= 1.5 * t.median
+
+
+def _stalls(regime: TrainRegime) -> tuple[str, bool]:
+    t = regime.run("ina").tail
+    return f"{t.stalls} (largest {t.largest * 1000:.0f} ms)", t.stalls == 0
 
 
 def _smooth(values: list[float], n: int) -> list[float]:
@@ -381,9 +427,20 @@ def _smooth(values: list[float], n: int) -> list[float]:
 
 
 DEFAULT_CASES = {name: CASES[name] for name in ("figure1", "fat-tree")}
+#: The HSDP case: the fat-tree's 8 workers as 2 replicas of 4 shards.
+HSDP_CASE, HSDP_REPLICAS = "fat-tree-hsdp", 2
 
 
-# --- On a worker's host: python -m ina.lab.train_bench bucket --mib N [--json FILE] -------
+def run_named_case(name: str, build_dir: Path, regimes: tuple[str, ...],
+                   settings: TrainSettings, bucket_mib: int = 0) -> TrainCaseResult:
+    """``run_case`` of a case by name: a DDP case of DEFAULT_CASES, or the HSDP case."""
+    if name == HSDP_CASE:
+        return run_case(CASES["fat-tree"], build_dir, regimes,
+                        dataclasses.replace(settings, hsdp=HSDP_REPLICAS), bucket_mib)
+    return run_case(DEFAULT_CASES[name], build_dir, regimes, settings, bucket_mib)
+
+
+# --- On a worker's host: python -m ina.bench.train bucket --mib N [--json FILE] -------
 
 
 def _bucket_rank(mib: int, report: Path | None) -> None:
@@ -423,7 +480,7 @@ def _bucket_rank(mib: int, report: Path | None) -> None:
 if __name__ == "__main__":
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m ina.lab.train_bench")
+    p = argparse.ArgumentParser(prog="python -m ina.bench.train")
     p.add_argument("role", choices=["bucket"])
     p.add_argument("--mib", type=int, default=25)
     p.add_argument("--json", type=Path)

@@ -5,7 +5,7 @@ arrays: through the switches (an ina.host.worker.Worker), through torch's gloo
 and on the ring of hosts the fallback uses (ina.host.onhosts.call_on_hosts, as if no
 switch aggregated the job).
 
-    python -m ina.lab.collective_rank --worker w1 [--timeout 60]
+    python -m ina.bench.collective_rank --worker w1 [--timeout 60]
 
 It reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, INA_TOPOLOGY, INA_JOB and
 GLOO_SOCKET_IFNAME from the environment (ina.lab.ranks.rank_env), sets up gloo and
@@ -255,7 +255,7 @@ def _wait_for_go() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ina.lab.collective_rank",
+    p = argparse.ArgumentParser(prog="python -m ina.bench.collective_rank",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--worker", required=True, help="this host's worker of the job")
     p.add_argument("--timeout", type=float, default=60.0,

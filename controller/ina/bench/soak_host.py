@@ -1,13 +1,13 @@
 """The chaos soak's processes on the lab's hosts, each driven over stdin/stdout by
-the soak (ina.lab.soak), one JSON object a line each way.
+the soak (ina.bench.soak), one JSON object a line each way.
 
-    python -m ina.lab.soak_host worker -t TOPO --job JOB --worker NAME --seed S --timeout T
-    python -m ina.lab.soak_host inject --host NAME
+    python -m ina.bench.soak_host worker -t TOPO --job JOB --worker NAME --seed S --timeout T
+    python -m ina.bench.soak_host inject --host NAME
 
 ``worker``: one long-lived worker of the job, as a training process is: one
 ``Worker`` for all its calls. It says ``ready``, then for each line
 ``{"call": i, "size": n, "float": f}`` runs call ``i`` with its array from
-(seed, i, rank) (ina.lab.chaos.call_array), checks the result against the exact
+(seed, i, rank) (ina.bench.chaos.call_array), checks the result against the exact
 one (every worker computes it: the arrays are seeded) and answers
 ``{"ok", "exact", "error", "kind", "elapsed", "replans", "on_hosts", "seq",
 "gen"}``; an empty line ends it. SIGTERM during a call ends it the way a failure
@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
+from ina.bench.chaos import CallPlan, call_array, expected_result
 from ina.errors import InaError
 from ina.host.config import WorkerConfig
 from ina.host.transport import UdpTransport
 from ina.host.worker import Worker
-from ina.lab.chaos import CallPlan, call_array, expected_result
 from ina.protocol.constants import ETHERTYPE_IPV4, INA_UDP_PORT
 from ina.protocol.frames import parse_frame
 
@@ -194,7 +194,7 @@ def inject(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ina.lab.soak_host", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m ina.bench.soak_host", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("worker")

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ina.bench.output import pyplot, save
 from ina.control.access import Access
 from ina.control.controller import Controller
 from ina.lab import sandbox
@@ -104,6 +105,14 @@ class PathRate:
     capacity_per_s: float
 
 
+#: The paths as the picture names them.
+PATH_NAMES = {
+    "forward": "plain IPv4 forwarding\n(no aggregation)",
+    "absorb": "aggregation at a VAT node\nbelow the root (\"absorb\")",
+    "root": "aggregation at the root,\nthen the BIER result (\"root\")",
+}
+
+
 @dataclass
 class DataplaneReport:
     bmv2: str
@@ -158,6 +167,32 @@ class DataplaneReport:
         if lost:
             lines.append(f"({lost} packets were lost and waited for: the figures are low)")
         return "\n".join(lines)
+
+    def plot(self, path: Path) -> None:
+        """Packets per second into the switch on each path, with the aggregated values
+        per second and the ratio to plain forwarding written on each bar."""
+        from matplotlib.ticker import FuncFormatter
+
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(7.2, 4.2))
+        names = [PATH_NAMES.get(p.path, p.path) for p in self.paths]
+        rates = [p.packets_per_s for p in self.paths]
+        bars = ax.bar(names, rates, color=["#888888", "#2a7ab0", "#1b5e20"])
+        for bar, p in zip(bars, self.paths, strict=True):
+            values = (f"\n{p.values_per_s / 1e6:.2f} million values/s" if p.values_per_s else "")
+            ax.annotate(f"{p.packets_per_s:,.0f} packets/s{values}\n"
+                        f"{self.ratio(p.path):.2f}x forwarding",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=8)
+        ax.set_ylabel("packets per second into the switch\n(higher is better)")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
+        ax.tick_params(axis="x", labelsize=8)
+        ax.set_ylim(0, max(rates) * 1.35)
+        ax.set_title(f"One BMv2 switch running the INA program: {self.frame_bytes:,}-byte "
+                     f"frames, {self.values_per_packet} values per INA packet,\n{self.window} "
+                     f"packets in flight; median of {len(self.paths[0].rounds)} rounds",
+                     fontsize=9)
+        save(fig, path, self.bmv2, rect=(0, 0.04, 1, 1), footnote_y=0.01)
 
 
 class Rig:
@@ -384,44 +419,3 @@ def run(build_dir: Path, rounds: int, seconds: float, window: int) -> DataplaneR
                               rates, loops[name].lost, statistics.median(cpu[name]) * 1e6,
                               bottleneck * 1e6, 1 / bottleneck if bottleneck else 0.0))
     return DataplaneReport(bmv2_build(), FRAME_BYTES, ELEMS_PER_PACKET, window, seconds, paths)
-
-
-#: The paths as the picture names them.
-PATH_NAMES = {
-    "forward": "plain IPv4 forwarding\n(no aggregation)",
-    "absorb": "aggregation at a VAT node\nbelow the root (\"absorb\")",
-    "root": "aggregation at the root,\nthen the BIER result (\"root\")",
-}
-
-
-def plot(report: DataplaneReport, path: Path) -> None:
-    """Packets per second into the switch on each path, with the aggregated values
-    per second and the ratio to plain forwarding written on each bar."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
-
-    fig, ax = plt.subplots(figsize=(7.2, 4.2))
-    names = [PATH_NAMES.get(p.path, p.path) for p in report.paths]
-    rates = [p.packets_per_s for p in report.paths]
-    bars = ax.bar(names, rates, color=["#888888", "#2a7ab0", "#1b5e20"])
-    for bar, p in zip(bars, report.paths, strict=True):
-        values = (f"\n{p.values_per_s / 1e6:.2f} million values/s" if p.values_per_s else "")
-        ax.annotate(f"{p.packets_per_s:,.0f} packets/s{values}\n"
-                    f"{report.ratio(p.path):.2f}x forwarding",
-                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=8)
-    ax.set_ylabel("packets per second into the switch\n(higher is better)")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
-    ax.tick_params(axis="x", labelsize=8)
-    ax.set_ylim(0, max(rates) * 1.35)
-    ax.set_title(f"One BMv2 switch running the INA program: {report.frame_bytes:,}-byte frames, "
-                 f"{report.values_per_packet} values per INA packet,\n{report.window} packets "
-                 f"in flight; median of {len(report.paths[0].rounds)} rounds", fontsize=9)
-    fig.text(0.01, 0.01, report.bmv2, fontsize=6, color="#555555")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -16,10 +16,10 @@ AllReduce) on an array of S float32 values three ways:
 Barrier: latency only, the mean of BARRIER_REPEAT in a row. And an AllReduce of a
 float16 array with 16-bit elements, with 32-bit elements, and gloo's float16 one.
 
-Each rank is one process per worker's host for the whole case (ina.lab.collective_rank),
+Each rank is one process per worker's host for the whole case (ina.bench.collective_rank),
 so torch's import and gloo's set-up are in no figure; every measurement starts all
-ranks at once (ina.lab.bench._start_together) and takes the slowest rank's time.
-Bytes come from the switch-side interface counters (ina.lab.bench._intf_bytes): the
+ranks at once (ina.bench.timing.start_together) and takes the slowest rank's time.
+Bytes come from the switch-side interface counters (ina.bench.timing.Traffic): the
 busiest link direction, and each worker's uplink and downlink, per value of S. Every
 result is checked at every rank against the exact one: bit for bit for movements,
 within the reported bound for the switches' reductions (and within float rounding
@@ -28,7 +28,6 @@ for gloo's). The issue's goals (issue 17) are printed next to what was measured.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -39,20 +38,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ina.lab.bench import (
-    CASES,
-    INA_WIRE_PER_VALUE,
-    Bench,
-    Case,
-    Link,
-    _bench_on_lab,
-    _intf_bytes,
-    _start_together,
+from ina.bench.collective_rank import Command
+from ina.bench.goals import Goal, Goals
+from ina.bench.goals import render as render_goals
+from ina.bench.onlab import CASES, INA_WIRE_PER_VALUE, Bench, Case, bench_on_lab, describe_vat
+from ina.bench.output import (
+    cases_from_figures,
     describe_regime,
-    describe_vat,
+    pyplot,
+    regime_title,
+    save,
 )
-from ina.lab.collective_rank import Command
-from ina.lab.ranks import Rank, rank_env
+from ina.bench.timing import Link, Traffic, busiest, start_together
 from ina.protocol.constants import BIER_HEADER_BYTES, ELEMS16_PER_PACKET, ELEMS_PER_PACKET
 
 #: The collectives with an array, in the order they are run and shown.
@@ -144,16 +141,6 @@ class CollectivesCase:
     regimes: list[CollectivesRegime] = field(default_factory=list)
 
 
-@dataclass
-class Goal:
-    """One of the issue's goals against what was measured (None: not measured here)."""
-
-    case: str
-    goal: str
-    measured: str
-    passed: bool | None
-
-
 # --- The plan of one regime ------------------------------------------------------------
 
 
@@ -171,25 +158,19 @@ def commands(size: int) -> list[Command]:
 
 
 class Ranks:
-    """The rank processes (ina.lab.collective_rank) on the job's workers' hosts."""
+    """The rank processes (ina.bench.collective_rank) on the job's workers' hosts."""
 
     def __init__(self, bench: Bench, workdir: Path):
         self.bench = bench
         self.workers = list(bench.job.workers)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, IO[bytes]] = {}
-        topology, master = bench.topology, bench.topology.hosts[self.workers[0]].ip
-        for rank, w in enumerate(self.workers):
-            host = bench.lab.host(w)
-            env = rank_env(Rank(rank, w, host.pid), len(self.workers), topology,
-                           bench.topology_path, bench.job_path, master, MASTER_PORT,
-                           host.defaultIntf().name)
+        for w, env in bench.rank_envs(MASTER_PORT).items():
             self.logs[w] = (workdir / f"{w}.log").open("w+b")
-            self.procs[w] = host.popen(
-                [sys.executable, "-m", "ina.lab.collective_rank", "--worker", w,
+            self.procs[w] = bench.lab.host(w).popen(
+                [sys.executable, "-m", "ina.bench.collective_rank", "--worker", w,
                  "--timeout", str(RANK_TIMEOUT)],
-                env={**env, "OMP_NUM_THREADS": "1"}, stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=self.logs[w])
+                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.logs[w])
         for w in self.workers:
             self._expect(w, b"up")
 
@@ -221,13 +202,12 @@ class Ranks:
             assert proc.stdin is not None
             proc.stdin.write(payload)
             proc.stdin.flush()
-        before = _intf_bytes(topology)
-        _start_together(self.procs)
+        traffic = Traffic(topology)
+        start_together(self.procs)
         reports = {w: json.loads(self._line(w)) for w in self.workers}
-        after = _intf_bytes(topology)
-        link_bytes = {k: after[k] - before.get(k, 0) for k in after}
+        link_bytes = traffic.since()
         per = command.size * command.repeat
-        busiest = max(link_bytes, key=lambda k: link_bytes[k])
+        top = busiest(link_bytes)
         edges = {w: topology.host_attachment(w)[0] for w in self.workers}
         seconds = max(r["seconds"] for r in reports.values()) / command.repeat
         errors = [f"{w}: {r['error']}" for w, r in reports.items() if r["error"]]
@@ -235,7 +215,7 @@ class Ranks:
             command.collective, command.method, command.dtype,
             command.width if command.method == "INA" and command.dtype != "float32" else None,
             seconds, 0.0 if command.collective == "barrier" else command.size / seconds,
-            busiest, link_bytes[busiest] / per, sum(link_bytes.values()) / per,
+            top, link_bytes[top] / per, sum(link_bytes.values()) / per,
             {w: link_bytes[(w, edges[w])] / per for w in self.workers},
             {w: link_bytes[(edges[w], w)] / per for w in self.workers},
             all(r["correct"] for r in reports.values()),
@@ -271,18 +251,13 @@ def measure_on_bench(bench: Bench, case: Case, regimes: tuple[str, ...], size: i
                      plan: list[Command] | None = None) -> CollectivesCase:
     """On a lab with the job deployed: every command of ``plan`` (default: every
     collective, ``commands(size)``) in each regime, by the same rank processes."""
-    job, lab = bench.job, bench.lab
+    job = bench.job
     plan = plan or commands(size)
     result = CollectivesCase(case.name, bench.topology.name, list(job.workers),
                              describe_vat(job), size, job.slots)
     with ranks_on(bench) as ranks:
-        for regime in regimes:
-            rate = case.rate_mbit if regime == "link" else None
-            lab.limit_links(rate)
-            try:
-                runs = [ranks.measure(c) for c in plan]
-            finally:
-                lab.limit_links(None)
+        for regime, rate in bench.regimes(regimes, case.rate_mbit):
+            runs = [ranks.measure(c) for c in plan]
             result.regimes.append(CollectivesRegime(regime, rate, runs))
     return result
 
@@ -290,105 +265,111 @@ def measure_on_bench(bench: Bench, case: Case, regimes: tuple[str, ...], size: i
 def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...], size: int
              ) -> CollectivesCase:
     """Inside the sandbox: the case's lab, its job deployed, every measurement."""
-    with _bench_on_lab(case, build_dir) as bench:
+    with bench_on_lab(case, build_dir) as bench:
         return measure_on_bench(bench, case, regimes, size)
-
-
-def case_for(name: str, rate_mbit: float | None) -> Case:
-    """The case ``name`` of ``inabench allreduce`` (its network, job and link rate)."""
-    case = CASES[name]
-    return dataclasses.replace(case, rate_mbit=rate_mbit or case.rate_mbit)
 
 
 # --- Goals -------------------------------------------------------------------------------
 
 
+Wanted = tuple[str, str, str, int | None]  # method, collective, dtype, INA's width
+
+
 def goals(case: CollectivesCase) -> list[Goal]:
     """The issue's goals (rate-limited links) against this case's measurements: passed,
     missed, or None where nothing was measured (with why)."""
-    g = next((r for r in case.regimes if r.regime == "link"), None)
-    name, n = case.case, len(case.workers)
-    if g is None or g.rate_mbit is None:
-        return [Goal(name, "every goal (rate-limited links)", "the link regime was not run",
-                     None)]
-    link: CollectivesRegime = g
-    out: list[Goal] = []
+    link = next((r for r in case.regimes if r.regime == "link"), None)
+    if link is None or link.rate_mbit is None:
+        return [Goal(case.case, "every goal (rate-limited links)",
+                     "the link regime was not run", None)]
+    judged = Goals[CollectiveRun](case.case, _why_not)
+    _traffic_goals(judged, link, len(case.workers))
+    _speed_goals(judged, link, len(case.workers))
+    wrong = [f"{r.label} {NAMES[r.collective]} ({regime.regime})" for regime in case.regimes
+             for r in regime.runs if r.method == "INA" and not r.ok]
+    judged.add("INA exact or within the reported bound at every worker, lossless",
+               "every INA result" if not wrong else f"NOT: {', '.join(wrong)}", not wrong)
+    judged.add("... under 1% and 5% loss per link, nothing at non-members",
+               "not measured by this benchmark (tests/bmv2/test_collectives.py)", None)
+    return judged.goals
 
-    def check(goal: str, runs: list[tuple[str, str, str, int | None]],
-              judge: Callable[[list[CollectiveRun]], tuple[str, bool]]) -> None:
-        """``goal`` judged on ``runs`` (method, collective, dtype, width): not
-        measured if one was not run, missed if one failed."""
-        found = []
-        for method, collective, dtype, width in runs:
-            r = link.run(collective, method, dtype, width)
-            if r is None:
-                out.append(Goal(name, goal, f"{method} {NAMES[collective]}: not run", None))
-                return
-            if not r.ok:
-                out.append(Goal(name, goal, f"{r.label} {NAMES[collective]}: "
-                                            f"{_failure(r)}", False))
-                return
-            found.append(r)
-        measured, passed = judge(found)
-        out.append(Goal(name, goal, measured, passed))
 
-    def ina(collective: str, dtype: str = "float32", width: int | None = None
-            ) -> tuple[str, str, str, int | None]:
-        return ("INA", collective, dtype, width)
-
-    def gloo(collective: str, dtype: str = "float32") -> tuple[str, str, str, int | None]:
-        return ("gloo", collective, dtype, None)
+def _traffic_goals(judged: Goals[CollectiveRun], link: CollectivesRegime, n: int) -> None:
+    """Where each collective puts its bytes: each downlink's share of S, no link
+    carrying a Broadcast twice, 16-bit elements' bytes per value."""
 
     def downlinks(r: CollectiveRun) -> list[float]:
         """Each worker's downlink, in S's bytes in 32-bit packets on a host link."""
         return [v / INA_WIRE_PER_VALUE for v in r.downlink_bytes_per_value.values()]
 
     most = 1 / n + 0.1
-    check(f"Reduce-scatter: each downlink carries S/N + completions, <= S/N + 10% of S "
-          f"(<= {most:.3f} S)", [ina("reduce_scatter")],
-          lambda rs: (f"largest {max(downlinks(rs[0])):.3f} S",
-                      max(downlinks(rs[0])) <= most))
+    judged.judge(f"Reduce-scatter: each downlink carries S/N + completions, <= S/N + 10% of "
+                 f"S (<= {most:.3f} S)", _found(link, _ina("reduce_scatter")),
+                 lambda rs: (f"largest {max(downlinks(rs[0])):.3f} S",
+                             max(downlinks(rs[0])) <= most))
     for c in ("broadcast", "allgather"):
-        check(f"{NAMES[c]}: each downlink carries S (0.95 to 1.10 S)", [ina(c)],
-              lambda rs: (f"{min(downlinks(rs[0])):.3f} to {max(downlinks(rs[0])):.3f} S",
-                          min(downlinks(rs[0])) >= 0.95 and max(downlinks(rs[0])) <= 1.10))
-    check("Broadcast: no link carries its data twice (busiest <= 1.1x one copy in BIER)",
-          [ina("broadcast")],
-          lambda rs: (f"busiest {'->'.join(rs[0].busiest_link)} "
-                      f"{rs[0].busiest_bytes_per_value / BIER_WIRE_PER_VALUE:.2f}x one copy",
-                      rs[0].busiest_bytes_per_value / BIER_WIRE_PER_VALUE <= 1.1))
-    check("16-bit elements (float16 AllReduce): <= 2.3 bytes per value on every link",
-          [ina("allreduce", "float16", 16)],
-          lambda rs: (f"busiest {'->'.join(rs[0].busiest_link)} "
-                      f"{rs[0].busiest_bytes_per_value:.2f}",
-                      rs[0].busiest_bytes_per_value <= 2.3))
-    def faster(least: float) -> Callable[[list[CollectiveRun]], tuple[str, bool]]:
-        """The first run at least ``least`` times as fast as the second."""
-        return lambda rs: (f"{rs[1].seconds / rs[0].seconds:.2f}x",
-                           rs[1].seconds / rs[0].seconds >= least)
+        judged.judge(f"{NAMES[c]}: each downlink carries S (0.95 to 1.10 S)",
+                     _found(link, _ina(c)),
+                     lambda rs: (f"{min(downlinks(rs[0])):.3f} to {max(downlinks(rs[0])):.3f} S",
+                                 min(downlinks(rs[0])) >= 0.95
+                                 and max(downlinks(rs[0])) <= 1.10))
+    judged.judge("Broadcast: no link carries its data twice (busiest <= 1.1x one copy in BIER)",
+                 _found(link, _ina("broadcast")),
+                 lambda rs: (f"busiest {'->'.join(rs[0].busiest_link)} "
+                             f"{rs[0].busiest_bytes_per_value / BIER_WIRE_PER_VALUE:.2f}x one "
+                             "copy", rs[0].busiest_bytes_per_value / BIER_WIRE_PER_VALUE <= 1.1))
+    judged.judge("16-bit elements (float16 AllReduce): <= 2.3 bytes per value on every link",
+                 _found(link, _ina("allreduce", "float16", 16)),
+                 lambda rs: (f"busiest {'->'.join(rs[0].busiest_link)} "
+                             f"{rs[0].busiest_bytes_per_value:.2f}",
+                             rs[0].busiest_bytes_per_value <= 2.3))
 
+
+def _speed_goals(judged: Goals[CollectiveRun], link: CollectivesRegime, n: int) -> None:
+    """How fast: INA against gloo, against its links' line rate, and 16-bit elements
+    against 32-bit ones and gloo's float16."""
     for c, least in (("broadcast", 1.5), ("reduce", 1.3), ("reduce_scatter", 0.9),
                      ("allgather", 0.9)):
-        check(f"{NAMES[c]}: INA >= {least}x gloo's speed", [ina(c), gloo(c)], faster(least))
+        judged.judge(f"{NAMES[c]}: INA >= {least}x gloo's speed",
+                     _found(link, _ina(c), _gloo(c)), _faster(least))
     rate = link.rate_mbit or 0.0
     for c in ("reduce_scatter", "allgather"):
-        check(f"{NAMES[c]}: INA at >= 90% of its busiest link's line rate", [ina(c)],
-              lambda rs: (f"{rs[0].busiest_line_rate(rate):.0%} of {rate:g} Mbit/s on "
-                          f"{'->'.join(rs[0].busiest_link)}",
-                          rs[0].busiest_line_rate(rate) >= 0.9))
-    check("float16 AllReduce: 16-bit elements >= 1.8x 32-bit elements",
-          [ina("allreduce", "float16", 16), ina("allreduce", "float16", 32)], faster(1.8))
+        judged.judge(f"{NAMES[c]}: INA at >= 90% of its busiest link's line rate",
+                     _found(link, _ina(c)),
+                     lambda rs: (f"{rs[0].busiest_line_rate(rate):.0%} of {rate:g} Mbit/s on "
+                                 f"{'->'.join(rs[0].busiest_link)}",
+                                 rs[0].busiest_line_rate(rate) >= 0.9))
+    sixteen = _ina("allreduce", "float16", 16)
+    judged.judge("float16 AllReduce: 16-bit elements >= 1.8x 32-bit elements",
+                 _found(link, sixteen, _ina("allreduce", "float16", 32)), _faster(1.8))
     least = 1.3 if n <= 4 else 1.5
-    check(f"float16 AllReduce: 16-bit elements >= {least}x gloo's (float16: gloo takes it)",
-          [ina("allreduce", "float16", 16), gloo("allreduce", "float16")], faster(least))
-    wrong = [f"{r.label} {NAMES[r.collective]} ({regime.regime})" for regime in case.regimes
-             for r in regime.runs if r.method == "INA" and not r.ok]
-    out.append(Goal(name, "INA exact or within the reported bound at every worker, lossless",
-                    "every INA result" if not wrong else f"NOT: {', '.join(wrong)}",
-                    not wrong))
-    out.append(Goal(name, "... under 1% and 5% loss per link, nothing at non-members",
-                    "not measured by this benchmark (tests/bmv2/test_collectives.py)", None))
-    return out
+    judged.judge(f"float16 AllReduce: 16-bit elements >= {least}x gloo's (float16: gloo "
+                 "takes it)", _found(link, sixteen, _gloo("allreduce", "float16")),
+                 _faster(least))
+
+
+def _ina(collective: str, dtype: str = "float32", width: int | None = None) -> Wanted:
+    return ("INA", collective, dtype, width)
+
+
+def _gloo(collective: str, dtype: str = "float32") -> Wanted:
+    return ("gloo", collective, dtype, None)
+
+
+def _found(link: CollectivesRegime, *wanted: Wanted) -> list[tuple[str, CollectiveRun | None]]:
+    """The runs a goal is judged on, each named as the report says it was not run."""
+    return [(f"{m} {NAMES[c]}", link.run(c, m, d, w)) for m, c, d, w in wanted]
+
+
+def _why_not(r: CollectiveRun) -> str | None:
+    """Why a run does not count for a goal (it failed), or None."""
+    return None if r.ok else f"{r.label} {NAMES[r.collective]}: {_failure(r)}"
+
+
+def _faster(least: float) -> Callable[[list[CollectiveRun]], tuple[str, bool]]:
+    """The first run at least ``least`` times as fast as the second."""
+    return lambda rs: (f"{rs[1].seconds / rs[0].seconds:.2f}x",
+                       rs[1].seconds / rs[0].seconds >= least)
 
 
 # --- Figures (JSON) ----------------------------------------------------------------------
@@ -411,11 +392,8 @@ class CollectivesFigures:
     @classmethod
     def from_figures(cls, doc: Any) -> CollectivesFigures:
         """From ``figures()``'s data (KeyError or TypeError if it is not that)."""
-        cases = [CollectivesCase(**{**c, "regimes": [
-            CollectivesRegime(g["regime"], g["rate_mbit"],
-                              [CollectiveRun(**{**r, "busiest_link": tuple(r["busiest_link"])})
-                               for r in g["runs"]])
-            for g in c["regimes"]]}) for c in doc["cases"]]
+        cases = cases_from_figures(doc["cases"], CollectivesCase, CollectivesRegime,
+                                   CollectiveRun)
         return cls(cases, str(doc["bmv2"]), str(doc["torch"]))
 
     # --- text ---------------------------------------------------------------------------
@@ -440,11 +418,8 @@ class CollectivesFigures:
                      f"{INA_WIRE_PER_VALUE / 2:.2f} and {BIER_WIRE_PER_VALUE16:.2f}. INA/x: "
                      "INA's speed over x's in the same run. hosts (ring): the ring on hosts "
                      "the fallback uses, which moves the whole array whatever the collective.")
-        lines += ["", "Goals of issue 17 (rate-limited links), against this run:"]
-        for c in self.cases:
-            for x in goals(c):
-                mark = {True: "pass", False: "MISS", None: "not measured"}[x.passed]
-                lines.append(f"  [{mark:^12}] {x.case}: {x.goal}: {x.measured}")
+        lines += ["", *render_goals("Goals of issue 17 (rate-limited links), against this run:",
+                                    (x for c in self.cases for x in goals(c)))]
         return "\n".join(lines)
 
     def _regime(self, c: CollectivesCase, g: CollectivesRegime) -> list[str]:
@@ -501,11 +476,9 @@ class CollectivesFigures:
         """Per case and regime, a column: values per second of every collective by each
         method (INA's speed over the others' on their bars), bytes per value on the
         busiest link, and the float16 AllReduce three ways."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
         import numpy as np
+
+        plt = pyplot()
 
         colors = {"INA": "#1b5e20", "gloo": "#b0413e", "hosts": "#2a7ab0"}
         panels = [(c, g) for c in self.cases for g in c.regimes]
@@ -515,8 +488,6 @@ class CollectivesFigures:
         bar = 0.27
         for col, (c, g) in enumerate(panels):
             top, middle, bottom = (axes[row][col] for row in range(3))
-            regime = ("links unlimited (CPU-bound)" if g.rate_mbit is None
-                      else f"every link {g.rate_mbit:g} Mbit/s")
             for i, m in enumerate(METHODS):
                 runs = [g.run(k, m) for k in ARRAY_COLLECTIVES]
                 rates = [0.0 if r is None or not r.ok else r.values_per_s for r in runs]
@@ -531,7 +502,7 @@ class CollectivesFigures:
                                  ha="center", va="bottom", fontsize=6, rotation=90)
                 middle.bar(x + (i - 1) * bar, per, bar, color=colors[m], label=label)
             top.set_title(f"{c.case}: {len(c.workers)} workers, S = {c.size:,} float32\n"
-                          f"{regime}", fontsize=9)
+                          f"{regime_title(g.rate_mbit)}", fontsize=9)
             top.set_ylim(0, top.get_ylim()[1] * 1.3)
             barriers = ", ".join(f"{r.label} {r.seconds * 1000:.1f} ms" for r in g.runs
                                  if r.collective == "barrier")
@@ -558,14 +529,9 @@ class CollectivesFigures:
                 middle.set_ylabel("bytes on the busiest link\nper value (lower is better)",
                                   fontsize=8)
                 bottom.set_ylabel("values per second", fontsize=8)
-        fig.text(0.01, 0.005, f"{self.bmv2}; torch {self.torch}", fontsize=6,
-                 color="#555555")
         handles, labels = axes[0][0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="upper center", ncol=len(METHODS), fontsize=8)
-        fig.tight_layout(rect=(0, 0.02, 1, 0.965))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        save(fig, path, f"{self.bmv2}; torch {self.torch}", dpi=110, rect=(0, 0.02, 1, 0.965))
 
 
 def _ratio(x: float | None) -> str:
@@ -587,6 +553,7 @@ def run(case_names: list[str], build_dir: Path, regimes: tuple[str, ...],
 
     from ina.lab.mininet import bmv2_build
 
-    cases = [run_case(case_for(name, rate_mbit), build_dir, regimes, size or SIZES[name])
+    cases = [run_case(CASES[name].adjusted(rate_mbit=rate_mbit), build_dir, regimes,
+                      size or SIZES[name])
              for name in case_names]
     return CollectivesFigures(cases, bmv2_build(), torch.__version__)

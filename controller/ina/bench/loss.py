@@ -1,0 +1,93 @@
+"""INA under loss (``inabench loss``, ``make bench-loss``): the INA AllReduce of
+Figure 1 with frames dropped (nftables) on every link, against the same AllReduce
+without loss, in one run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ina.bench.onlab import CASES, Case, bench_on_lab
+from ina.bench.timing import start_together, wait_all
+
+
+@dataclass
+class LossRun:
+    loss: float  # per link and direction
+    seconds: float  # the median of the rounds
+    values_per_s: float
+    of_lossless: float
+    retransmissions: int  # in the median round
+    early_retransmissions: int
+    rounds: list[float]  # seconds of each round
+
+
+def run(build_dir: Path, losses: list[float], size: int, case: Case,
+        rounds: int = 3) -> list[LossRun]:
+    """Inside the sandbox: the INA AllReduce of ``case`` at each loss rate, ``rounds``
+    times, the loss rates taking turns (the median is reported: one stall of the
+    machine does not decide a figure)."""
+    from ina.host.arrays import digest, random_array
+    from ina.model.harness import reduce_arrays
+
+    reports: dict[float, list[dict[str, Any]]] = {loss: [] for loss in losses}
+    with bench_on_lab(case, build_dir) as bench:
+        job, lab = bench.job, bench.lab
+        expected = digest(reduce_arrays(job.op, [random_array(size, i)
+                                                 for i in range(len(job.workers))]))
+        for _ in range(rounds):
+            for loss in losses:
+                lab.impair(loss=loss)
+                procs, _ = bench.ina(size)
+                start_together(procs)
+                workers = wait_all(procs, {}, timeout=1800)
+                lab.impair()
+                if any(r["sha256"] != expected for r in workers.values()):
+                    raise RuntimeError(f"a result at loss {loss} is not exact")
+                reports[loss].append({
+                    "seconds": max(r["elapsed"] for r in workers.values()),
+                    "retransmissions": sum(r["retransmissions"] for r in workers.values()),
+                    "early": sum(r["early_retransmissions"] for r in workers.values())})
+    runs: list[LossRun] = []
+    for loss in losses:
+        by_time = sorted(reports[loss], key=lambda r: float(r["seconds"]))
+        median = by_time[len(by_time) // 2]
+        seconds = float(median["seconds"])
+        lossless = runs[0].values_per_s if runs else size / seconds
+        runs.append(LossRun(loss, seconds, size / seconds, size / seconds / lossless,
+                            int(median["retransmissions"]), int(median["early"]),
+                            [float(r["seconds"]) for r in reports[loss]]))
+    return runs
+
+
+@dataclass
+class LossFigures:
+    """What ``inabench loss`` measured: a run per loss rate, on Figure 1."""
+
+    runs: list[LossRun]
+    case: Case = CASES["figure1"]
+
+    def figures(self) -> list[dict[str, Any]]:
+        """As JSON-ready data (docs/loss.json)."""
+        return [asdict(r) for r in self.runs]
+
+    @classmethod
+    def from_figures(cls, doc: Any) -> LossFigures:
+        """From ``figures()``'s data (KeyError or TypeError if it is not that)."""
+        return cls([LossRun(**r) for r in doc])
+
+    def render(self) -> str:
+        runs = self.runs
+        size = round(runs[0].values_per_s * runs[0].seconds)  # values per worker
+        lines = [f"INA AllReduce of {size} values per worker on {self.case.name}, frames "
+                 "dropped on every link (each direction) by nftables; in one run, the median "
+                 f"of {len(runs[0].rounds)} AllReduces per loss rate (taking turns), every "
+                 "result exact.", "",
+                 f"{'loss per link':>14} {'seconds':>8} {'values/s':>10} {'of lossless':>12} "
+                 f"{'retransmissions':>16} {'(early)':>8}"]
+        for r in runs:
+            lines.append(f"{r.loss:>14.0%} {r.seconds:>8.2f} {r.values_per_s:>10,.0f} "
+                         f"{r.of_lossless:>11.0%} {r.retransmissions:>16} "
+                         f"{r.early_retransmissions:>8}")
+        return "\n".join(lines)

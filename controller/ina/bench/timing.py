@@ -1,0 +1,134 @@
+"""Timing methods side by side: processes on a lab's hosts started at once, their
+reports collected, and the bytes every link carried meanwhile.
+
+A measured process says ``ready`` on stdout once it is set up (imports done,
+connections up) and waits for ``go`` on stdin (``inaworker --wait-go`` and the
+benchmarks' own rank processes), so that no process's time includes waiting for
+another one to start; its last line on stdout is its JSON report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ina.spec.topology import Topology
+
+Link = tuple[str, str]  # (from node, to node)
+Procs = dict[str, "subprocess.Popen[bytes]"]
+
+
+def start_together(workers: Procs, timeout: float = 120.0) -> None:
+    """Once every worker says it is set up (``ready``: its imports done, its
+    connections up), tell them all to go at once, so that no worker's time includes
+    waiting for another process to start."""
+    deadline = time.monotonic() + timeout
+    for name, proc in workers.items():
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()  # blocks until it is set up
+        if line != b"ready":
+            err = proc.stderr.read().decode() if proc.stderr is not None else ""
+            raise RuntimeError(f"{name} did not get ready (said {line!r}): {err.strip()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} took more than {timeout:g}s to get ready")
+    for proc in workers.values():
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+
+
+def wait_all(workers: Procs, others: Procs, timeout: float) -> dict[str, Any]:
+    """Wait for every process; the workers' last output line is their JSON report."""
+    results = {}
+    try:
+        for name, proc in {**workers, **others}.items():
+            out, err = proc.communicate(timeout=timeout)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{name} failed ({proc.returncode}): {err.decode().strip()}")
+            if name in workers:
+                results[name] = json.loads(out.decode().strip().splitlines()[-1])
+    finally:
+        for proc in {**workers, **others}.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results
+
+
+def link_bytes(topology: Topology) -> dict[Link, int]:
+    """Bytes sent on each link direction, read from the switch-side interfaces
+    (/proc/net/dev: /sys still shows the machine's own namespace in the sandbox)."""
+    counters: dict[str, tuple[int, int]] = {}
+    for line in Path("/proc/net/dev").read_text().splitlines()[2:]:
+        name, _, fields = line.partition(":")
+        values = fields.split()
+        counters[name.strip()] = (int(values[0]), int(values[8]))  # rx, tx bytes
+    out: dict[Link, int] = {}
+    for sw in topology.switches:
+        for port, nb in topology.ports(sw).items():
+            rx, tx = counters[f"{sw}-eth{port}"]
+            out[(sw, nb.node)] = tx  # the switch sends toward the neighbour
+            out[(nb.node, sw)] = rx
+    return out
+
+
+class Traffic:
+    """The bytes on every link direction of a lab from when it is made."""
+
+    def __init__(self, topology: Topology):
+        self.topology = topology
+        self.before = link_bytes(topology)
+
+    def since(self) -> dict[Link, int]:
+        """Bytes on each link direction since then."""
+        after = link_bytes(self.topology)
+        return {k: after[k] - self.before.get(k, 0) for k in after}
+
+
+def busiest(bytes_by_link: dict[Link, int]) -> Link:
+    """The link direction that carried the most."""
+    return max(bytes_by_link, key=lambda k: bytes_by_link[k])
+
+
+#: A step (or a call) counts as a stall when it takes more than this many medians.
+STALL_MEDIANS = 3.0
+
+
+@dataclass(frozen=True)
+class Tail:
+    """Times of a run's steps (or calls): the median, the tail, and the stalls (steps
+    over STALL_MEDIANS medians): a training step waits for its slowest call, so a
+    median alone hides what a run costs."""
+
+    median: float
+    p90: float
+    p99: float
+    largest: float
+    stalls: int
+    total: float
+
+    @classmethod
+    def of(cls, times: Sequence[float]) -> Tail:
+        """Of ``times`` (percentiles by nearest rank); ValueError if there are none."""
+        if not times:
+            raise ValueError("no times to summarise")
+        ordered = sorted(times)
+
+        def rank(p: float) -> float:
+            return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
+
+        median = statistics.median(ordered)
+        return cls(median, rank(0.90), rank(0.99), ordered[-1],
+                   sum(1 for t in ordered if t > STALL_MEDIANS * median), sum(ordered))
+
+    @classmethod
+    def of_clock(cls, clock: Sequence[float]) -> Tail:
+        """Of the steps whose ends ``clock`` gives, in seconds since the first began."""
+        return cls.of([b - a for a, b in zip([0.0, *clock[:-1]], clock, strict=True)])

@@ -1,0 +1,175 @@
+"""How fast a worker sends (``CongestionWindow``): its congestion window, grown and
+shrunk by the network's congestion marks, by queueing delay and by losses, and the
+pacing interval that spreads a window over a round trip.
+
+The switches mark congestion (ECN CE) where a port's queue passes a threshold, and
+a VAT node ORs the marks of the contributions it aggregates into the packet it
+sends on (ATP's scheme): so a chunk's result carries CE if any contribution to it,
+or the result itself, met a congested queue. Every worker of a job gets the same
+results, so every worker sees the same marks and the same round trips: their
+windows follow the same steps and converge to the same rate (they share every
+chunk's fate anyway: a chunk completes at the pace of its slowest contributor).
+
+The response, per worker, in packets (chunks) outstanding:
+
+- **Marks** (DCTCP): ``alpha`` estimates the fraction of marked results (an EWMA
+  with gain 1/16, updated once per window of results); a window with a mark is cut
+  to ``cwnd * (1 - alpha / 2)``, at most once per round trip. Few marks, a small
+  cut; every result marked, a halving.
+- **Delay** (Swift's target, as a backstop where nothing marks: a queue in a link
+  that is not a switch's, or a switch without marking): a smoothed round trip
+  above ``target`` (the path's base round trip, tripled, at least plus
+  DELAY_SLACK) cuts the window in proportion to the excess, at most once per round
+  trip.
+- **Losses**: a loss seen while the round trip is above its target is congestion
+  (the queue overflowed): the window is halved, once per round trip; a loss on a
+  path without queueing is corruption, and shrinking would only slow the
+  recovery (the 1% loss benchmark). A retransmission timeout halves it whatever
+  the delay.
+- **Growth**: one packet per result until the first cut (slow start), then one
+  packet per window of results (additive increase), never beyond ``limit`` (the
+  job's slots: the protocol's own window).
+
+Round trips are measured by the window (ina.host.window) only from packets sent
+once every worker had joined the reduction, so a call's start, which waits for the
+slowest worker, is not taken for queueing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+LOG = logging.getLogger(__name__)
+#: The window never shrinks below this many packets.
+MIN_CWND = 1.0
+#: DCTCP's gain for the estimate of the fraction of marked results.
+DCTCP_G = 1.0 / 16
+#: The base round trip is the least measured over the last BASE_BUCKETS periods of
+#: BASE_PERIOD seconds: long enough that a standing queue does not become the base.
+BASE_PERIOD = 5.0
+BASE_BUCKETS = 6
+#: The delay target: the base round trip times DELAY_FACTOR, and at least this much
+#: more than it (seconds). A backstop against standing queues where nothing marks,
+#: not a fine control: round trips through software switches sharing a machine's
+#: cores jitter by their base and more, and the marks do the fine control.
+DELAY_FACTOR = 3.0
+DELAY_SLACK = 0.025
+#: Swift's decrease per round trip over the target: ``beta * excess / rtt``, at most
+#: MAX_DECREASE of the window.
+DELAY_BETA = 0.8
+MAX_DECREASE = 0.5
+#: Packets a paced sender may send back to back after being idle.
+PACING_BURST = 2
+
+
+@dataclass
+class CongestionWindow:
+    """One worker's congestion window over its calls (see the module's docstring).
+
+    ``limit``: the largest window (the job's slots). ``cwnd``: the window, in
+    packets outstanding; it starts at ``limit`` (a job's first call sends its window
+    at once, as without congestion control). The counters say what moved it."""
+
+    limit: int
+    cwnd: float = 0.0
+    ssthresh: float = math.inf
+    alpha: float = 1.0
+    base_rtt: float | None = None
+    results: int = 0
+    marked: int = 0
+    cuts: dict[str, int] = field(default_factory=lambda: {
+        "mark": 0, "delay": 0, "loss": 0, "timeout": 0})
+    _mins: deque[list[float]] = field(default_factory=lambda: deque(maxlen=BASE_BUCKETS))
+    _window_results: int = 0
+    _window_marked: int = 0
+    _cut_at: float = -math.inf
+
+    def __post_init__(self) -> None:
+        if self.limit < 1:
+            raise ValueError("a congestion window's limit is at least one packet")
+        if self.cwnd <= 0:
+            self.cwnd = float(self.limit)
+
+    @property
+    def allowed(self) -> int:
+        """Packets that may be outstanding now."""
+        return max(1, min(self.limit, int(self.cwnd)))
+
+    def target(self) -> float | None:
+        """The round trip above which the path counts as queueing (None: no sample yet)."""
+        if self.base_rtt is None:
+            return None
+        return max(DELAY_FACTOR * self.base_rtt, self.base_rtt + DELAY_SLACK)
+
+    def interval(self, srtt: float | None) -> float:
+        """Seconds between two packets: a window per round trip (0: not paced yet)."""
+        return 0.0 if srtt is None else srtt / max(self.cwnd, MIN_CWND)
+
+    def on_result(self, now: float, marked: bool, rtt: float | None, srtt: float | None
+                  ) -> None:
+        """A new result arrived, with CE or not; ``rtt``: its round trip if it is a
+        sample (sent once, after every worker had joined); ``srtt``: the smoothed one."""
+        self.results += 1
+        self._window_results += 1
+        if marked:
+            self.marked += 1
+            self._window_marked += 1
+        if rtt is not None:
+            if not self._mins or now - self._mins[-1][0] >= BASE_PERIOD:
+                self._mins.append([now, rtt])  # [period's start, least round trip in it]
+            else:
+                self._mins[-1][1] = min(self._mins[-1][1], rtt)
+            self.base_rtt = min(m for _, m in self._mins)
+        round_trip = srtt if srtt is not None else rtt
+        target = self.target()
+        if marked and self._may_cut(now, round_trip):
+            self._cut(now, 1.0 - self._alpha_now() / 2, "mark")
+        elif (rtt is not None and srtt is not None and target is not None and srtt > target
+              and self._may_cut(now, round_trip)):
+            self._cut(now, max(1.0 - DELAY_BETA * (srtt - target) / srtt, 1.0 - MAX_DECREASE),
+                      "delay")
+        elif not marked:
+            self.cwnd = min(float(self.limit), self.cwnd + (
+                1.0 if self.cwnd < self.ssthresh else 1.0 / self.cwnd))
+        if self._window_results >= self.cwnd:
+            self.alpha = (1 - DCTCP_G) * self.alpha + DCTCP_G * (
+                self._window_marked / self._window_results)
+            self._window_results = self._window_marked = 0
+
+    def on_loss(self, now: float, srtt: float | None) -> None:
+        """A packet was found lost by later results: congestion if the path is
+        queueing (its smoothed round trip above the target), else ignored."""
+        target = self.target()
+        if (srtt is not None and target is not None and srtt > target
+                and self._may_cut(now, srtt)):
+            self._cut(now, 0.5, "loss")
+
+    def on_timeout(self, now: float, srtt: float | None) -> None:
+        """The oldest packet's retransmission timer fired (a packet sent once every
+        worker had joined: before that, it waits for the slowest worker to join the
+        call, which is no congestion): halve the window."""
+        if self._may_cut(now, srtt):
+            self._cut(now, 0.5, "timeout")
+
+    def _alpha_now(self) -> float:
+        """alpha with the current window's marks counted in (the first marked window
+        after a quiet spell cuts by what it sees, not by a stale estimate)."""
+        if self._window_results == 0:
+            return self.alpha
+        return max(self.alpha, (1 - DCTCP_G) * self.alpha
+                   + DCTCP_G * self._window_marked / self._window_results)
+
+    def _may_cut(self, now: float, round_trip: float | None) -> bool:
+        """At most one cut per round trip: the marks and losses of one window are one
+        congestion event."""
+        return now - self._cut_at >= (round_trip or 0.0)
+
+    def _cut(self, now: float, factor: float, why: str) -> None:
+        self.cwnd = max(MIN_CWND, self.cwnd * factor)
+        self.ssthresh = self.cwnd
+        self._cut_at = now
+        self.cuts[why] += 1
+        LOG.debug("congestion window cut to %.2f (%s)", self.cwnd, why)
