@@ -32,15 +32,6 @@ const bit<8> IPV4_INITIAL_TTL = 64;
 const bit<16> ETHERTYPE_PROBE = 0x88b6;  // link probes
 const bit<9> CPU_PORT = 510;  // packet-in and packet-out (--cpu-port)
 const bit<2> METER_RED = 2;  // a meter's colour over its rate
-const bit<32> ETHERNET_BYTES = 14;
-const bit<32> BIER_HEADER_BYTES = 44;
-const bit<8> ECN_CE = 0x01;  // INA ecn: congestion experienced
-#define ECN_CE_BIT 0:0
-const bit<8> IPV4_ECN_MASK = 0x03;  // RFC 3168, in diffserv
-const bit<8> IPV4_ECN_CE = 0x03;
-const bit<19> MARK_QDEPTH = 16;  // packets in BMv2's egress queue
-const int PHANTOM_RATE_SHIFT = 10;  // a phantom queue's rate: bytes per 2^this us
-const bit<3> PROBE_PRIORITY = 1;  // of 2 BMv2 egress queues per port
 const bit<4> OP_SUM = 1;
 const bit<4> OP_MIN = 2;
 const bit<4> OP_MAX = 3;
@@ -52,6 +43,17 @@ const bit<8> FLAG_ABORT = 16;
 const bit<8> FLAG_REPLAN = 32;
 const bit<8> FLAG_ON_HOSTS = 64;
 const bit<8> FLAG_NODATA = 128;
+
+// Congestion marks and the probes' egress priority.
+const bit<32> ETHERNET_BYTES = 14;
+const bit<32> BIER_HEADER_BYTES = 44;
+const bit<8> ECN_CE = 0x01;  // INA ecn: congestion experienced
+#define ECN_CE_BIT 0:0
+const bit<8> IPV4_ECN_MASK = 0x03;  // RFC 3168, in diffserv
+const bit<8> IPV4_ECN_CE = 0x03;
+const bit<19> MARK_QDEPTH = 16;  // packets in BMv2's egress queue
+const int PHANTOM_RATE_SHIFT = 10;  // a phantom queue's rate: bytes per 2^this us
+const bit<3> PROBE_PRIORITY = 1;  // of 2 BMv2 egress queues per port
 
 // SWAR masks: the top bit of every 32-bit element of a lane, and the other 31.
 const lane_t LANE_HIGH = 2048w0x80000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000;

@@ -58,11 +58,30 @@ def _slices(prefix: str, fields: tuple[tuple[str, int], ...]) -> Iterator[str]:
         yield f"#define {prefix}_{name} {low + bits - 1}:{low}"
 
 
+def _congestion_lines() -> list[str]:
+    """Congestion marks (congestion.p4, aggregation.p4) and the probes' priority."""
+    ce_bit = _log2(int(c.Ecn.CE))
+    return [
+        "",
+        "// Congestion marks and the probes' egress priority.",
+        f"const bit<32> ETHERNET_BYTES = {c.ETHERNET_BYTES};",
+        f"const bit<32> BIER_HEADER_BYTES = {c.BIER_HEADER_BYTES};",
+        f"const bit<8> ECN_CE = {int(c.Ecn.CE):#04x};  // INA ecn: congestion experienced",
+        f"#define ECN_CE_BIT {ce_bit}:{ce_bit}",
+        f"const bit<8> IPV4_ECN_MASK = {c.IPV4_ECN_MASK:#04x};  // RFC 3168, in diffserv",
+        f"const bit<8> IPV4_ECN_CE = {c.IPV4_ECN_CE:#04x};",
+        f"const bit<19> MARK_QDEPTH = {c.MARK_QDEPTH};  // packets in BMv2's egress queue",
+        f"const int PHANTOM_RATE_SHIFT = {c.PHANTOM_RATE_SHIFT};"
+        "  // a phantom queue's rate: bytes per 2^this us",
+        f"const bit<3> PROBE_PRIORITY = {c.PROBE_PRIORITY};"
+        f"  // of {c.PRIORITY_QUEUES} BMv2 egress queues per port",
+    ]
+
+
 def render_constants() -> str:
     cell_bits = sum(bits for _, bits in CELL_FIELDS)
     set_bits = sum(bits for _, bits in SET_FIELDS)
     phantom_bits = sum(bits for _, bits in PHANTOM_FIELDS)
-    ce_bit = _log2(int(c.Ecn.CE))
     lines = [
         HEADER,
         "#ifndef INA_GENERATED_P4",
@@ -99,20 +118,10 @@ def render_constants() -> str:
         f"const bit<16> ETHERTYPE_PROBE = {c.ETHERTYPE_PROBE:#06x};  // link probes",
         f"const bit<9> CPU_PORT = {c.CPU_PORT};  // packet-in and packet-out (--cpu-port)",
         f"const bit<2> METER_RED = {c.METER_RED};  // a meter's colour over its rate",
-        f"const bit<32> ETHERNET_BYTES = {c.ETHERNET_BYTES};",
-        f"const bit<32> BIER_HEADER_BYTES = {c.BIER_HEADER_BYTES};",
-        f"const bit<8> ECN_CE = {int(c.Ecn.CE):#04x};  // INA ecn: congestion experienced",
-        f"#define ECN_CE_BIT {ce_bit}:{ce_bit}",
-        f"const bit<8> IPV4_ECN_MASK = {c.IPV4_ECN_MASK:#04x};  // RFC 3168, in diffserv",
-        f"const bit<8> IPV4_ECN_CE = {c.IPV4_ECN_CE:#04x};",
-        f"const bit<19> MARK_QDEPTH = {c.MARK_QDEPTH};  // packets in BMv2's egress queue",
-        f"const int PHANTOM_RATE_SHIFT = {c.PHANTOM_RATE_SHIFT};"
-        "  // a phantom queue's rate: bytes per 2^this us",
-        f"const bit<3> PROBE_PRIORITY = {c.PROBE_PRIORITY};"
-        f"  // of {c.PRIORITY_QUEUES} BMv2 egress queues per port",
     ]
     lines += [f"const bit<4> OP_{op.name} = {int(op)};" for op in c.Op]
     lines += [f"const bit<8> FLAG_{f.name} = {int(f)};" for f in c.Flag if f.name and f.value]
+    lines += _congestion_lines()
     lines += [
         "",
         "// SWAR masks: the top bit of every 32-bit element of a lane, and the other 31.",
@@ -144,10 +153,8 @@ def render_constants() -> str:
     lines += ["", f"// The packet's array: {c.ELEMS_PER_PACKET} int32 values (or "
               f"{c.ELEMS16_PER_PACKET} int16 ones) as {c.LANES} lanes.",
               "header ina_data_h {", *(f"    lane_t lane{i};" for i in range(c.LANES)), "}"]
-    lines += ["", "// Slices of cell_t, set_cell_t and phantom_t."]
-    lines += _slices("CELL", CELL_FIELDS)
-    lines += _slices("SET", SET_FIELDS)
-    lines += _slices("PHANTOM", PHANTOM_FIELDS)
+    lines += ["", "// Slices of cell_t, set_cell_t and phantom_t.", *_slices("CELL", CELL_FIELDS),
+              *_slices("SET", SET_FIELDS), *_slices("PHANTOM", PHANTOM_FIELDS)]
     lines += ["", "#endif", ""]
     return "\n".join(lines)
 
