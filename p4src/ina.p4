@@ -9,7 +9,8 @@
  * P-BM = A-BM. The root sends the result by BIER (RFC 8279/8296) with
  * BitString = A-BM, one copy per BIER set the job spans (a packet carries one
  * set: the INA header's si, the BIER BIFT-id); edge switches decapsulate it
- * to the workers.
+ * to the workers. Every packet leaving a port may carry a congestion mark
+ * (include/congestion.p4), which aggregation carries into results.
  *
  * Sizes and codes come from include/generated.p4, the per-lane registers and
  * actions of the Aggregation control from include/lanes.p4 (both written by
@@ -35,6 +36,7 @@
 #include "include/bier_ingress.p4"
 #include "include/ingress.p4"
 #include "include/bier_egress.p4"
+#include "include/congestion.p4"
 #include "include/egress.p4"
 #include "include/compute_checksum.p4"
 #include "include/deparser.p4"

@@ -11,7 +11,7 @@ from ina.control.entities import Entity, Lpm, McastGroup, TableEntry
 from ina.control.memory_switch import MemorySwitch
 from ina.control.switch_state import base_plan
 from ina.errors import ControllerError, DeployError, JobError
-from ina.spec.topology import Topology
+from ina.spec.topology import Queues, Topology
 
 from inatest import FIGURE1, ModelLab, figure1_job
 
@@ -167,3 +167,33 @@ def test_writing_one_switch_after_another_deploys_the_same_entries(figure1: Topo
         asyncio.run(ctl.init())
         plans.append(asyncio.run(ctl.deploy(figure1_job(figure1), epoch=9)).entries)
     assert plans[0] == plans[1]
+
+
+def test_init_writes_each_ports_phantom_queue_and_follows_the_queues(
+        model_lab: ModelLab) -> None:
+    """The topology's queues become a port_queues entry on every port of every
+    switch; init with other queues modifies them in place, with none deletes them."""
+    def queues_of(sw: str) -> dict[int, tuple[int, int, int]]:
+        table = model_lab.stores[sw].tables.get(n.PORT_QUEUES.name, {})
+        return {int(str(e.match_value("egress_port"))): (e.param("rate"), e.param("mark"),
+                                                          e.param("limit"))
+                for e in table.values()}
+
+    assert all(queues_of(sw) == {} for sw in model_lab.stores)
+    ports = sum(len(model_lab.topology.declared_ports(sw)) for sw in model_lab.stores)
+    _writes(model_lab)
+    slow = model_lab.topology.with_queues(Queues(rate=2.0, buffer=30000, mark=7500))
+    asyncio.run(Controller(slow, model_lab.stores).init())
+    writes = _writes(model_lab)
+    assert sum(len(w) for w in writes.values()) == ports
+    assert {op for w in writes.values() for op, _ in w} == {"insert"}
+    assert queues_of("s5") == {1: (256, 7500, 30000), 2: (256, 7500, 30000),
+                               3: (256, 7500, 30000)}
+    faster = slow.with_queues(Queues(rate=4.0, buffer=30000, mark=7500))
+    asyncio.run(Controller(faster, model_lab.stores).init())
+    writes = _writes(model_lab)
+    assert {op for w in writes.values() for op, _ in w} == {"modify"}
+    assert sum(len(w) for w in writes.values()) == ports and queues_of("s1")[1][0] == 512
+    asyncio.run(Controller(faster.with_queues(None), model_lab.stores).init())
+    assert {op for w in _writes(model_lab).values() for op, _ in w} == {"delete"}
+    assert all(queues_of(sw) == {} for sw in model_lab.stores)

@@ -240,3 +240,85 @@ def test_a_switch_whose_probes_reach_nobody_for_the_hang_time_breaks_its_links()
     for _ in range(int(w.det.hang_after / STEP) + 2):
         verdict = w.step(lambda sender, _: sender != "spine1")
     assert verdict.links == {lk.nodes for lk in w.det.links if "spine1" in lk.nodes}
+
+
+# --- congestion: a late probe on a port that marks packets -------------------------------
+
+
+def _port_to(switch: str, neighbour: str) -> int:
+    return next(p for p, nb in TOPO.ports(switch).items() if nb.node == neighbour)
+
+
+def _one_direction_late(w: Watched, sender: str, receiver: str, seconds: float,
+                        marks: Callable[[float], int] | None) -> Failures:
+    """Every probe flows but sender -> receiver's, for ``seconds``; meanwhile the
+    sender's port toward the receiver has marked ``marks(now)`` packets so far (its
+    counter, as the watcher reads it with every liveness read), or nothing."""
+    port = _port_to(sender, receiver)
+    verdict = Failures()
+    end = w.now + seconds
+    while w.now < end - 1e-9:
+        verdict = w.step(lambda s, r: (s, r) != (sender, receiver))
+        w.det.port_marks(sender, {port: marks(w.now) if marks else 0}, w.now)
+        verdict = w.det.verdict(w.now)
+    return verdict
+
+
+def test_a_probe_late_behind_a_congested_queue_is_no_failure() -> None:
+    """leaf1's port toward spine1 keeps marking: its probes wait in that queue."""
+    w = Watched()
+    w.run(1.0)
+    assert not _one_direction_late(w, "leaf1", "spine1", 2.0,
+                                   lambda now: int(now * 1000))  # marks all along
+
+
+def test_the_same_late_probe_without_marks_is_a_failure() -> None:
+    w = Watched()
+    w.run(1.0)
+    verdict = _one_direction_late(w, "leaf1", "spine1", DETECT + 3 * STEP, None)
+    assert verdict.links == {frozenset({"leaf1", "spine1"})}
+
+
+def test_marks_on_another_port_do_not_excuse_a_late_probe() -> None:
+    w = Watched()
+    w.run(1.0)
+    other = _port_to("leaf1", "spine2")
+    verdict = Failures()
+    for _ in range(int(DETECT / STEP) + 3):
+        w.step(lambda s, r: (s, r) != ("leaf1", "spine1"))
+        w.det.port_marks("leaf1", {other: int(w.now * 1000)}, w.now)
+        verdict = w.det.verdict(w.now)
+    assert verdict.links == {frozenset({"leaf1", "spine1"})}
+
+
+def test_marks_that_stopped_before_the_probes_did_excuse_nothing() -> None:
+    w = Watched()
+    port = _port_to("leaf1", "spine1")
+    for count in range(10):  # congested a while, then calm for a second, still probing
+        w.run(STEP)
+        w.det.port_marks("leaf1", {port: count}, w.now)
+    w.run(1.0)
+    verdict = _one_direction_late(w, "leaf1", "spine1", DETECT + 3 * STEP, lambda _: 9)
+    assert verdict.links == {frozenset({"leaf1", "spine1"})}
+
+
+def test_a_congested_link_that_carries_no_probe_for_the_hang_time_is_down() -> None:
+    """A dead link that is still sent to also marks (its phantom queue fills): after
+    hang_after it is down whatever the marks say."""
+    w = Watched()
+    w.run(1.0)
+    verdict = _one_direction_late(w, "leaf1", "spine1", w.det.hang_after + 2 * STEP,
+                                  lambda now: int(now * 1000))
+    assert verdict.links == {frozenset({"leaf1", "spine1"})}
+
+
+def test_the_first_reading_of_a_mark_counter_is_only_a_baseline() -> None:
+    det = Detector(TOPO, DETECT)
+    det.port_marks("leaf1", {1: 500}, 1.0)
+    assert not det.congested("leaf1", 1, 0.0)
+    det.port_marks("leaf1", {1: 500}, 1.1)
+    assert not det.congested("leaf1", 1, 0.0)
+    det.port_marks("leaf1", {1: 501}, 1.2)
+    assert det.congested("leaf1", 1, 1.1) and not det.congested("leaf1", 1, 1.2)
+    det.port_marks("leaf1", {1: 3}, 1.3)  # the switch restarted: a new baseline
+    assert not det.congested("leaf1", 1, 1.2)

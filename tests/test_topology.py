@@ -6,7 +6,8 @@ from typing import Any
 import pytest
 
 from ina.errors import TopologyError
-from ina.spec.topology import Topology
+from ina.protocol.constants import QUEUE_BUFFER, QUEUE_MARK
+from ina.spec.topology import Failures, Queues, Topology
 
 
 def _figure1_dict() -> dict[str, Any]:
@@ -93,3 +94,54 @@ def test_duplicate_yaml_key_is_refused(tmp_path: Path) -> None:
                     "  s1: {device_id: 2, grpc: 'a:2', loopback: 10.0.0.2}\nhosts: {}\nlinks: []\n")
     with pytest.raises(TopologyError, match="duplicate key 's1'"):
         Topology.load(path)
+
+
+# --- queues: every link's rate, buffer and marking threshold -----------------------------
+
+
+def test_queues_are_optional_and_take_defaults_for_buffer_and_mark() -> None:
+    assert Topology.from_dict(_figure1_dict()).queues is None
+    data = _figure1_dict()
+    data["queues"] = {"rate": 2}
+    q = Topology.from_dict(data).queues
+    assert q == Queues(rate=2.0, buffer=QUEUE_BUFFER, mark=QUEUE_MARK)
+    assert q is not None and q.phantom_rate == 256  # bytes per 1,024 us: 2 Mbit/s
+    data["queues"] = {"rate": 0.5, "buffer": 20000, "mark": 3000}
+    assert Topology.from_dict(data).queues == Queues(0.5, 20000, 3000)
+
+
+@pytest.mark.parametrize("queues,problem", [
+    ({"buffer": 30000}, "queues: missing ['rate']"),
+    ({"rate": 2, "burst": 3}, "queues: unknown attributes ['burst']"),
+    ({"rate": 0}, "queues.rate: 0 is not a rate in Mbit/s from 0.1 to 100000"),
+    ({"rate": "fast"}, "queues.rate: 'fast' is not a rate in Mbit/s from 0.1 to 100000"),
+    ({"rate": True}, "queues.rate: True is not a rate in Mbit/s from 0.1 to 100000"),
+    ({"rate": 2, "buffer": 1000}, "queues.buffer: 1000 is not an integer in 1514..2147483647"),
+    ({"rate": 2, "buffer": 250000}, "queues.buffer: 250000 bytes is more than a link may queue "
+     "(64000): beyond it BMv2's send blocks and the switch stops sending on every port"),
+    ({"rate": 2, "mark": -1}, "queues.mark: -1 is not an integer in 0..2147483647"),
+    ({"rate": 2, "buffer": 20000, "mark": 20000},
+     "queues.mark: 20000 bytes is not below the buffer (20000 bytes): a queue that never "
+     "holds more would never mark"),
+    ([2], "queues: expected a mapping of attributes"),
+])
+def test_bad_queues_are_named(queues: Any, problem: str) -> None:
+    data = _figure1_dict()
+    data["queues"] = queues
+    assert _problems(data) == [problem]
+
+
+def test_with_queues_changes_only_the_queues_and_failures_keep_them() -> None:
+    topo = Topology.from_dict(_figure1_dict())
+    fast = topo.with_queues(Queues(rate=4.0))
+    assert fast.queues == Queues(rate=4.0) and topo.queues is None
+    assert fast.path("h1", "h2") == topo.path("h1", "h2") and fast.links == topo.links
+    assert fast.without(Failures().with_link("s1", "s2")).queues == Queues(rate=4.0)
+    assert fast.with_queues(None).queues is None
+
+
+def test_queues_made_in_python_are_checked_too() -> None:
+    with pytest.raises(ValueError, match="queues need a rate"):
+        Queues(rate=2.0, buffer=100_000)
+    with pytest.raises(ValueError, match="queues need a rate"):
+        Queues(rate=2.0, buffer=20_000, mark=20_000)

@@ -6,6 +6,7 @@ again is seen again."""
 from __future__ import annotations
 
 import asyncio
+import types
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import finsy as fy
 import pyee
 
+from ina.control import p4names as n
 from ina.control.access import Access
 from ina.control.watch import Watcher, WatchOptions
 from ina.spec.topology import Failures, Topology
@@ -59,7 +61,17 @@ class ScriptedSwitch:
         step = self.read_script.pop(0) if self.read_script else "ok"
         if step == "cancelled":  # grpc: the channel closed under the call
             raise asyncio.CancelledError()
-        yield entity
+        for one in entity if isinstance(entity, list) else [entity]:
+            yield one
+
+    @property
+    def p4info(self) -> Any:
+        """What the watcher asks of the P4Info: a counter's name from its id."""
+        class Counters:
+            def __getitem__(self, counter_id: str) -> Any:
+                return types.SimpleNamespace(name=counter_id)
+
+        return types.SimpleNamespace(counters=Counters())
 
     async def write(self, _: Any) -> None:
         step = self.read_script.pop(0) if self.read_script else "ok"
@@ -149,9 +161,35 @@ def test_a_liveness_read_answered_late_counts() -> None:
 
     async def slow_read(entity: Any) -> AsyncIterator[Any]:
         await asyncio.sleep(2 * FAST.detect_after)
-        yield entity
+        for one in entity:
+            yield one
 
     sw.read = slow_read  # type: ignore[method-assign]
     answered: list[float] = []
     w.detector.switch_answered = lambda switch, now: answered.append(now)  # type: ignore[method-assign]
     run_for(w, lambda: w._liveness("spine2"), lambda: until(lambda: len(answered) >= 2))
+
+
+def test_the_liveness_read_hands_the_probe_ports_mark_counters_to_the_detector() -> None:
+    """With each liveness read, the mark counters of the ports the probes leave by: a
+    count that grows says the port is congested (Detector.port_marks)."""
+    w = watcher()
+    sw = scripted(w, "spine2")
+    w._links["spine2"].connected = True
+    ports = w._links["spine2"].probe_ports
+    counts = iter(range(100))
+
+    async def marking(entity: Any) -> AsyncIterator[Any]:
+        count = next(counts)
+        for e in entity:
+            if e.counter_id == n.PORT_MARKS:
+                yield fy.P4CounterEntry(e.counter_id, index=e.index,
+                                        data=fy.P4CounterData(packet_count=count))
+            else:
+                yield e
+
+    sw.read = marking  # type: ignore[method-assign]
+    run_for(w, lambda: w._liveness("spine2"),
+            lambda: until(lambda: all(w.detector.congested("spine2", p, 0.0) for p in ports)))
+    assert ports and sorted(ports) == sorted(
+        p for p, nb in TOPO.ports("spine2").items() if not nb.is_host)

@@ -1,5 +1,7 @@
 """The INA header and RFC 8296 BIER header: encodings and round trips."""
 
+from dataclasses import replace
+
 import pytest
 from scapy.compat import raw
 from scapy.layers.inet import IP, UDP
@@ -15,12 +17,14 @@ from ina.protocol.constants import (
     INA_HEADER_LAYOUT,
     INA_PAYLOAD_BYTES,
     INA_UDP_PORT,
+    INA_VERSION,
     MAX_BFR_ID,
+    Ecn,
     Flag,
     Op,
 )
 from ina.protocol.frames import Bier, bier_frame, ina_frame, parse_frame
-from ina.protocol.scapy_layers import BIER, INA, flag_names
+from ina.protocol.scapy_layers import BIER, INA, ecn_names, flag_names
 
 
 def test_ina_payload_round_trips_with_negative_values() -> None:
@@ -135,7 +139,7 @@ def test_an_ina_packet_summary_names_every_header_field_and_the_flags() -> None:
                       header.pack())
     assert _summary_of(frame).endswith(
         "/ INA job=1 seq=42 flags=RESULT|SYNC op=SUM count=256 si=0 gen=1 dest=0 width=32 "
-        "pbm=0x3")
+        "ecn=NONE pbm=0x3")
 
 
 def test_an_ina_packet_summary_shows_the_ip_addresses() -> None:
@@ -159,7 +163,7 @@ def test_a_bier_result_summary_shows_the_bier_header_in_hex() -> None:
     assert (f"BIER bift_id={BIER_BIFT_ID + 2:#x} si=2 bfir_id=5 bitstring=0xb0 "
             in _summary_of(frame))
     assert _summary_of(frame).endswith(
-        "flags=RESULT op=SUM count=1 si=2 gen=0 dest=0 width=32 pbm=0x1")
+        "flags=RESULT op=SUM count=1 si=2 gen=0 dest=0 width=32 ecn=NONE pbm=0x1")
 
 
 # --- the layouts the dissector is generated from --------------------------------------
@@ -175,7 +179,8 @@ def _fields_of(header: bytes, layout: tuple[tuple[str, int], ...]) -> dict[str, 
 
 def test_the_ina_header_layout_is_where_the_codec_writes_each_field() -> None:
     header = InaHeader(job_id=0x1234, seq=0x89ABCDEF, pbm=(1 << 255) | 5, count=0x0102,
-                       op=Op.MIN, flags=Flag.RESULT | Flag.REPLAN, version=0xA, si=7, gen=0xFE)
+                       op=Op.MIN, flags=Flag.RESULT | Flag.REPLAN, version=0xA, si=7, gen=0xFE,
+                       dest=0x0F0E, width=16, ecn=Ecn(0x81))
     fields = _fields_of(header.pack(), INA_HEADER_LAYOUT)
     assert fields == {name: int(getattr(header, name)) for name, _ in INA_HEADER_LAYOUT}
 
@@ -247,8 +252,37 @@ def test_a_16_bit_packet_in_scapy_and_in_the_parser() -> None:
 
 def test_the_new_fields_follow_gen_before_the_pbm() -> None:
     header = InaHeader(job_id=1, seq=2, pbm=1, count=3, gen=4, dest=0x0506, width=16,
-                       reserved=7)
+                       ecn=Ecn.CE)
     packed = header.pack()
-    assert packed[11:16] == bytes([4, 5, 6, 16, 7]) and len(packed) == INA_HEADER_BYTES == 48
+    assert packed[11:16] == bytes([4, 5, 6, 16, 1]) and len(packed) == INA_HEADER_BYTES == 48
     assert packed[16:] == (1).to_bytes(32, "big")
     assert InaHeader.unpack(packed) == header
+
+
+# --- version 5: ecn, the congestion marks ----------------------------------------------
+
+def test_version_5_carries_the_congestion_mark_in_the_byte_after_width() -> None:
+    assert INA_VERSION == 5
+    payload = ina_payload(7, 9, bit_of(2), [1, 2, 3])
+    assert InaPacket.unpack(payload).header.ecn == Ecn.NONE  # a worker sends none
+    marked = replace(InaHeader.unpack(payload), ecn=Ecn.CE).pack() + payload[INA_HEADER_BYTES:]
+    assert marked[15] == int(Ecn.CE) and marked[:15] == payload[:15]
+    assert InaPacket.unpack(marked).header.ecn == Ecn.CE
+    assert InaHeader.unpack(bytes(15) + b"\xff" + bytes(32)).ecn == 0xFF  # kept, unknown bits too
+
+
+def test_the_congestion_mark_round_trips_through_scapy_and_the_parser() -> None:
+    header = InaHeader(job_id=3, seq=5, pbm=0b1, count=2, flags=Flag.RESULT, ecn=Ecn.CE)
+    payload = InaPacket(header, (4, 5)).pack()
+    dissected = INA(payload)
+    assert int(dissected.ecn) == int(Ecn.CE) and raw(dissected) == payload
+    assert raw(INA(job_id=3, seq=5, pbm=1, count=2, flags=int(Flag.RESULT), ecn=1,
+                   values=[4, 5])) == payload
+    assert " ecn=CE pbm=0x1" in dissected.summary()
+    frame = parse_frame(ina_frame("00:00:00:00:00:01", "02:00:00:00:00:01", "10.0.0.1",
+                                  "10.0.100.6", payload))
+    assert frame.ina == header and frame.pack()[-INA_PAYLOAD_BYTES:] == payload
+
+
+def test_marks_are_shown_by_name_and_unknown_bits_as_a_number() -> None:
+    assert (ecn_names(0), ecn_names(1), ecn_names(0x81)) == ("NONE", "CE", "CE|0x80")

@@ -1,6 +1,7 @@
 """The Wireshark dissector (tools/wireshark/ina.lua) decodes the frames the project
 builds: a worker's contribution over IPv4/UDP, a SYNC, and a result in RFC 8296
-BIER, each field to the value it was built with; display filters select by its
+BIER (marked as congested: version 5's ecn), each field to the value it was
+built with; display filters select by its
 fields. (Its generated tables are checked against the constants in test_codegen.)
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -22,6 +24,8 @@ from ina.protocol.constants import (
     BIER_PROTO_IPV4,
     BITSTRING_BYTES,
     INA_HEADER_BYTES,
+    INA_VERSION,
+    Ecn,
     Flag,
     Op,
 )
@@ -44,13 +48,18 @@ class Payload(NamedTuple):
     flags: Flag = Flag.NONE
     width: int = 32
     dest: int = 0
+    ecn: Ecn = Ecn.NONE
 
     def pack(self) -> bytes:
         if self.flags & Flag.NODATA:
-            return nodata_payload(self.job, self.seq, self.pbm, len(self.values), self.op,
-                                  self.flags & ~Flag.NODATA, width=self.width, dest=self.dest)
-        return ina_payload(self.job, self.seq, self.pbm, self.values, self.op, self.flags,
-                           width=self.width, dest=self.dest)
+            payload = nodata_payload(self.job, self.seq, self.pbm, len(self.values), self.op,
+                                     self.flags & ~Flag.NODATA, width=self.width,
+                                     dest=self.dest)
+        else:
+            payload = ina_payload(self.job, self.seq, self.pbm, self.values, self.op,
+                                  self.flags, width=self.width, dest=self.dest)
+        header = replace(InaHeader.unpack(payload), ecn=self.ecn)
+        return header.pack() + payload[INA_HEADER_BYTES:]
 
 
 W1, W2, S1, S6 = (f"00:00:00:00:0{i}:0{i}" for i in (1, 2, 3, 4))
@@ -59,7 +68,7 @@ CONTRIBUTION = Payload(1, 42, bit_of(1), [7, -2, 2**31 - 1], Op.MAX)
 SYNC = InaHeader(job_id=3, seq=9, pbm=bit_of(2), count=4242, flags=Flag.SYNC | Flag.ABORT,
                  gen=5)
 RESULT_BIER = Bier(bitstring=0b1011, bift_id=BIER_BIFT_ID + 1, bfir_id=6, ttl=61)
-RESULT = Payload(1, 42, join_set(1, 0b1011), [4, 8, 12], flags=Flag.RESULT)
+RESULT = Payload(1, 42, join_set(1, 0b1011), [4, 8, 12], flags=Flag.RESULT, ecn=Ecn.CE)
 #: Version 4: 16-bit elements for dest 3; a completion (NODATA) in BIER.
 WIDE16 = Payload(2, 77, bit_of(1), [-(2**15), -1, 2**15 - 1], Op.MIN, width=16, dest=3)
 COMPLETION = Payload(2, 77, bit_of(1) | bit_of(2), [0, 0, 0], Op.MIN,
@@ -69,7 +78,7 @@ FIELDS = ("ip.src", "ina.version", "ina.op", "ina.flags", "ina.flags.result",
           "ina.gen", "ina.pbm", "ina.bfr_id", "ina.value", "ina.dest", "ina.width",
           "ina.value16", "ina.flags.nodata", "udp.length", "bier.bift_id", "bier.si",
           "bier.ttl", "bier.bsl", "bier.proto", "bier.bfir_id", "bier.bitstring",
-          "bier.bfr_id")
+          "bier.bfr_id", "ina.ecn", "ina.ecn.ce")
 
 
 def _frames() -> list[bytes]:
@@ -105,7 +114,8 @@ def test_a_contribution_decodes_to_what_it_was_built_with(
         rows: list[dict[str, list[str]]]) -> None:
     row = rows[0]
     assert row["ip.src"] == ["10.0.0.1"]
-    assert row["ina.version"] == ["4"] and row["ina.op"] == [str(int(Op.MAX))]
+    assert row["ina.version"] == [str(INA_VERSION)] and row["ina.op"] == [str(int(Op.MAX))]
+    assert row["ina.ecn"] == ["0x00"] and row["ina.ecn.ce"] == ["0"]
     assert (row["ina.dest"], row["ina.width"], row["ina.value16"]) == (["0"], ["32"], [])
     assert row["ina.flags"] == ["0x00"] and row["ina.flags.result"] == ["0"]
     assert (row["ina.job"], row["ina.seq"], row["ina.count"]) == (["1"], ["42"], ["3"])
@@ -137,6 +147,7 @@ def test_a_bier_result_decodes_the_bier_header_and_the_packet_inside(
     assert row["ip.src"] == ["10.0.100.6"] and row["ina.flags.result"] == ["1"]
     assert row["ina.si"] == ["1"] and row["ina.bfr_id"] == ["257", "258", "260"]
     assert row["ina.value"] == [str(v) for v in RESULT.values]
+    assert row["ina.ecn"] == ["0x01"] and row["ina.ecn.ce"] == ["1"]  # marked as congested
 
 
 def test_16_bit_values_decode_as_such(rows: list[dict[str, list[str]]]) -> None:
@@ -164,6 +175,7 @@ def test_a_frame_of_another_udp_port_is_not_taken_for_ina(
     ("ina && !bier", ["42", "9", "77"]),
     ("ina.flags.nodata == 1", ["77"]),
     ("ina.width == 16", ["77", "77"]),
+    ("ina.ecn.ce == 1", ["42"]),
 ])
 def test_display_filters_select_frames_by_the_dissectors_fields(
         capture: Path, display_filter: str, seqs: list[str]) -> None:

@@ -18,6 +18,13 @@
 // the others with it; a NODATA round only ORs P-BMs (and OVERFLOW flags) into the
 // cell, no lane work, and completes as NODATA.
 //
+// Congestion marks (INA version 5, ATP's scheme). A contribution's ECN_CE (a
+// switch on its path was congested: congestion.p4) is ORed into the cell's CE bit,
+// in the same register write as the rest of the cell; the packet that leaves a
+// complete round carries CE if any contribution had it, and so does a resend (the
+// cell's CE, or the retransmission's own). So every worker's result tells whether
+// any path of the round was congested.
+//
 // Loss recovery (SwitchML's scheme, extended to a tree). A job's W = slots slots
 // have two cells each, 2W cells from 2 * slot_base on; sequence number s uses
 // cell 2 * slot_base + (s mod 2W): s and s + W, consecutive rounds through the
@@ -105,7 +112,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         lanes_store();
         cells.write(cell, hdr.ina.pbm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w1
-                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0) ++ 8w0);
+                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
+                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 8w0);
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
     }
@@ -114,7 +122,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     action start_round_nodata() {
         cells.write(cell, hdr.ina.pbm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w0
-                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0) ++ 8w0);
+                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
+                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 8w0);
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
     }
@@ -126,7 +135,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                                      || (wrapped & LANE_HIGH) != 0);
         cells.write(cell, (cs[CELL_BITMAP] | hdr.ina.pbm) ++ cs[CELL_EPOCH] ++ cs[CELL_SEQ]
                           ++ cs[CELL_GEN] ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ cs[CELL_WIDTH]
-                          ++ 1w1 ++ overflow ++ cs[CELL_DONE]);
+                          ++ 1w1 ++ overflow ++ (cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT])
+                          ++ cs[CELL_DONE]);
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
     }
@@ -138,6 +148,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                           ++ 1w0
                           ++ (cs[CELL_OVERFLOW]
                               | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0))
+                          ++ (cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT])
                           ++ cs[CELL_DONE]);
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
@@ -150,7 +161,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         lanes_store();
         cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w1
-                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0) ++ 8w1);
+                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
+                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 8w1);
         meta.job_stat = JOB_STAT_ABSORBED;
     }
 
@@ -158,7 +170,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     action complete_alone_nodata() {
         cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w0
-                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0) ++ 8w1);
+                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
+                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 8w1);
         meta.job_stat = JOB_STAT_ABSORBED;
     }
 
@@ -167,22 +180,26 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     action complete_round() {
         bool overflow = (hdr.ina.flags & FLAG_OVERFLOW) != 0 || cs[CELL_OVERFLOW] == 1
                         || (wrapped & LANE_HIGH) != 0;
+        bit<1> ce = cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT];
         cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ cs[CELL_GEN]
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w1
-                          ++ (bit<1>)overflow ++ 8w1);
+                          ++ (bit<1>)overflow ++ ce ++ 8w1);
         lanes_load();
         hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW)
                         | (((bit<8>)(bit<1>)overflow) * FLAG_OVERFLOW);
+        hdr.ina.ecn = hdr.ina.ecn | ((bit<8>)ce * ECN_CE);
         meta.job_stat = JOB_STAT_ABSORBED;
     }
 
     // A NODATA contribution completes a NODATA round: the packet goes on as it is.
     action complete_round_nodata() {
         bit<1> overflow = cs[CELL_OVERFLOW] | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0);
+        bit<1> ce = cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT];
         cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ cs[CELL_GEN]
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w0
-                          ++ overflow ++ 8w1);
+                          ++ overflow ++ ce ++ 8w1);
         hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW) | (((bit<8>)overflow) * FLAG_OVERFLOW);
+        hdr.ina.ecn = hdr.ina.ecn | ((bit<8>)ce * ECN_CE);
         meta.job_stat = JOB_STAT_ABSORBED;
     }
 
@@ -191,6 +208,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         lanes_load();
         hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW)
                         | (((bit<8>)cs[CELL_OVERFLOW]) * FLAG_OVERFLOW);
+        hdr.ina.ecn = hdr.ina.ecn | ((bit<8>)cs[CELL_CE] * ECN_CE);
         meta.job_stat = JOB_STAT_RESENT;
     }
 
@@ -198,6 +216,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     action resend_nodata() {
         hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW)
                         | (((bit<8>)cs[CELL_OVERFLOW]) * FLAG_OVERFLOW);
+        hdr.ina.ecn = hdr.ina.ecn | ((bit<8>)cs[CELL_CE] * ECN_CE);
         meta.job_stat = JOB_STAT_RESENT;
     }
 
@@ -235,13 +254,15 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         complete = done == meta.sets;
         bool overflow = (hdr.ina.flags & FLAG_OVERFLOW) != 0
                         || (!fresh && cs[CELL_OVERFLOW] == 1) || (wrapped & LANE_HIGH) != 0;
+        bool ce = (hdr.ina.ecn & ECN_CE) != 0 || (!fresh && cs[CELL_CE] == 1);
         cells.write(cell, 256w0 ++ meta.epoch ++ hdr.ina.seq ++ gen
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width
                           ++ (bit<1>)hdr.data.isValid()
-                          ++ (bit<1>)overflow ++ done);
+                          ++ (bit<1>)overflow ++ (bit<1>)ce ++ done);
         set_bitmaps.write((cell << BIER_SETS_LOG2) | (bit<32>)hdr.ina.si, gen ++ bitmap);
         hdr.ina.flags = overflow ? hdr.ina.flags | FLAG_OVERFLOW
                                  : hdr.ina.flags & ~FLAG_OVERFLOW;
+        hdr.ina.ecn = hdr.ina.ecn | ((bit<8>)(bit<1>)ce * ECN_CE);
         meta.consumed = !complete;
     }
 

@@ -1,11 +1,14 @@
-// Egress: only BIER copies need work (mask, prune, cut to a completion,
-// decapsulate); count each outcome.
+// Egress: BIER copies need work (mask, prune, cut to a completion, decapsulate),
+// counted by outcome; then every packet that leaves by a port (not pruned, not to
+// the CPU port) may be marked as congested (congestion.p4). No `return` here: p4c
+// turns one into a flag that every packet would set and test.
 control InaEgress(inout headers_t hdr, inout metadata_t meta,
                   inout standard_metadata_t std) {
     counter(MAX_JOBS * JOB_STAT_STRIDE, CounterType.packets_and_bytes) job_stats;
     counter(SWITCH_STATS, CounterType.packets_and_bytes) switch_stats;
 
     BierEgress() bier;
+    Congestion() congestion;
 
     apply {
         if (hdr.bier.isValid()) {
@@ -27,6 +30,12 @@ control InaEgress(inout headers_t hdr, inout metadata_t meta,
                     switch_stats.count((bit<32>)SWITCH_STAT_COMPLETION_SENT);
                 }
             }
+        }
+        // A pruned copy is still BIER (a delivered one is not); bier_out is set on
+        // every BIER copy. The CPU port has no counter cell.
+        if (std.egress_port < MAX_PORTS
+                && (!hdr.bier.isValid() || meta.bier_out != BIER_OUT_PRUNED)) {
+            congestion.apply(hdr, meta, std);
         }
     }
 }

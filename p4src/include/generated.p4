@@ -5,15 +5,16 @@
 // Widths.
 typedef bit<256> bitmap_t;  // P-BM, A-BM, F-BM and BIER BitString
 typedef bit<2048> lane_t;  // 64 int32 values side by side (or 128 int16 ones)
-typedef bit<390> cell_t;  // a cell's scalars (CELL_* slices)
+typedef bit<391> cell_t;  // a cell's scalars (CELL_* slices)
 typedef bit<288> set_cell_t;  // a (cell, set) bitmap (SET_* slices)
+typedef bit<80> phantom_t;  // a port's phantom queue (PHANTOM_* slices)
 
 // Wire format.
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_BIER = 0xab37;  // RFC 8296
 const bit<8> IP_PROTO_UDP = 17;
 const bit<16> INA_UDP_PORT = 18753;
-const bit<4> INA_VERSION = 4;
+const bit<4> INA_VERSION = 5;
 const bit<16> ELEMS_PER_PACKET = 256;  // of width 32
 const bit<16> ELEMS16_PER_PACKET = 512;  // of width 16
 const bit<8> WIDTH32 = 32;
@@ -42,6 +43,17 @@ const bit<8> FLAG_ABORT = 16;
 const bit<8> FLAG_REPLAN = 32;
 const bit<8> FLAG_ON_HOSTS = 64;
 const bit<8> FLAG_NODATA = 128;
+
+// Congestion marks and the probes' egress priority.
+const bit<32> ETHERNET_BYTES = 14;
+const bit<32> BIER_HEADER_BYTES = 44;
+const bit<8> ECN_CE = 0x01;  // INA ecn: congestion experienced
+#define ECN_CE_BIT 0:0
+const bit<8> IPV4_ECN_MASK = 0x03;  // RFC 3168, in diffserv
+const bit<8> IPV4_ECN_CE = 0x03;
+const bit<19> MARK_QDEPTH = 16;  // packets in BMv2's egress queue
+const int PHANTOM_RATE_SHIFT = 10;  // a phantom queue's rate: bytes per 2^this us
+const bit<3> PROBE_PRIORITY = 1;  // of 2 BMv2 egress queues per port
 
 // SWAR masks: the top bit of every 32-bit element of a lane, and the other 31.
 const lane_t LANE_HIGH = 2048w0x80000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000800000008000000080000000;
@@ -121,18 +133,21 @@ header ina_data_h {
     lane_t lane3;
 }
 
-// Slices of cell_t and set_cell_t.
-#define CELL_BITMAP 389:134
-#define CELL_EPOCH 133:102
-#define CELL_SEQ 101:70
-#define CELL_GEN 69:38
-#define CELL_COUNT 37:22
-#define CELL_OP 21:18
-#define CELL_WIDTH 17:10
-#define CELL_DATA 9:9
-#define CELL_OVERFLOW 8:8
+// Slices of cell_t, set_cell_t and phantom_t.
+#define CELL_BITMAP 390:135
+#define CELL_EPOCH 134:103
+#define CELL_SEQ 102:71
+#define CELL_GEN 70:39
+#define CELL_COUNT 38:23
+#define CELL_OP 22:19
+#define CELL_WIDTH 18:11
+#define CELL_DATA 10:10
+#define CELL_OVERFLOW 9:9
+#define CELL_CE 8:8
 #define CELL_DONE 7:0
 #define SET_GEN 287:256
 #define SET_BITMAP 255:0
+#define PHANTOM_BYTES 79:48
+#define PHANTOM_TIME 47:0
 
 #endif

@@ -76,7 +76,7 @@ header ina_h {
     bit<8>   gen;       // generation of the job's plan the packet belongs to
     bit<16>  dest;      // BFR-id of the only worker that gets the data (0: every worker)
     bit<8>   width;     // bits per element: WIDTH32 or WIDTH16
-    bit<8>   reserved;
+    bit<8>   ecn;       // congestion marks: ECN_CE from the path or any contribution
     bitmap_t pbm;
 }
 

@@ -28,9 +28,11 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         meta.consumed = false;
     }
 
-    // The controller's packet (a link probe): out of the port it names.
+    // The controller's packet (a link probe): out of the port it names, ahead of
+    // the port's backlog (BMv2's egress queue of priority PROBE_PRIORITY).
     action controller_out() {
         std.egress_spec = hdr.packet_out.egress_port;
+        std.priority = PROBE_PRIORITY;
         hdr.packet_out.setInvalid();
         switch_stats.count((bit<32>)SWITCH_STAT_PROBE_SENT);
     }
@@ -41,6 +43,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         hdr.packet_in.ingress_port = std.ingress_port;
         hdr.packet_in.pad = 0;
         std.egress_spec = CPU_PORT;
+        std.priority = PROBE_PRIORITY;
         switch_stats.count((bit<32>)SWITCH_STAT_PROBE_RECEIVED);
     }
 
@@ -89,9 +92,14 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
             }
         }
         // The job's entry, looked up once for BIER and IPv4 alike (a table can be
-        // applied in one place only); it only sets metadata.
+        // applied in one place only); it only sets metadata. A switch that does not
+        // know INA may have marked the packet's IPv4 header CE on the way: the mark
+        // goes into the INA header, which aggregation carries into the result.
         if (hdr.ina.isValid()) {
             jobs.apply(hdr.ina.job_id, hdr.ina.si, hdr.ipv4.dst_addr, meta);
+            if ((hdr.ipv4.diffserv & IPV4_ECN_MASK) == IPV4_ECN_CE) {
+                hdr.ina.ecn = hdr.ina.ecn | ECN_CE;
+            }
         }
         if (meta.drop_reason != SWITCH_STAT_NONE) {
             // Refused at the edge: an undeclared port, or a host over its rate.

@@ -118,7 +118,7 @@ def test_allreduce_stays_exact_while_init_runs_and_modifies(
         figure1_lab: NetLab, deployed: Deployed) -> None:
     (path, job), = deployed
     entries_before = _job_entries(figure1_lab)
-    size = 64 * 2000
+    size = 64 * 6000  # long enough for three inits, which read every base table
     procs = figure1_lab.start_workers(path, job, size, seed=300, timeout=30)
     try:
         assert _written(_init(figure1_lab)) == {}

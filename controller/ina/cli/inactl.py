@@ -42,7 +42,7 @@ from ina.control.controller import Controller, SwitchStatus
 from ina.control.localstate import RecordedFailures, load_failures, update_failures
 from ina.control.repair import ON_HOSTS, read_jobs, repair, repair_switches
 from ina.control.report import render_status
-from ina.control.switch import SwitchClient
+from ina.control.switch import CounterValue, SwitchClient
 from ina.control.vat_planner import resolve, root_only, stream_cost
 from ina.errors import P4InfoError, PlanError, UsageError
 from ina.lab.labstate import LabRecord
@@ -291,6 +291,10 @@ async def _teardown(ctl: Controller, job_id: int) -> int:
     return 0
 
 
+def _counts(v: CounterValue) -> dict[str, int]:
+    return {"packets": v.packets, "bytes": v.bytes}
+
+
 def _status_json(status: dict[str, SwitchStatus], job_id: int | None) -> dict[str, Any]:
     return {
         sw: {
@@ -307,6 +311,9 @@ def _status_json(status: dict[str, SwitchStatus], job_id: int | None) -> dict[st
             },
             "switch": {stat.name.lower(): {"packets": v.packets, "bytes": v.bytes}
                        for stat, v in s.switch_stats.items()},
+            "ports": {str(port): {"sent": _counts(v),
+                                  "marked": _counts(s.port_marks.get(port, CounterValue()))}
+                      for port, v in s.port_packets.items()},
         }
         for sw, s in status.items()
     }

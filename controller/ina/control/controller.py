@@ -137,6 +137,9 @@ class SwitchStatus:
     switch_stats: dict[SwitchStat, CounterValue]
     base_entries: int
     problems: list[str] = field(default_factory=list)
+    #: Per port of the topology: packets sent out of it, and those marked as congested.
+    port_packets: dict[int, CounterValue] = field(default_factory=dict)
+    port_marks: dict[int, CounterValue] = field(default_factory=dict)
 
 
 class Controller:
@@ -505,11 +508,16 @@ class Controller:
                 for j in jobs
             }
             switch_stats = {stat: switch_cells.get(stat, CounterValue()) for stat in SwitchStat}
+            ports = sorted(self.topology.declared_ports(sw))
+            sent = await client.read_counter(n.PORT_PACKETS)
+            marked = await client.read_counter(n.PORT_MARKS)
             problems = []
             if base == 0:
                 problems.append("no base state: run `inactl init`")
             return SwitchStatus(sw, sorted(jobs, key=lambda j: j.job_id), job_stats,
-                                switch_stats, base, problems)
+                                switch_stats, base, problems,
+                                {p: sent.get(p, CounterValue()) for p in ports},
+                                {p: marked.get(p, CounterValue()) for p in ports})
 
         results = await self._each(read)
         self._raise_failures("reading status", results)

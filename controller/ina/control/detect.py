@@ -22,6 +22,12 @@ Two kinds of evidence, both timed by the caller's clock:
   down whatever the other links do). A switch whose own probes cannot be sent
   (another controller is primary for a moment, or the write times out) pauses
   the verdict on its links.
+- **Congestion marks** (``port_marks``): each switch port's count of packets it
+  marked as congested (congestion.p4). A probe late on a direction whose sending
+  port marked packets lately (since ``detect_after`` before the last probe heard
+  there) waited in a congested queue: that is congestion, not the link's loss,
+  and the link is down only after ``hang_after`` (a dead link that keeps being
+  sent to also keeps marking).
 
 A switch or link that was down is up again once it has answered (switch) or
 carried probes both ways (link) since it went down. Verdicts never change
@@ -32,6 +38,7 @@ by milliseconds, far below ``detect_after``.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ina.protocol.constants import ETHERTYPE_PROBE
@@ -99,6 +106,8 @@ class Detector:
     _heard: dict[tuple[str, int], _Heard] = field(default_factory=dict)  # by receiving end
     _links: list[LinkEnds] = field(default_factory=list)
     _by_device: dict[int, str] = field(default_factory=dict)
+    _marks: dict[tuple[str, int], int] = field(default_factory=dict)  # last count read
+    _marked_at: dict[tuple[str, int], float] = field(default_factory=dict)  # when it grew
 
     def __post_init__(self) -> None:
         topo = self.topology
@@ -156,6 +165,22 @@ class Detector:
         heard.since_down = True
         return True
 
+    def port_marks(self, switch: str, marks: Mapping[int, int], now: float) -> None:
+        """``switch``'s ports' counts of packets marked as congested so far (the
+        port_marks counter), by port: a count that grew since the last reading
+        says the port is congested now. (A first reading, or a count that went
+        back, as after a restart, is only a new baseline.)"""
+        for port, count in marks.items():
+            key = (switch, port)
+            last = self._marks.get(key)
+            if last is not None and count > last:
+                self._marked_at[key] = now
+            self._marks[key] = count
+
+    def congested(self, switch: str, port: int, since: float) -> bool:
+        """Whether ``switch`` marked packets out of ``port`` after ``since``."""
+        return self._marked_at.get((switch, port), float("-inf")) > since
+
     # --- verdict -----------------------------------------------------------------------
 
     def verdict(self, now: float) -> Failures:
@@ -194,8 +219,10 @@ class Detector:
             judged_since = max(self._probing_since[link.a], self._probing_since[link.b])
             if not (self._can_probe[link.a] and self._can_probe[link.b]):
                 continue
-            late_ab = self._late(ends[1], judged_since, passed_up[link.b], sent[link.a], now)
-            late_ba = self._late(ends[0], judged_since, passed_up[link.a], sent[link.b], now)
+            late_ab = self._late(ends[1], judged_since, passed_up[link.b], sent[link.a], now,
+                                 (link.a, link.a_port))
+            late_ba = self._late(ends[0], judged_since, passed_up[link.a], sent[link.b], now,
+                                 (link.b, link.b_port))
             if late_ab or late_ba:
                 links.add(link.nodes)
         for sw in switches - self.down.switches:
@@ -208,12 +235,16 @@ class Detector:
         return self.down
 
     def _late(self, heard: _Heard, since: float, passed_up: float, sent: float,
-              now: float) -> bool:
+              now: float, sending_port: tuple[str, int]) -> bool:
         """No probe on this direction of a link for detect_after, while its receiver
         passed up probes from its other ports and its sender's probes crossed its other
-        links (or for hang_after, whatever the others do)."""
+        links, and its sending port was not congested (or for hang_after, whatever the
+        others do and whatever the port marked)."""
         last = max(heard.at, since)
         if now - last <= self.detect_after:
             return False
-        return (passed_up - last > self.detect_after and sent - last > self.detect_after
-                or now - last > self.hang_after)
+        if now - last > self.hang_after:
+            return True
+        if self.congested(*sending_port, last - self.detect_after):
+            return False  # it waits in a congested queue
+        return passed_up - last > self.detect_after and sent - last > self.detect_after

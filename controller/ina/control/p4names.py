@@ -122,12 +122,23 @@ JOB_MEMBERS = TableSpec(
     (MEMBER, MEMBER_ON_HOSTS, BIER_SOURCE), NOT_MEMBER, metered=True,
 )
 
+# Egress: each port's phantom queue (congestion.p4), from the topology's queues:
+# ``rate`` bytes per 2**PHANTOM_RATE_SHIFT us (the link's rate), packets marked above
+# ``mark`` bytes, at most ``limit`` bytes held (the link's buffer). No entry: none.
+PHANTOM_QUEUE = ActionSpec("InaEgress.congestion.phantom_queue",
+                           (("rate", 32), ("mark", 32), ("limit", 32)))
+NO_PHANTOM_QUEUE = ActionSpec("InaEgress.congestion.no_phantom_queue")
+PORT_QUEUES = TableSpec(
+    "InaEgress.congestion.port_queues", (("egress_port", "exact", 9),), (PHANTOM_QUEUE,),
+    NO_PHANTOM_QUEUE,
+)
+
 TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, VAT_JOBS, VAT_SETS, JOB_MEMBERS,
-          RESULT_SETS, BIER_PORTS)
+          RESULT_SETS, BIER_PORTS, PORT_QUEUES)
 #: Tables whose entries belong to jobs; each is keyed by job_id first.
 JOB_TABLES = (VAT_JOBS, VAT_SETS, JOB_MEMBERS, RESULT_SETS)
 #: Tables that ``inactl init`` owns (the rest belong to jobs).
-BASE_TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, BIER_PORTS)
+BASE_TABLES = (LOCAL_ADDRESSES, IPV4_ROUTES, HOST_PORTS, BIER_PORTS, PORT_QUEUES)
 
 # Counters. Every statistic is counted in exactly one of the ingress/egress pair,
 # so a statistic's value is the sum of the pair at its index.
@@ -137,7 +148,12 @@ INGRESS_SWITCH_STATS = "InaIngress.switch_stats"
 EGRESS_SWITCH_STATS = "InaEgress.switch_stats"
 JOB_STAT_COUNTERS = (INGRESS_JOB_STATS, EGRESS_JOB_STATS)
 SWITCH_STAT_COUNTERS = (INGRESS_SWITCH_STATS, EGRESS_SWITCH_STATS)
-COUNTERS = JOB_STAT_COUNTERS + SWITCH_STAT_COUNTERS
+# Per egress port (index: the port; not the CPU port): packets sent, and those of
+# them marked as congested (congestion.p4).
+PORT_PACKETS = "InaEgress.congestion.port_packets"
+PORT_MARKS = "InaEgress.congestion.port_marks"
+PORT_COUNTERS = (PORT_PACKETS, PORT_MARKS)
+COUNTERS = JOB_STAT_COUNTERS + SWITCH_STAT_COUNTERS + PORT_COUNTERS
 
 TABLE_BY_NAME = {t.name: t for t in TABLES}
 ACTION_BY_NAME = {a.name: a for t in TABLES for a in t.actions + (t.default,)}

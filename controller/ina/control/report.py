@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ina.control.controller import SwitchStatus
+from ina.control.switch import CounterValue
 
 
 def render_status(status: dict[str, SwitchStatus], job_id: int | None = None) -> str:
@@ -20,4 +21,12 @@ def render_status(status: dict[str, SwitchStatus], job_id: int | None = None) ->
         events = ", ".join(f"{st.name.lower()} {v.packets}" for st, v in s.switch_stats.items()
                            if v.packets)
         lines.append(f"  switch: {events or 'no drops, no BIER copies'}")
+        ports = []
+        for port, sent in s.port_packets.items():
+            marked = s.port_marks.get(port, CounterValue()).packets
+            if sent.packets:
+                share = f" ({100 * marked / sent.packets:.1f}%)" if marked else ""
+                ports.append(f"{port} sent {sent.packets} marked {marked}{share}")
+        if ports:  # congestion marks (congestion.p4)
+            lines.append(f"  ports: {', '.join(ports)}")
     return "\n".join(lines)

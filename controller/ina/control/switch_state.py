@@ -3,9 +3,10 @@ reference model executes.
 
 ``base_plan`` is the per-switch state that does not depend on jobs (addresses,
 routes, what each port leads to, BIER F-BMs per port and set, the BIER multicast
-groups). ``job_plan`` is a job's entries: a VAT node on each aggregation switch
-and the root, and a ``transit`` entry (counters only) on every other switch its
-packets cross, with each VAT node's A-BM per BIER set.
+groups, each port's phantom queue when the topology has ``queues``).
+``job_plan`` is a job's entries: a VAT node on each aggregation switch and the
+root, and a ``transit`` entry (counters only) on every other switch its packets
+cross, with each VAT node's A-BM per BIER set.
 Entries are plain values (``ina.control.entities``), so the same state
 feeds P4Runtime and the model.
 """
@@ -47,9 +48,10 @@ def _policed(e: TableEntry, topology: Topology) -> TableEntry:
 
 
 def base_plan(topology: Topology, switch: str) -> list[Entity]:
-    """Addresses, routes, what each port leads to and BIER state of one switch.
-    Every port of the topology is declared, a failed link's too (its probes tell
-    when it is back); a port not declared carries nothing."""
+    """Addresses, routes, what each port leads to, BIER state and, with the
+    topology's ``queues``, each port's phantom queue (congestion marks) of one
+    switch. Every port of the topology is declared, a failed link's too (its probes
+    tell when it is back); a port not declared carries nothing."""
     me = topology.switches[switch]
     ports = topology.ports(switch)
     smac = _mac(me.mac)
@@ -89,6 +91,12 @@ def base_plan(topology: Topology, switch: str) -> list[Entity]:
                     n.BIER_PORTS, match, n.TO_BFR, fbm=part, smac=smac,
                     dmac=_mac(topology.switches[nb.node].mac),
                 ))
+    queues = topology.queues
+    if queues is not None:
+        for port in sorted(topology.declared_ports(switch)):
+            result.append(entry(n.PORT_QUEUES, {"egress_port": port}, n.PHANTOM_QUEUE,
+                                rate=queues.phantom_rate, mark=queues.mark,
+                                limit=queues.buffer))
     # BIER of jobs not deployed here, and resends: one copy per port, its set in the
     # header (a job's own packets use the job's group, see job_groups).
     result.append(McastGroup(BIER_MCAST_GROUP, tuple((port, 0) for port in fbms)))

@@ -4,7 +4,9 @@ Per switch, one long-lived P4Runtime connection with a low election id (1 by
 default), so that one-shot clients (``inactl`` and the controller's repair, with
 finsy's default id) become primary while they run and write as usual. Over it:
 
-- **liveness**: every ``interval`` a cheap read (one counter cell); a switch that
+- **liveness**: every ``interval`` a cheap read (one counter cell, and the
+  congestion mark counters of the ports the probes leave by: a probe late on a
+  congested port is congestion, see ``Detector.port_marks``); a switch that
   answered none for ``detect_after`` seconds is down. The read needs the
   program: a switch that came back empty is up once its pipeline is installed
   again, which this connection does (``p4blob``) as soon as it is primary there.
@@ -506,15 +508,22 @@ class Watcher:
         hang_after (a shorter bound would turn load into a hang that never clears,
         each answer arriving after its read was given up)."""
         link = self._links[name]
-        cell = fy.P4CounterEntry(_LIVENESS_COUNTER, index=0)
+        cells = [fy.P4CounterEntry(_LIVENESS_COUNTER, index=0)]
+        cells += [fy.P4CounterEntry(n.PORT_MARKS, index=port) for port in link.probe_ports]
         while True:
             started = self.clock()
             if link.connected:
                 try:
+                    marks: dict[int, int] = {}
                     async with _calls_below(), asyncio.timeout(self.options.hang_after):
-                        async for _ in link.switch.read(cell):  # type: ignore[attr-defined]
-                            pass
-                    self.detector.switch_answered(name, self._now())
+                        async for c in link.switch.read(cells):  # type: ignore[attr-defined]
+                            # (finsy names a counter by its P4Info alias)
+                            counter = link.switch.p4info.counters[c.counter_id].name
+                            if counter == n.PORT_MARKS and c.index is not None:
+                                marks[c.index] = c.packet_count
+                    now = self._now()
+                    self.detector.switch_answered(name, now)
+                    self.detector.port_marks(name, marks, now)
                 except (TimeoutError, fy.P4ClientError, AssertionError, ConnectionLost) as exc:
                     # AssertionError, ConnectionLost: the connection ended under the read.
                     LOG.debug("%s: liveness read failed: %r", name, exc)

@@ -6,7 +6,8 @@ switch. When a sequence number's bitmap reaches the A-BM, the server puts the
 result in RFC 8296 BIER packets, one per BIER set of the A-BM with that set's
 bits as BitString, and sends them to its edge switch, which the controller told
 to accept BIER from this port for this job (job_members, action bier_source);
-the switches replicate them as usual. A retransmission for a complete sequence
+the switches replicate them as usual. A result carries a congestion mark (Ecn.CE)
+if any contribution to it did, as from a root switch. A retransmission for a complete sequence
 number gets the result again, by BIER to the retransmitter's bits, as on a switch,
 and a worker's SYNC at the start of a call gets the call's first sequence number
 back, as from a root switch (the first SYNC gets its own proposal back), with the
@@ -29,7 +30,15 @@ from ina.errors import JobError, WireError
 from ina.protocol.arith import combine, seq_add, seq_diff
 from ina.protocol.bitmaps import join_set, split_sets
 from ina.protocol.codec import InaHeader, array_bytes, payload_values
-from ina.protocol.constants import BIER_SETS, ELEMS_PER_PACKET, INA_UDP_PORT, INA_VERSION, Flag, Op
+from ina.protocol.constants import (
+    BIER_SETS,
+    ELEMS_PER_PACKET,
+    INA_UDP_PORT,
+    INA_VERSION,
+    Ecn,
+    Flag,
+    Op,
+)
 from ina.protocol.frames import Bier, bier_frame, udp_frame
 from ina.spec.job import Job
 from ina.spec.topology import Topology
@@ -48,6 +57,7 @@ class _Cell:
         default_factory=lambda: np.zeros(ELEMS_PER_PACKET, dtype=np.int32))
     overflow: bool = False
     gen: int = 0  # the plan's generation of the contributions
+    ce: bool = False  # some contribution carried a congestion mark
 
 
 class ServerRoot:
@@ -122,7 +132,7 @@ class ServerRoot:
                 return []
             self.stats["resent"] += 1
             self.stats["multicast"] += 1
-            return [self._frame(cell, h.si, h.pbm)]
+            return [self._frame(cell, h.si, h.pbm, ce=bool(h.ecn & Ecn.CE))]
         self._combine(cell, values, h, pbm)
         self.stats["absorbed"] += 1
         if cell.bitmap != self.abm:
@@ -172,6 +182,7 @@ class ServerRoot:
     def _combine(self, cell: _Cell, values: npt.NDArray[np.int32], h: InaHeader,
                  pbm: int) -> None:
         cell.overflow |= bool(h.flags & Flag.OVERFLOW)
+        cell.ce |= bool(h.ecn & Ecn.CE)
         if cell.bitmap == 0:
             cell.values = values
         else:
@@ -186,11 +197,12 @@ class ServerRoot:
             self.cells = {s: c for s, c in self.cells.items()
                           if seq_diff(s, self.newest - self.keep) >= 0}
 
-    def _frame(self, cell: _Cell, si: int, bitstring: int) -> bytes:
-        """The result to ``bitstring`` of set ``si``."""
+    def _frame(self, cell: _Cell, si: int, bitstring: int, ce: bool = False) -> bytes:
+        """The result to ``bitstring`` of set ``si``, marked if the cell or ``ce`` (a
+        retransmission's own mark) says so."""
         flags = Flag.RESULT | (Flag.OVERFLOW if cell.overflow else Flag.NONE)
         header = InaHeader(job_id=self.job.job_id, seq=cell.seq, pbm=self.abm_sets[si],
                            count=cell.count, op=Op(cell.op), flags=flags, si=si,
-                           gen=cell.gen)
+                           gen=cell.gen, ecn=Ecn.CE if cell.ce or ce else Ecn.NONE)
         payload = header.pack() + array_bytes(cell.values)
         return bier_frame(self.mac, self.edge_mac, self.ip, Bier.for_set(si, bitstring), payload)

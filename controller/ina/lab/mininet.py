@@ -18,11 +18,23 @@ that namespace (the lab's, ``inalab exec``'s) reach them, never the hosts, which
 have namespaces of their own. BMv2's Thrift server (built in, listening on every
 address of that namespace, with no option to bind one) is refused by an nftables
 rule in the namespace: nothing can configure a switch around P4Runtime.
+
+Links and queues. With the topology's ``queues`` (``Lab.set_queues`` changes them on
+a running lab), every link end's egress is an htb class at the link's rate whose
+queue is a byte FIFO of ``buffer`` bytes (a shallow switch buffer, instead of the
+interface's 1,000 packets: seconds at a few Mbit/s), and the controller's link
+probes (EtherType ETHERTYPE_PROBE) have a class of their own served first, so that
+a congested queue does not make a link look dead. The switches mark congestion
+from phantom queues at the same rate (``port_queues``, which the controller writes
+from the same ``queues``), and every switch has PRIORITY_QUEUES egress queues per
+port, probes in the higher one. Hosts take ECN on TCP (``net.ipv4.tcp_ecn=1``), so
+TCP flows sharing the links see the same marks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import shutil
@@ -42,8 +54,8 @@ from ina.lab import sandbox
 from ina.lab.jobs import LabJobService
 from ina.lab.labstate import LabRecord
 from ina.lab.pki import make_lab_pki, switch_tls_args
-from ina.protocol.constants import CPU_PORT
-from ina.spec.topology import Failures, Topology
+from ina.protocol.constants import CPU_PORT, ETHERTYPE_PROBE, PRIORITY_QUEUES
+from ina.spec.topology import Failures, Queues, Topology
 
 LOG = logging.getLogger(__name__)
 SWITCH_BINARY = "simple_switch_grpc"
@@ -165,7 +177,10 @@ def bmv2_command(device_id: int, grpc: str, interfaces: dict[int, str],
         args += ["--log-level", "off"]
     if pcap_dir is not None:
         args += ["--pcap", str(pcap_dir)]
-    return [*args, "--", "--grpc-server-addr", grpc, "--cpu-port", str(CPU_PORT), *tls_args]
+    # Probes (packet-out and packet-in) take the higher of PRIORITY_QUEUES egress queues
+    # (ingress.p4): without them, BMv2 drops a packet of priority 1.
+    return [*args, "--", "--grpc-server-addr", grpc, "--cpu-port", str(CPU_PORT),
+            "--priority-queues", str(PRIORITY_QUEUES), *tls_args]
 
 
 @dataclass
@@ -262,6 +277,55 @@ def link_state_command(intf: str, up: bool) -> str:
             f"{intf} {{ type filter hook egress device {intf} priority -10; policy drop; }}'")
 
 
+#: The htb classes of a link end's egress (``queue_command``): the link, its probes'
+#: class (served first), and everything else's, whose queue is the byte FIFO.
+LINK_CLASS, PROBE_CLASS, DATA_CLASS = "1:1", "1:10", "1:20"
+#: Bytes an htb class sends in its turn: one full Ethernet frame.
+QUANTUM = 1514
+
+
+def queue_command(intf: str, queues: Queues | None) -> str:
+    """The shell command that gives interface ``intf``'s egress the link of ``queues``:
+    an htb class at ``queues.rate`` and under it two: the controller's link probes
+    (EtherType ETHERTYPE_PROBE, by a u32 filter: this kernel has no matchall or
+    basic classifier), served first (htb prio 0) at a small guaranteed rate, and
+    everything else (the default class), queued in a byte FIFO of ``queues.buffer``
+    bytes (bfifo; the kernel has no netem, red or codel). Each class's quantum is a
+    whole frame (htb derives one from the rate otherwise, and warns at low and high
+    rates). None: the interface's own queue again, no limit. Either way it first
+    removes what was there."""
+    clear = f"tc qdisc del dev {intf} root 2>/dev/null; true"
+    if queues is None:
+        return clear
+    rate = max(1, round(queues.rate * 1000))  # kbit/s
+    probes = max(1, min(rate // 2, max(8, rate // 100)))  # a probe every 0.1 s is ~3 kbit/s
+    handle, data_minor = DATA_CLASS.split(":")
+    return " && ".join([
+        clear,
+        f"tc qdisc add dev {intf} root handle 1: htb default {data_minor}",
+        f"tc class add dev {intf} parent 1: classid {LINK_CLASS} htb "
+        f"rate {rate}kbit ceil {rate}kbit",
+        f"tc class add dev {intf} parent {LINK_CLASS} classid {PROBE_CLASS} htb "
+        f"rate {probes}kbit ceil {rate}kbit prio 0 quantum {QUANTUM}",
+        f"tc class add dev {intf} parent {LINK_CLASS} classid {DATA_CLASS} htb "
+        f"rate {rate - probes}kbit ceil {rate}kbit prio 1 quantum {QUANTUM}",
+        f"tc qdisc add dev {intf} parent {DATA_CLASS} handle {data_minor}: bfifo "
+        f"limit {queues.buffer}",
+        f"tc filter add dev {intf} parent 1: protocol {ETHERTYPE_PROBE:#06x} prio 1 u32 "
+        f"match u32 0 0 flowid {PROBE_CLASS}",
+    ])
+
+
+def parse_backlog(tc_output: str) -> tuple[int, int]:
+    """(bytes, packets) of the first ``backlog`` line of ``tc -s qdisc show`` (0, 0 if
+    none: no such qdisc)."""
+    match = re.search(r"backlog (\d+)([KMG]?)b (\d+)p", tc_output)
+    if match is None:
+        return 0, 0
+    scale = {"": 1, "K": 1000, "M": 1000**2, "G": 1000**3}[match.group(2)]
+    return int(match.group(1)) * scale, int(match.group(3))
+
+
 def run_in_lab(cmd: str) -> str:
     """Run a shell command in the sandbox's root namespace (where the switches'
     interfaces are); its output."""
@@ -347,6 +411,8 @@ class Lab:
         net.start()
         for name in self.topology.hosts:
             self._configure_host(name)
+        if self.topology.queues is not None:
+            self._apply_queues()
         wait_until(lambda: all(sw.connected() for sw in net.switches),
                    self.options.startup_timeout, "every BMv2 switch to open its gRPC port")
         self._start_job_service()
@@ -403,6 +469,7 @@ class Lab:
         gw = self.topology.switches[edge]
         for cmd in (
             "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+            "sysctl -qw net.ipv4.tcp_ecn=1",  # TCP flows take the switches' marks
             f"ethtool -K {intf} tx off rx off",  # BMv2 forwards what veth gives it: real checksums
             f"ip route add {gw.loopback}/32 dev {intf}",
             f"ip route add default via {gw.loopback} dev {intf}",
@@ -495,19 +562,54 @@ class Lab:
             if not out.strip().endswith("rc=0"):
                 raise LabError(f"{node}: cannot impair {intf} with nftables: {out.strip()}")
 
+    def set_queues(self, queues: Queues | None) -> None:
+        """Give every link, both ways, the rate and buffer of ``queues`` (None: no
+        limit; see ``queue_command``), and the switches the phantom queues that mark
+        congestion at that rate: the lab's topology gets ``queues`` and the
+        controller's base state is reconciled with it (``inactl init``: only the
+        port_queues entries change; deployed jobs stay). The switches must be
+        running. Not inside a running event loop (use ``set_queues_async``)."""
+        asyncio.run(self.set_queues_async(queues))
+
+    async def set_queues_async(self, queues: Queues | None) -> None:
+        """``set_queues`` from a coroutine."""
+        self.topology = self.topology.with_queues(queues)
+        self._apply_queues()
+        await self.init_switches()
+        LOG.info("links: %s", "no limit" if queues is None else queues.describe())
+
     def limit_links(self, rate_mbit: float | None) -> None:
-        """Limit every link, both ways, to ``rate_mbit`` (an htb class on each
-        interface's egress, as Mininet's TCLink does; this kernel has no netem, so
-        no delay); None removes the limits."""
+        """Limit every link, both ways, to ``rate_mbit`` with the topology's buffer and
+        marking threshold (the defaults if it has none: ``Queues``), or remove the
+        limits (None): ``set_queues``."""
+        if rate_mbit is None:
+            self.set_queues(None)
+            return
+        current = self.topology.queues
+        self.set_queues(Queues(rate=rate_mbit) if current is None
+                        else dataclasses.replace(current, rate=rate_mbit))
+
+    def backlog(self, node: str, neighbour: str) -> tuple[int, int]:
+        """(bytes, frames) waiting in the byte FIFO of ``node``'s end of its link to
+        ``neighbour`` now (0, 0 without queues): a link's queue depth, for a benchmark
+        to sample (a few milliseconds a call)."""
+        ends = [e for e in self.topology.link_ends(node, neighbour) if e.node == node]
+        if not ends:
+            raise LabError(f"no link between {node} and {neighbour} in topology "
+                           f"{self.topology.name}")
+        if node in self.topology.switches:
+            intf, run = f"{node}-eth{ends[0].port}", run_in_lab
+        else:
+            host = self.net[node]
+            intf, run = host.defaultIntf().name, host.cmd
+        return parse_backlog(run(f"tc -s qdisc show dev {intf} parent {DATA_CLASS} 2>&1"))
+
+    def _apply_queues(self) -> None:
+        """The topology's queues on every link end (``queue_command``)."""
         for node, intf, run in self._interfaces():
-            run(f"tc qdisc del dev {intf} root 2>/dev/null; true")
-            if rate_mbit is None:
-                continue
-            out = run(f"tc qdisc add dev {intf} root handle 1: htb default 1 && "
-                      f"tc class add dev {intf} parent 1: classid 1:1 htb "
-                      f"rate {rate_mbit}mbit ceil {rate_mbit}mbit; echo rc=$?")
+            out = run(f"({queue_command(intf, self.topology.queues)}) 2>&1; echo rc=$?")
             if not out.strip().endswith("rc=0"):
-                raise LabError(f"{node}: cannot limit {intf} with tc htb: {out.strip()}")
+                raise LabError(f"{node}: cannot set the queue of {intf} with tc: {out.strip()}")
 
     def _interfaces(self) -> list[tuple[str, str, Callable[[str], str]]]:
         """(node, interface, run a shell command where it lives) for every link end."""

@@ -4,13 +4,21 @@ links that may lose, duplicate or delay them (``Impairment``); ``ModelTransport`
 is a host's socket on it. The controller reaches each switch's CPU port as over
 P4Runtime: ``packet_out`` sends a frame out of a port, ``packet_ins`` drains what
 a switch passed up.
+
+Congestion, which the model has no queues to form: ``queue_depth[(switch, port)]``
+is what BMv2's egress queue of that port holds as a packet joins it (a test sets
+it; 0 by default), and ``clock_us`` the switches' clock in microseconds, which
+drains their phantom queues (the monotonic clock by default; a test may give its
+own). With no topology ``queues`` and no depth set, nothing is marked.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ina.control.memory_switch import MemorySwitch
@@ -57,7 +65,13 @@ class ModelNetwork:
     def __init__(self, topology: Topology, stores: dict[str, MemorySwitch],
                  impairment: Impairment | None = None):
         self.topology = topology
-        self.switches = {name: ModelSwitch(name, stores[name]) for name in topology.switches}
+        #: BMv2's egress queue depth (packets) per (switch, port), as a test sets it.
+        self.queue_depth: dict[tuple[str, int], int] = {}
+        #: The switches' clock (microseconds): a test may replace it.
+        self.clock_us: Callable[[], int] = lambda: time.monotonic_ns() // 1000
+        self.switches = {name: ModelSwitch(name, stores[name], queue_depth=self._depth_of(name),
+                                           clock_us=lambda: self.clock_us())
+                         for name in topology.switches}
         self.inbox: dict[str, deque[bytes]] = {h: deque() for h in topology.hosts}
         # What each switch sent to its CPU port (packet_in header and frame).
         self.to_cpu: dict[str, deque[bytes]] = {s: deque() for s in topology.switches}
@@ -66,6 +80,9 @@ class ModelNetwork:
         self.impairment = impairment
         self.held: list[_Hop] = []  # frames delayed by the impairment
         self.lock = threading.Condition()  # for workers in threads (ModelTransport)
+
+    def _depth_of(self, switch: str) -> Callable[[int], int]:
+        return lambda port: self.queue_depth.get((switch, port), 0)
 
     def send(self, host: str, raw: bytes) -> None:
         """A host puts a frame on its link; everything it causes happens now."""

@@ -10,10 +10,18 @@ P4Runtime server turns what leaves through it into PacketIn messages and
 injects PacketOut messages into it): a packet-out enters on CPU_PORT with its
 packet_out header in front (``packet_out_frame``), a packet-in leaves through
 CPU_PORT with its packet_in header in front (``split_packet_in``).
+
+Congestion marks (congestion.p4) need what BMv2 has and the model does not: the
+depth of each port's egress queue as a packet joins it (``queue_depth(port)``,
+0 unless a test says otherwise) and a clock in microseconds for the phantom
+queues (``clock_us``). Without port_queues entries (the topology's ``queues``) and
+with no queue depth set, nothing is ever marked.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ina.control import p4names as n
@@ -26,6 +34,7 @@ from ina.protocol.constants import (
     ARRAY_BYTES,
     BIER_BIFT_ID,
     BIER_BSL_CODE,
+    BIER_HEADER_BYTES,
     BIER_MCAST_GROUP,
     BIER_NIBBLE,
     BIER_SETS,
@@ -33,20 +42,27 @@ from ina.protocol.constants import (
     BITSTRING_BITS,
     CPU_PORT,
     ELEMS_BY_WIDTH,
+    ETHERNET_BYTES,
     ETHERTYPE_BIER,
     ETHERTYPE_IPV4,
     ETHERTYPE_PROBE,
     INA_VERSION,
+    IPV4_ECN_CE,
+    IPV4_ECN_MASK,
     IPV4_INITIAL_TTL,
     JOB_STAT_STRIDE,
     LANES,
+    MARK_QDEPTH,
     MAX_BFR_ID,
+    MAX_PORTS,
+    PHANTOM_RATE_SHIFT,
+    Ecn,
     Flag,
     JobStat,
     Op,
     SwitchStat,
 )
-from ina.protocol.frames import ETHERNET_BYTES, Bier, Frame, ip_int, ip_str, mac_str, parse_frame
+from ina.protocol.frames import Bier, Frame, ip_int, ip_str, mac_str, parse_frame
 
 BM_MASK = (1 << BITSTRING_BITS) - 1
 U32 = 0xFFFFFFFF
@@ -55,6 +71,7 @@ U32 = 0xFFFFFFFF
 REG_CELLS = "cells"
 REG_SETS = "set_bitmaps"
 REG_PROGRESS = "progress"  # per job index, at its root: (epoch, highest completed seq)
+REG_PHANTOM = "phantom"  # per port: (bytes held, time in us) of its phantom queue
 REG_LANES = tuple(f"lane{i}" for i in range(LANES))
 # The job_members actions of a host that may send the job's packets (ina_validate.p4).
 _WORKER_MEMBERSHIPS = (n.MEMBER.name, n.MEMBER_ON_HOSTS.name)
@@ -63,6 +80,12 @@ _WORKER_MEMBERSHIPS = (n.MEMBER.name, n.MEMBER_ON_HOSTS.name)
 CONTROLLER_HEADER_BYTES = 2
 #: simple_switch's drop port: a packet sent there is dropped (not counted).
 DROP_PORT = 511
+#: BMv2's egress_global_timestamp: microseconds in 48 bits.
+TIME_MASK = (1 << 48) - 1
+
+
+def _monotonic_us() -> int:
+    return time.monotonic_ns() // 1000
 
 
 def _controller_header(port: int, frame: bytes) -> bytes:
@@ -90,9 +113,10 @@ class CellState:
     the round it holds (epoch of the job entry, sequence number), a generation
     that tags its per-set bitmaps, the round's element count and op, the
     overflow flag, how many BIER sets are full, and the bitmap of a node that
-    lies in one set (a root spanning sets keeps a bitmap per set instead); and
-    the round's element width and whether it holds an array (a contribution with
-    data came; else only NODATA ones)."""
+    lies in one set (a root spanning sets keeps a bitmap per set instead); the
+    round's element width and whether it holds an array (a contribution with
+    data came; else only NODATA ones); and whether any contribution carried a
+    congestion mark (Ecn.CE)."""
 
     epoch: int = 0
     seq: int = 0
@@ -104,6 +128,7 @@ class CellState:
     bitmap: int = 0
     width: int = 0
     data: bool = False
+    ce: bool = False
 
 
 EMPTY_CELL = CellState()
@@ -131,9 +156,16 @@ class _Meta:
 
 
 class ModelSwitch:
-    def __init__(self, name: str, store: MemorySwitch):
+    def __init__(self, name: str, store: MemorySwitch,
+                 queue_depth: Callable[[int], int] | None = None,
+                 clock_us: Callable[[], int] | None = None):
+        """``queue_depth(port)``: what BMv2's enq_qdepth would say for a packet joining
+        the port's egress queue now (default 0: BMv2 keeps up); ``clock_us``: its
+        egress_global_timestamp (default: the monotonic clock)."""
         self.name = name
         self.store = store
+        self.queue_depth: Callable[[int], int] = queue_depth or (lambda port: 0)
+        self.clock_us: Callable[[], int] = clock_us or _monotonic_us
 
     # --- tables -------------------------------------------------------------------
 
@@ -157,7 +189,8 @@ class ModelSwitch:
         """One packet through ingress, replication and egress: the frames sent, each
         with its egress port (CPU_PORT: a packet-in, its packet_in header in front)."""
         if in_port == CPU_PORT and len(raw) >= CONTROLLER_HEADER_BYTES:
-            return self._packet_out(raw)
+            return [(port, self._leave(port, out, len(raw)))
+                    for port, out in self._packet_out(raw)]
         if len(raw) < ETHERNET_BYTES:
             # BMv2's parser stops at the Ethernet header: a parser error, counted.
             self.store.count(n.INGRESS_SWITCH_STATS, SwitchStat.DROP_PARSER_ERROR, len(raw))
@@ -182,16 +215,16 @@ class ModelSwitch:
             for port, rid in group.replicas if group else ():
                 copy = frame.copy()
                 if self._egress(copy, meta, port, rid, len(raw)):
-                    out.append((port, copy.pack()))
+                    out.append((port, self._leave(port, copy, len(raw))))
             return out
         if meta.packet_in:
             self.store.count(n.INGRESS_SWITCH_STATS, SwitchStat.PROBE_RECEIVED, len(raw))
             return [(CPU_PORT, _controller_header(in_port, raw))]
         if meta.egress_port is None:
             return []
-        return [(meta.egress_port, frame.pack())]
+        return [(meta.egress_port, self._leave(meta.egress_port, frame, len(raw)))]
 
-    def _packet_out(self, raw: bytes) -> list[tuple[int, bytes]]:
+    def _packet_out(self, raw: bytes) -> list[tuple[int, Frame | bytes]]:
         """ingress.p4's controller_out: the frame after the packet_out header leaves
         by the port the header names; egress and the deparser see it as parsed."""
         port, rest = _split_controller_header(raw)
@@ -212,7 +245,7 @@ class ModelSwitch:
                 return []
             if frame.bier is not None:
                 frame.bier.bift_id = bift_id
-        return [(port, frame.pack())]
+        return [(port, frame)]
 
     def _ingress(self, frame: Frame, meta: _Meta, in_port: int) -> None:
         edge = self._exact(n.HOST_PORTS, ingress_port=in_port)
@@ -244,6 +277,10 @@ class ModelSwitch:
                 else:
                     abm = self._exact(n.VAT_SETS, job_id=frame.ina.job_id, si=frame.ina.si)
                     meta.abm = abm.param("abm") if abm is not None else 0
+            # CE on its IPv4 header (a switch that knows no INA marked it on the way)
+            # goes into its INA header (ingress.p4).
+            if frame.ipv4 is not None and frame.ipv4.tos & IPV4_ECN_MASK == IPV4_ECN_CE:
+                frame.ina = replace(frame.ina, ecn=frame.ina.ecn | Ecn.CE)
         if frame.error is not None:
             meta.drop = SwitchStat.DROP_PARSER_ERROR
         elif frame.ipv4 is not None and not frame.ipv4.checksum_ok:
@@ -444,7 +481,7 @@ class ModelSwitch:
             meta.job_events.add(JobStat.RESENT)
             if cs.data:
                 frame.lanes = tuple(s.reg_read(r, cell, 0) for r in REG_LANES)
-            self._emit(frame, meta, cs.overflow, ina.pbm, all_sets=False)
+            self._emit(frame, meta, cs.overflow, cs.ce, ina.pbm, all_sets=False)
         else:
             self._absorb(frame, meta, cell, set_index, cs, bitmap, fresh=False)
 
@@ -498,12 +535,13 @@ class ModelSwitch:
         assert job is not None and ina is not None
         meta.job_events.add(JobStat.ABSORBED)
         overflow = bool(ina.flags & Flag.OVERFLOW)
+        ce = bool(ina.ecn & Ecn.CE)
         values = frame.lanes
         data = values is not None
         if fresh:
             gen, done = (cs.gen + 1) & U32, 0
         else:
-            gen, done, overflow = cs.gen, cs.done, overflow or cs.overflow
+            gen, done, overflow, ce = cs.gen, cs.done, overflow or cs.overflow, ce or cs.ce
             if values is not None:
                 stored = tuple(s.reg_read(r, cell, 0) for r in REG_LANES)
                 values, wrapped = lanes.combine(ina.op, stored, values, ina.width)
@@ -517,7 +555,7 @@ class ModelSwitch:
         s.reg_write(REG_CELLS, cell, CellState(
             epoch=job.param("epoch"), seq=ina.seq, gen=gen, count=ina.count, op=int(ina.op),
             overflow=overflow, done=done, bitmap=bitmap if meta.sets == 1 else 0,
-            width=ina.width, data=data))
+            width=ina.width, data=data, ce=ce))
         if meta.sets != 1:
             s.reg_write(REG_SETS, set_index, (gen, bitmap))
         if done != meta.sets:
@@ -530,16 +568,18 @@ class ModelSwitch:
         # Complete: this packet leaves with the aggregate (NODATA: as it came); the
         # cell keeps it for resends.
         frame.lanes = values
-        self._emit(frame, meta, overflow, meta.abm, all_sets=True)
+        self._emit(frame, meta, overflow, ce, meta.abm, all_sets=True)
 
-    def _emit(self, frame: Frame, meta: _Meta, overflow: bool, bier_bits: int,
+    def _emit(self, frame: Frame, meta: _Meta, overflow: bool, ce: bool, bier_bits: int,
               all_sets: bool) -> None:
         """The packet carries the cell's aggregate toward the parent, or, at the root,
         by BIER: to every set of the job (``all_sets``; egress writes each set's
-        A-BM) or to ``bier_bits`` of the packet's set (a resend)."""
+        A-BM) or to ``bier_bits`` of the packet's set (a resend). It carries the
+        cell's congestion mark (``ce``) too, besides its own."""
         job, ina, ipv4, udp = meta.job, frame.ina, frame.ipv4, frame.udp
         assert job is not None and ina is not None and ipv4 is not None and udp is not None
         flags = (ina.flags & ~Flag.OVERFLOW) | (Flag.OVERFLOW if overflow else Flag.NONE)
+        ina = replace(ina, ecn=ina.ecn | (Ecn.CE if ce else Ecn.NONE))
         ipv4.src = ip_str(job.param("node_ip"))
         udp.checksum = 0
         meta.to_me = False
@@ -559,6 +599,57 @@ class ModelSwitch:
             frame.ina = replace(ina, pbm=meta.abm, flags=flags)
             ipv4.dst = ip_str(job.param("parent_ip"))
             meta.job_events.add(JobStat.EMITTED)
+
+    def _leave(self, port: int, out: Frame | bytes, nbytes: int) -> bytes:
+        """congestion.p4: a packet leaving ``port`` (any but the CPU port) is counted,
+        fills the port's phantom queue (if port_queues has one for it), and is marked
+        if BMv2's egress queue was deep (``queue_depth``) or the phantom queue holds
+        more than its threshold: CE in an ECN-capable IPv4 header, Ecn.CE in an INA
+        header. ``nbytes``: the length it entered the switch with (what BMv2's
+        counters count, and its packet_length); the frame's bytes as it leaves."""
+        if port >= MAX_PORTS:
+            return out if isinstance(out, bytes) else out.pack()
+        if isinstance(out, Frame):
+            frame: Frame | None = out
+        else:
+            frame = parse_frame(out) if len(out) >= ETHERNET_BYTES else None
+        ipv4 = frame.ipv4 if frame is not None else None
+        if frame is not None and ipv4 is not None:
+            length = (ETHERNET_BYTES + ipv4.total_len
+                      + (BIER_HEADER_BYTES if frame.bier is not None else 0))
+        else:
+            length = nbytes  # not IPv4: as it came (std.packet_length)
+        over_mark = False
+        queue = self._exact(n.PORT_QUEUES, egress_port=port)
+        if queue is not None:
+            # The phantom queue drains at the port's rate since its last packet (bytes
+            # per 2**PHANTOM_RATE_SHIFT us), never below empty, and holds at most the
+            # link's buffer.
+            now = self.clock_us() & TIME_MASK
+            held, last = self.store.reg_read(REG_PHANTOM, port, (0, 0))
+            drained = ((now - last) & TIME_MASK) * queue.param("rate") >> PHANTOM_RATE_SHIFT
+            held = min(max(0, held - drained) + length, queue.param("limit"))
+            self.store.reg_write(REG_PHANTOM, port, (held, now))
+            over_mark = held > queue.param("mark")
+        self.store.count(n.PORT_PACKETS, port, nbytes)
+        if self.queue_depth(port) < MARK_QDEPTH and not over_mark:
+            return out if isinstance(out, bytes) else out.pack()
+        self.store.count(n.PORT_MARKS, port, nbytes)
+        if frame is None or ipv4 is None:
+            return out if isinstance(out, bytes) else out.pack()
+        ect = ipv4.tos & IPV4_ECN_MASK != 0  # ECT(0), ECT(1) or CE already
+        if isinstance(out, bytes):
+            # IPv4 with options, as the controller sent it: parsed no further, and BMv2
+            # updates no checksum of such a header (compute_checksum.p4).
+            if not ect:
+                return out
+            return out[:ETHERNET_BYTES + 1] + bytes([out[ETHERNET_BYTES + 1] | IPV4_ECN_CE]) \
+                + out[ETHERNET_BYTES + 2:]
+        if ect:
+            ipv4.tos |= IPV4_ECN_CE
+        if frame.ina is not None:
+            frame.ina = replace(frame.ina, ecn=frame.ina.ecn | Ecn.CE)
+        return frame.pack()
 
     def _job_drop(self, meta: _Meta, stat: JobStat) -> None:
         meta.job_events.add(stat)

@@ -1,12 +1,12 @@
 """The INA header and its array: what a worker sends and receives as a UDP payload.
 
-INA header, version 4 (16 bytes + the P-BM)::
+INA header, version 5 (16 bytes + the P-BM)::
 
     0               1               2               3
     | ver:4 | op:4  |    flags:8    |           job_id:16           |
     |                             seq:32                            |
     |            count:16           |     si:8      |     gen:8     |
-    |            dest:16            |    width:8    |  reserved:8   |
+    |            dest:16            |    width:8    |     ecn:8     |
     |                   P-BM: BITSTRING_BITS bits                   |
 
 followed by the array (none with flag NODATA, or SYNC): ELEMS_PER_PACKET signed
@@ -16,8 +16,10 @@ zero on the wire). ``si`` is the BIER set of the P-BM, whose bits travel most
 significant byte first (see ``ina.protocol.bitmaps``); ``gen`` the generation of
 the job's plan the packet belongs to (a worker's edge switch stamps it; a re-plan
 changes it); ``dest`` the BFR-id of the only worker that gets the chunk's data
-back (0: every worker; the others get a completion, NODATA). The data plane
-reads the array as LANES lanes of LANE_BITS bits (``ina.protocol.lanes``).
+back (0: every worker; the others get a completion, NODATA); ``ecn`` the
+congestion marks (``Ecn``: CE when a switch's queue on the path of this packet, or
+of any contribution aggregated into it, was deep). The data plane reads the
+array as LANES lanes of LANE_BITS bits (``ina.protocol.lanes``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ina.protocol.constants import (
     MAX_BFR_ID,
     WIDTH16,
     WIDTH32,
+    Ecn,
     Flag,
     Op,
 )
@@ -66,7 +69,7 @@ class InaHeader:
     gen: int = 0
     dest: int = 0  # BFR-id of the only worker that gets the data back (0: every worker)
     width: int = WIDTH32  # bits per element of the array
-    reserved: int = 0
+    ecn: Ecn = Ecn.NONE  # congestion marks: CE from the path or any contribution
 
     @property
     def has_array(self) -> bool:
@@ -84,7 +87,7 @@ class InaHeader:
             self.gen & 0xFF,
             self.dest,
             self.width,
-            self.reserved,
+            int(self.ecn) & 0xFF,
         )
         return fixed + self.pbm.to_bytes(BITSTRING_BYTES, "big")
 
@@ -93,7 +96,7 @@ class InaHeader:
         if len(data) < INA_HEADER_BYTES:
             raise WireError(f"INA header needs {INA_HEADER_BYTES} bytes, got {len(data)}")
         (ver_op, flags, job_id, seq, count, si, gen, dest, width,
-         reserved) = _INA_FIXED.unpack_from(data)
+         ecn) = _INA_FIXED.unpack_from(data)
         op_code = ver_op & 0xF
         op = Op(op_code) if op_code in Op._value2member_map_ else op_code
         return cls(
@@ -108,7 +111,7 @@ class InaHeader:
             gen=gen,
             dest=dest,
             width=width,
-            reserved=reserved,
+            ecn=Ecn(ecn),
         )
 
 

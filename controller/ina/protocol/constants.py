@@ -35,6 +35,8 @@ ELEMS16_PER_LANE = LANE_BITS // 16
 #: Elements per packet of each width.
 ELEMS_BY_WIDTH = {WIDTH32: ELEMS_PER_PACKET, WIDTH16: ELEMS16_PER_PACKET}
 
+#: Bytes of an Ethernet header (no VLAN tag).
+ETHERNET_BYTES = 14
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_BIER = 0xAB37  # RFC 8296 over Ethernet
 IP_PROTO_UDP = 17
@@ -43,7 +45,8 @@ INA_UDP_PORT = 0x4941  # 18753, "IA"
 #: 2: values travel and are combined as LANES lanes of LANE_BITS bits.
 #: 3: the header's 8 reserved bits are the generation of the job's plan (gen).
 #: 4: dest, width and 8 reserved bits after gen; flag NODATA (no array).
-INA_VERSION = 4
+#: 5: those 8 reserved bits are ``ecn``: congestion marks (Ecn), ORed through aggregation.
+INA_VERSION = 5
 
 BIER_NIBBLE = 0b0101  # RFC 8296: first nibble after the BIFT-id/TC/S/TTL word
 BIER_VERSION = 0
@@ -64,6 +67,25 @@ class Op(enum.IntEnum):
     SUM = 1
     MIN = 2
     MAX = 3
+
+
+class Ecn(enum.IntFlag):
+    """INA header ``ecn`` (version 5): what the path said about congestion."""
+
+    NONE = 0
+    #: Congestion experienced: a switch's egress queue toward this packet's next hop was
+    #: deep, on the path of this packet or of any contribution aggregated into it (ATP's
+    #: scheme: a result carries the marks of every contribution in it). Set by switches
+    #: (p4src/include/congestion.p4, aggregation.p4), never cleared by them.
+    CE = 0x01
+
+
+#: The IPv4 header's ECN field (RFC 3168: the two low bits of the TOS byte) and its
+#: codepoints: not ECN-capable (0), ECT(1), ECT(0), CE. A switch marks CE only on a
+#: packet whose sender said it can take it (ECT); an INA packet arriving with CE
+#: (marked by another switch on the way) gets Ecn.CE in its INA header.
+IPV4_ECN_MASK = 0x03
+IPV4_ECN_CE = 0x03
 
 
 class Flag(enum.IntFlag):
@@ -96,9 +118,9 @@ class Flag(enum.IntFlag):
     NODATA = 0x80
 
 
-#: The INA header's ``ecn`` byte (INA version 5): ECN_CE, congestion experienced on
-#: the way of this packet or of any contribution aggregated into it.
-ECN_CE = 0x01
+#: Ecn.CE as a plain int, for code that tests the header's ``ecn`` byte in raw bytes
+#: (the workers' window).
+ECN_CE = int(Ecn.CE)
 
 
 # --- Data-plane sizes -----------------------------------------------------------
@@ -121,6 +143,29 @@ BIER_MCAST_GROUP = 1
 CPU_PORT = 510
 #: EtherType of the controller's link probes (IEEE 802 local experimental).
 ETHERTYPE_PROBE = 0x88B6
+#: Congestion marks (p4src/include/congestion.p4). A packet leaving a port is marked
+#: (IPv4 CE if ECT, Ecn.CE if INA) when BMv2's own egress queue of that port held at
+#: least MARK_QDEPTH packets as it joined it (``standard_metadata.enq_qdepth``; the
+#: queue forms when the switch's egress falls behind, and holds 64 packets), or when
+#: the port's phantom queue, draining at the port's link rate (``port_queues``, from
+#: the topology's ``queues``), holds more than its mark threshold in bytes.
+MARK_QDEPTH = 16
+#: The phantom queue's rate unit: bytes per 2**PHANTOM_RATE_SHIFT microseconds, so
+#: the data plane drains ``(elapsed_us * rate) >> PHANTOM_RATE_SHIFT`` bytes with no
+#: division (1 Mbit/s = 128 bytes per 1024 us).
+PHANTOM_RATE_SHIFT = 10
+#: Defaults of the topology's ``queues`` (bytes): the lab's bounded egress buffer per
+#: interface (a byte FIFO under the link's rate), and the phantom queue's marking
+#: threshold: a shallow buffer as a data-centre switch port has, marking at a quarter
+#: of it (DCTCP's K), about 26 and 6 INA frames of 1,158 bytes.
+QUEUE_BUFFER = 30000
+QUEUE_MARK = 7500
+#: BMv2's strict-priority egress queues per port (simple_switch ``--priority-queues``;
+#: the highest number is served first): the controller's link probes (packet-out and
+#: packet-in) take PROBE_PRIORITY, everything else 0, so a probe does not wait
+#: behind a switch's backlog of data toward the same port.
+PRIORITY_QUEUES = 2
+PROBE_PRIORITY = 1
 #: Multicast group of a job on a switch: JOB_GROUP_BASE + its job index. Its
 #: replicas are the ports (and, for a root spanning BIER sets, the (port, set)
 #: pairs) that lead to the job's workers, so no copy is made only to be pruned.
@@ -235,10 +280,12 @@ BIER_HEADER_BYTES = 12 + BITSTRING_BYTES
 #: tools/wireshark/ina.lua, is written from this by ina.protocol.luagen).
 INA_HEADER_LAYOUT = (("version", 4), ("op", 4), ("flags", 8), ("job_id", 16), ("seq", 32),
                      ("count", 16), ("si", 8), ("gen", 8), ("dest", 16), ("width", 8),
-                     ("reserved", 8), ("pbm", BITSTRING_BITS))
+                     ("ecn", 8), ("pbm", BITSTRING_BITS))
 #: The RFC 8296 header's fields in wire order, (name, bits) (ina.protocol.frames.Bier).
 BIER_HEADER_LAYOUT = (("bift_id", 20), ("tc", 3), ("s", 1), ("ttl", 8), ("nibble", 4),
                       ("version", 4), ("bsl", 4), ("entropy", 20), ("oam", 2), ("rsv", 2),
                       ("dscp", 6), ("proto", 6), ("bfir_id", 16), ("bitstring", BITSTRING_BITS))
 assert sum(bits for _, bits in INA_HEADER_LAYOUT) == 8 * INA_HEADER_BYTES
+assert Ecn.CE & (Ecn.CE - 1) == 0, "a mark is one bit (the data plane slices it)"
+assert PROBE_PRIORITY < PRIORITY_QUEUES
 assert sum(bits for _, bits in BIER_HEADER_LAYOUT) == 8 * BIER_HEADER_BYTES

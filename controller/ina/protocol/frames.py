@@ -28,6 +28,7 @@ from ina.protocol.constants import (
     BIER_PROTO_IPV4,
     BIER_VERSION,
     BITSTRING_BYTES,
+    ETHERNET_BYTES,
     ETHERTYPE_BIER,
     ETHERTYPE_IPV4,
     INA_HEADER_BYTES,
@@ -37,8 +38,6 @@ from ina.protocol.constants import (
     WIDTH16,
     Flag,
 )
-
-ETHERNET_BYTES = 14
 
 
 def mac_bytes(mac: str) -> bytes:

@@ -31,7 +31,7 @@ INA_LABELS = {
     "version": "Version", "op": "Operation", "flags": "Flags", "job_id": "Job ID",
     "seq": "Sequence number", "count": "Count", "si": "Set identifier (SI)",
     "gen": "Plan generation", "dest": "Destination (BFR-id; 0: every worker)",
-    "width": "Element width (bits)", "reserved": "Reserved", "pbm": "P-BM",
+    "width": "Element width (bits)", "ecn": "Congestion marks", "pbm": "P-BM",
 }
 BIER_LABELS = {
     "bift_id": "BIFT-id", "tc": "Traffic class", "s": "Bottom of stack", "ttl": "TTL",
@@ -83,6 +83,10 @@ def render_section() -> str:
         "local FLAGS = {",
         *(f'  {{ abbr = "{f.name.lower()}", name = "{f.name}", bit = {int(f):#04x} }},'
           for f in c.Flag if f and f.name),
+        "}",
+        "local ECN = {",
+        *(f'  {{ abbr = "{e.name.lower()}", name = "{e.name}", bit = {int(e):#04x} }},'
+          for e in c.Ecn if e and e.name),
         "}",
         *_fields("INA_FIELDS", c.INA_HEADER_LAYOUT, INA_LABELS),
         *_fields("BIER_FIELDS", c.BIER_HEADER_LAYOUT, BIER_LABELS),

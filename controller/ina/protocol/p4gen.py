@@ -35,10 +35,14 @@ CELL_FIELDS = (
     ("WIDTH", 8),  # the round's element width (32 or 16)
     ("DATA", 1),  # the cell holds an array (a contribution with data came)
     ("OVERFLOW", 1),  # some SUM element wrapped
+    ("CE", 1),  # some contribution of the round carried Ecn.CE (congestion)
     ("DONE", 8),  # BIER sets whose bitmap is full
 )
 #: A (cell, set) bitmap of a root spanning BIER sets: its generation, then the bits.
 SET_FIELDS = (("GEN", 32), ("BITMAP", c.BITSTRING_BITS))
+#: A port's phantom queue (congestion.p4): the bytes it holds, and when it last
+#: changed (BMv2's egress_global_timestamp, microseconds, 48 bits).
+PHANTOM_FIELDS = (("BYTES", 32), ("TIME", 48))
 
 
 def _log2(value: int) -> int:
@@ -54,9 +58,30 @@ def _slices(prefix: str, fields: tuple[tuple[str, int], ...]) -> Iterator[str]:
         yield f"#define {prefix}_{name} {low + bits - 1}:{low}"
 
 
+def _congestion_lines() -> list[str]:
+    """Congestion marks (congestion.p4, aggregation.p4) and the probes' priority."""
+    ce_bit = _log2(int(c.Ecn.CE))
+    return [
+        "",
+        "// Congestion marks and the probes' egress priority.",
+        f"const bit<32> ETHERNET_BYTES = {c.ETHERNET_BYTES};",
+        f"const bit<32> BIER_HEADER_BYTES = {c.BIER_HEADER_BYTES};",
+        f"const bit<8> ECN_CE = {int(c.Ecn.CE):#04x};  // INA ecn: congestion experienced",
+        f"#define ECN_CE_BIT {ce_bit}:{ce_bit}",
+        f"const bit<8> IPV4_ECN_MASK = {c.IPV4_ECN_MASK:#04x};  // RFC 3168, in diffserv",
+        f"const bit<8> IPV4_ECN_CE = {c.IPV4_ECN_CE:#04x};",
+        f"const bit<19> MARK_QDEPTH = {c.MARK_QDEPTH};  // packets in BMv2's egress queue",
+        f"const int PHANTOM_RATE_SHIFT = {c.PHANTOM_RATE_SHIFT};"
+        "  // a phantom queue's rate: bytes per 2^this us",
+        f"const bit<3> PROBE_PRIORITY = {c.PROBE_PRIORITY};"
+        f"  // of {c.PRIORITY_QUEUES} BMv2 egress queues per port",
+    ]
+
+
 def render_constants() -> str:
     cell_bits = sum(bits for _, bits in CELL_FIELDS)
     set_bits = sum(bits for _, bits in SET_FIELDS)
+    phantom_bits = sum(bits for _, bits in PHANTOM_FIELDS)
     lines = [
         HEADER,
         "#ifndef INA_GENERATED_P4",
@@ -68,6 +93,7 @@ def render_constants() -> str:
         f"(or {c.ELEMS16_PER_LANE} int16 ones)",
         f"typedef bit<{cell_bits}> cell_t;  // a cell's scalars (CELL_* slices)",
         f"typedef bit<{set_bits}> set_cell_t;  // a (cell, set) bitmap (SET_* slices)",
+        f"typedef bit<{phantom_bits}> phantom_t;  // a port's phantom queue (PHANTOM_* slices)",
         "",
         "// Wire format.",
         f"const bit<16> ETHERTYPE_IPV4 = {c.ETHERTYPE_IPV4:#06x};",
@@ -95,6 +121,7 @@ def render_constants() -> str:
     ]
     lines += [f"const bit<4> OP_{op.name} = {int(op)};" for op in c.Op]
     lines += [f"const bit<8> FLAG_{f.name} = {int(f)};" for f in c.Flag if f.name and f.value]
+    lines += _congestion_lines()
     lines += [
         "",
         "// SWAR masks: the top bit of every 32-bit element of a lane, and the other 31.",
@@ -126,9 +153,8 @@ def render_constants() -> str:
     lines += ["", f"// The packet's array: {c.ELEMS_PER_PACKET} int32 values (or "
               f"{c.ELEMS16_PER_PACKET} int16 ones) as {c.LANES} lanes.",
               "header ina_data_h {", *(f"    lane_t lane{i};" for i in range(c.LANES)), "}"]
-    lines += ["", "// Slices of cell_t and set_cell_t."]
-    lines += _slices("CELL", CELL_FIELDS)
-    lines += _slices("SET", SET_FIELDS)
+    lines += ["", "// Slices of cell_t, set_cell_t and phantom_t.", *_slices("CELL", CELL_FIELDS),
+              *_slices("SET", SET_FIELDS), *_slices("PHANTOM", PHANTOM_FIELDS)]
     lines += ["", "#endif", ""]
     return "\n".join(lines)
 

@@ -5,7 +5,7 @@ BIER is defined here as RFC 8296 has it.
 
     from ina.protocol.scapy_layers import INA, BIER
     pkt = Ether() / IP(dst=...) / UDP(sport=INA_UDP_PORT, dport=INA_UDP_PORT) / INA(...)
-    pkt.summary()   # ... / INA job=1 seq=42 flags=RESULT|SYNC op=SUM count=256 si=0 gen=1 pbm=0x3
+    pkt.summary()   # ... / INA job=1 seq=42 flags=RESULT|SYNC op=SUM ... ecn=NONE pbm=0x3
     INA(width=16, values16=[...])   # 16-bit elements; INA(flags=Flag.NODATA): no array
 
 Reading a capture: ``[p.summary() for p in rdpcap("s1-eth1_in.pcap")]`` (see
@@ -45,6 +45,7 @@ from ina.protocol.constants import (
     INA_VERSION,
     WIDTH16,
     WIDTH32,
+    Ecn,
     Flag,
     Op,
 )
@@ -57,6 +58,14 @@ def flag_names(flags: int) -> str:
     are no Flag as a number."""
     names = [f.name for f in Flag if f and f.name and flags & f]
     unknown = flags & ~sum(Flag)
+    return "|".join(names + ([hex(unknown)] if unknown else [])) or "NONE"
+
+
+def ecn_names(ecn: int) -> str:
+    """An INA header's congestion marks by name, ``CE`` (``NONE`` for none); bits that
+    are no Ecn as a number."""
+    names = [e.name for e in Ecn if e and e.name and ecn & e]
+    unknown = ecn & ~sum(Ecn)
     return "|".join(names + ([hex(unknown)] if unknown else [])) or "NONE"
 
 
@@ -79,7 +88,8 @@ class INA(Packet):
         ByteField("gen", 0),
         ShortField("dest", 0),
         ByteField("width", WIDTH32),
-        ByteField("reserved", 0),
+        # Congestion marks (version 5), bit i named from Ecn.
+        FlagsField("ecn", 0, 8, [Ecn(1 << i).name or f"bit{i}" for i in range(8)]),
         BitField("pbm", 0, BITSTRING_BITS),
         # A call's SYNC and its REPLY, and a NODATA packet, carry no array; width 16
         # has twice as many values of 16 bits. (scapy's stubs want the default list
@@ -98,13 +108,15 @@ class INA(Packet):
     # scapy takes (summary, outer layers to summarise too), as its TCP layer returns;
     # its stubs know only the string.
     def mysummary(self) -> tuple[str, list[type[Packet]]]:  # type: ignore[override]
-        """``INA job=1 seq=42 flags=RESULT|SYNC op=SUM count=256 si=0 gen=1 pbm=0x3``;
+        """``INA job=1 seq=42 flags=RESULT|SYNC op=SUM count=256 si=0 gen=1 dest=0 width=32
+        ecn=CE pbm=0x3``;
         the IPv4 and BIER headers around it show theirs too (addresses; BitString):
         scapy shows only the innermost layer's summary, unless it names the outer
         layers it needs."""
         return (f"INA job={self.job_id} seq={self.seq} flags={flag_names(int(self.flags))} "
                 f"op={OPS.get(self.op, self.op)} count={self.count} si={self.si} "
-                f"gen={self.gen} dest={self.dest} width={self.width} pbm={self.pbm:#x}",
+                f"gen={self.gen} dest={self.dest} width={self.width} "
+                f"ecn={ecn_names(int(self.ecn))} pbm={self.pbm:#x}",
                 [BIER, IP])
 
     def post_build(self, pkt: bytes, pay: bytes) -> bytes:

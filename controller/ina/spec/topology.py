@@ -17,6 +17,10 @@ A switch's ``loopback`` is the address INA packets for its VAT nodes are sent to
 
     policing: {rate: 2000, burst: 256}   # INA packets a host may send per job (per
                                          # second, and back to back beyond); 0: no limit
+    queues: {rate: 2, buffer: 30000, mark: 7500}
+        # every link's rate (Mbit/s, each way); the lab's bounded egress buffer per
+        # interface (bytes); the switches mark congestion (ECN) past ``mark`` bytes
+        # queued toward a port (a phantom queue at the link's rate)
 
 Every switch drops what arrives on a port that no link of the file names.
 Routing is shortest path with one deterministic tree per destination, so that
@@ -25,6 +29,7 @@ every switch agrees on the next hop toward each host (what BIER needs).
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import re
 from collections import deque
@@ -35,7 +40,15 @@ from typing import Any
 
 from ina.errors import TopologyError, Unreachable, YamlFileError
 from ina.protocol.bitmaps import bit_of
-from ina.protocol.constants import HOST_BURST, HOST_RATE, MAX_BFR_ID, MAX_PORTS
+from ina.protocol.constants import (
+    HOST_BURST,
+    HOST_RATE,
+    MAX_BFR_ID,
+    MAX_PORTS,
+    PHANTOM_RATE_SHIFT,
+    QUEUE_BUFFER,
+    QUEUE_MARK,
+)
 from ina.spec.yamlfile import load_yaml
 
 
@@ -122,6 +135,54 @@ class Policing:
     burst: int = HOST_BURST
 
 
+#: The least buffer a link may have: a whole Ethernet frame of 1,500 bytes of IPv4 (a
+#: byte FIFO smaller than a frame would drop every such frame).
+MIN_BUFFER = 1514
+#: The most. BMv2 sends every frame of a switch from one thread, with a blocking send
+#: on the port's socket, whose send buffer (212,992 bytes, the kernel's default, which
+#: a network namespace cannot change) also pays for what waits in the link's queue:
+#: about 2.3 KB per frame of up to ~1.7 KB, so about 92 such frames. A link queue that
+#: holds more blocks that thread, and the switch stops sending on every port, not only
+#: the congested one (measured: a ping through an idle port of the switch took 2 s;
+#: with 30,000 bytes, 2 ms). 64,000 bytes keeps every queue of frames of 500 bytes and
+#: more below it; a queue of smaller frames alone can still reach it.
+MAX_BUFFER = 64_000
+#: The fastest link rate the file may name (Mbit/s), and the slowest (a phantom queue
+#: counts its rate in whole bytes per 2**PHANTOM_RATE_SHIFT microseconds).
+MAX_RATE = 100_000.0
+MIN_RATE = 0.1
+
+
+@dataclass(frozen=True)
+class Queues:
+    """Every link's rate and queue (the topology's ``queues``): ``rate`` Mbit/s each
+    way; the lab bounds each interface's egress buffer to ``buffer`` bytes (a byte
+    FIFO under an htb class at the rate, instead of the interface's 1,000 packets);
+    the switches mark packets as congested (ECN) when a port's phantom queue,
+    draining at ``rate``, holds more than ``mark`` bytes (p4src/include/congestion.p4)."""
+
+    rate: float
+    buffer: int = QUEUE_BUFFER
+    mark: int = QUEUE_MARK
+
+    def __post_init__(self) -> None:
+        """ValueError for what a topology file would be refused (``from_dict`` says
+        which field of the file, and why)."""
+        if not (MIN_RATE <= self.rate <= MAX_RATE and MIN_BUFFER <= self.buffer <= MAX_BUFFER
+                and 0 <= self.mark < self.buffer):
+            raise ValueError(f"queues need a rate of {MIN_RATE:g}..{MAX_RATE:g} Mbit/s, a "
+                             f"buffer of {MIN_BUFFER}..{MAX_BUFFER} bytes and a mark below "
+                             f"it: {self}")
+
+    @property
+    def phantom_rate(self) -> int:
+        """``rate`` as the data plane counts it: bytes per 2**PHANTOM_RATE_SHIFT us."""
+        return max(1, round(self.rate / 8 * (1 << PHANTOM_RATE_SHIFT)))
+
+    def describe(self) -> str:
+        return f"{self.rate:g} Mbit/s, buffer {self.buffer} bytes, marks above {self.mark}"
+
+
 _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 _GRPC = re.compile(r"[\w.\-\[\]:]+:\d+", re.ASCII)
 _NAME = re.compile(r"[A-Za-z_][\w.-]*", re.ASCII)
@@ -144,6 +205,9 @@ class Topology:
     #: hosts may then be cut off and switches unreachable from each other.
     failures: Failures = field(default_factory=Failures)
     policing: Policing = field(default_factory=Policing)
+    #: Every link's rate, buffer and marking threshold; None: links as fast as they go,
+    #: no phantom queues (marks only where BMv2's own queue is deep).
+    queues: Queues | None = None
     _ports: dict[str, dict[int, Neighbor]] = field(default_factory=dict, repr=False)
     #: Every port of the file's links, failed or not (``ports`` has the live ones).
     _declared: dict[str, dict[int, Neighbor]] = field(default_factory=dict, repr=False)
@@ -168,7 +232,7 @@ class Topology:
         if not isinstance(data, dict):
             raise TopologyError(["expected a mapping with name, switches, hosts, links, got "
                                  + _show(data)], where)
-        unknown = set(data) - {"name", "switches", "hosts", "links", "policing"}
+        unknown = set(data) - {"name", "switches", "hosts", "links", "policing", "queues"}
         if unknown:
             problems.append(f"unknown top-level keys: {sorted(map(str, unknown))}")
         name = data.get("name", Path(source).stem)
@@ -181,9 +245,10 @@ class Topology:
             problems.append(f"{both!r} is both a switch and a host")
         links = _parse_links(data.get("links"), problems)
         policing = _parse_policing(data.get("policing", {}), problems)
+        queues = _parse_queues(data["queues"], problems) if "queues" in data else None
         if problems:
             raise TopologyError(problems, where)
-        topo = cls(name, switches, hosts, links, policing=policing)
+        topo = cls(name, switches, hosts, links, policing=policing, queues=queues)
         topo._validate(problems)
         if problems:
             raise TopologyError(problems, where)
@@ -208,13 +273,19 @@ class Topology:
                  and link.a.node not in failures.switches
                  and link.b.node not in failures.switches]
         switches = {n: s for n, s in self.switches.items() if n not in failures.switches}
-        topo = Topology(self.name, switches, dict(self.hosts), links, failures, self.policing)
+        topo = Topology(self.name, switches, dict(self.hosts), links, failures, self.policing,
+                        self.queues)
         problems: list[str] = []
         topo._validate(problems)
         assert not problems, problems  # a part of a valid topology is valid
         topo._declared = {sw: ports for sw, ports in self._declared.items() if sw in switches}
         topo._compute_routes()
         return topo
+
+    def with_queues(self, queues: Queues | None) -> Topology:
+        """This topology with other link rates and queues (None: none), all else the
+        same: what a lab switches between regimes with (``Lab.set_queues``)."""
+        return dataclasses.replace(self, queues=queues)
 
     # --- validation --------------------------------------------------------
 
@@ -535,6 +606,32 @@ def _parse_policing(value: Any, problems: list[str]) -> Policing:
     return Policing(rate=_int("policing.rate", f.get("rate", HOST_RATE), 0, 2**32 - 1, problems),
                     burst=_int("policing.burst", f.get("burst", HOST_BURST), 1, 2**31 - 1,
                                problems))
+
+
+def _parse_queues(value: Any, problems: list[str]) -> Queues | None:
+    f = _fields("queues", value, {"rate"}, {"buffer", "mark"}, problems)
+    if f is None:
+        return None
+    rate = f["rate"]
+    if (not isinstance(rate, int | float) or isinstance(rate, bool)
+            or not MIN_RATE <= rate <= MAX_RATE):
+        problems.append(f"queues.rate: {_show(rate)} is not a rate in Mbit/s from {MIN_RATE:g} "
+                        f"to {MAX_RATE:g}")
+        return None
+    before = len(problems)
+    buffer = _int("queues.buffer", f.get("buffer", QUEUE_BUFFER), MIN_BUFFER, 2**31 - 1,
+                  problems)
+    if buffer > MAX_BUFFER:
+        problems.append(f"queues.buffer: {buffer} bytes is more than a link may queue "
+                        f"({MAX_BUFFER}): beyond it BMv2's send blocks and the switch stops "
+                        "sending on every port")
+    mark = _int("queues.mark", f.get("mark", QUEUE_MARK), 0, 2**31 - 1, problems)
+    if len(problems) == before and mark >= buffer:
+        problems.append(f"queues.mark: {mark} bytes is not below the buffer ({buffer} bytes): "
+                        "a queue that never holds more would never mark")
+    if len(problems) != before:
+        return None
+    return Queues(rate=float(rate), buffer=buffer, mark=mark)
 
 
 def _parse_links(value: Any, problems: list[str]) -> list[Link]:
