@@ -113,10 +113,26 @@ def test_a_loss_while_the_path_queues_halves_the_window() -> None:
     assert cc.cwnd == 8 and cc.cuts["loss"] == 1
 
 
-def test_a_timeout_halves_the_window() -> None:
+def test_a_timeout_while_the_path_queues_halves_the_window() -> None:
     cc = CongestionWindow(16)
-    cc.on_timeout(0.0, None)
+    now = _sampled(cc)
+    cc.on_timeout(now + 1, 4 * RTT, again=False)
     assert cc.cwnd == 8 and cc.cuts["timeout"] == 1
+
+
+def test_a_single_timeout_on_a_path_without_queueing_does_not_cut() -> None:
+    cc = CongestionWindow(16)
+    now = _sampled(cc)
+    cc.on_timeout(now + 1, RTT, again=False)
+    assert cc.cwnd == 16
+
+
+def test_a_second_timeout_without_a_result_between_halves_the_window() -> None:
+    # Nothing comes back at all: the path may carry nothing, whatever the delay said.
+    cc = CongestionWindow(16)
+    now = _sampled(cc)
+    cc.on_timeout(now + 1, RTT, again=True)
+    assert cc.cwnd == 8
 
 
 # --- the window --------------------------------------------------------------------

@@ -24,8 +24,8 @@ The response, per worker, in packets (chunks) outstanding:
 - **Losses**: a loss seen while the round trip is above its target is congestion
   (the queue overflowed): the window is halved, once per round trip; a loss on a
   path without queueing is corruption, and shrinking would only slow the
-  recovery (the 1% loss benchmark). A retransmission timeout halves it whatever
-  the delay.
+  recovery (the loss benchmark). A retransmission timeout is a loss too, but a
+  second one without a result in between halves the window whatever the delay.
 - **Growth**: one packet per result until the first cut (slow start), then one
   packet per window of results (additive increase), never beyond ``limit`` (the
   job's slots: the protocol's own window).
@@ -147,11 +147,17 @@ class CongestionWindow:
                 and self._may_cut(now, srtt)):
             self._cut(now, 0.5, "loss")
 
-    def on_timeout(self, now: float, srtt: float | None) -> None:
+    def on_timeout(self, now: float, srtt: float | None, again: bool) -> None:
         """The oldest packet's retransmission timer fired (a packet sent once every
         worker had joined: before that, it waits for the slowest worker to join the
-        call, which is no congestion): halve the window."""
-        if self._may_cut(now, srtt):
+        call, which is no congestion): halve the window if the path queues, or if
+        this is a second timeout without a result in between (``again``: the path
+        may carry nothing at all). A single timeout on a path without queueing is a
+        loss like the others (5% loss per link: halving on every one kept the
+        window at a packet or two, a fifth of the lossless rate)."""
+        target = self.target()
+        queueing = srtt is not None and target is not None and srtt > target
+        if (queueing or again) and self._may_cut(now, srtt):
             self._cut(now, 0.5, "timeout")
 
     def _alpha_now(self) -> float:

@@ -353,9 +353,9 @@ class ReductionWindow:
             return out
         oldest = self.outstanding.get(self.base)
         if oldest is not None and oldest.deadline <= now:
-            self.rto.timed_out(now)
             if oldest.sample:
-                self.cc.on_timeout(now, self.rto.srtt)
+                self.cc.on_timeout(now, self.rto.srtt, again=self.rto.backoff > 0)
+            self.rto.timed_out(now)
             out.append(self._send(self.base, now))
         elif oldest is not None and self._probe_due(now):
             # Nothing in flight after it can reveal its loss (the window is full,
@@ -368,13 +368,13 @@ class ReductionWindow:
         return out
 
     def _probe_at(self) -> float | None:
-        """When the window can take no new chunk (it is full, or the array is all
-        sent), when to send the oldest again without waiting for its RTO: a probe
-        interval after its last send or the last progress, whichever is later."""
+        """When the window can take no new chunk (it is full, the congestion window
+        is, or the array is all sent), when to send the oldest again without
+        waiting for its RTO: a probe interval after its last send or the last
+        progress, whichever is later."""
         oldest = self.outstanding.get(self.base)
         probe = self.rto.probe
-        if (oldest is None or probe is None
-                or self.next < min(self.chunks, self.base + self.config.window)):
+        if oldest is None or probe is None or self._may_send_new():
             return None
         return max(self.progress_at, oldest.sent_at) + probe
 
@@ -420,9 +420,13 @@ class ReductionWindow:
         rtt = None
         if state is not None and state.tries == 1:
             # Sent once: the result answers that send (Karn). Then it overtakes
-            # whatever was sent before it and is still missing; and if every worker
-            # had joined when it was sent, its round trip measures the path.
-            if state.sample:
+            # whatever was sent before it and is still missing; and its round trip
+            # measures the path if every worker had joined when it was sent and no
+            # result of a later send overtook it (it waited for another worker's
+            # loss recovery: under 5% loss per link such round trips made the RTO,
+            # the probe and the delay target grow with the losses, which then took
+            # longer to recover: a fifth of the lossless rate).
+            if state.sample and state.later == 0:
                 rtt = now - state.sent_at
                 self.rto.sample(rtt)
             for other_chunk, other in self.outstanding.items():
