@@ -22,9 +22,11 @@ from typing import Any
 
 import pytest
 
+from ina.errors import LabError
 from ina.lab import sandbox
 from ina.lab.labstate import LabRecord, SandboxProcess
-from ina.lab.mininet import wait_until
+from ina.lab.mininet import Lab, LabOptions, wait_until
+from ina.spec.topology import Topology
 
 from bmv2.bmv2lab import Labs
 from inatest import FIGURE1, ROOT, pid_namespace, processes_in
@@ -155,3 +157,22 @@ def test_exec_and_host_reach_the_running_lab(running: RunningLab,
                      stdout=subprocess.PIPE)
     out, _ = status.communicate(timeout=60)
     assert status.returncode == 0 and b"s7 (" in out, out
+
+
+def test_a_lab_that_fails_to_start_ends_its_switches_and_removes_its_credentials(
+        compiled_alone: Path, tmp_path: Path) -> None:
+    # No switch opens its gRPC port within no time at all: start fails half-way, after
+    # every simple_switch_grpc and the credentials' directory exist.
+    lab = Lab(Topology.load(FIGURE1), LabOptions(build_dir=compiled_alone,
+                                                 run_dir=tmp_path / "run",
+                                                 startup_timeout=0.0))
+    before = set(_switch_processes())
+    with pytest.raises(LabError, match="gRPC port"):
+        lab.start()
+    assert set(_switch_processes()) <= before
+    assert not lab.record.tls_dir.exists()
+
+
+def _switch_processes() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _argv0(int(p.name)) == "simple_switch_grpc"]

@@ -388,6 +388,15 @@ class Lab:
         if problems:
             raise LabError("; ".join(problems))
         import_mininet()
+        try:
+            self._start()
+        except BaseException:
+            # Half a lab would keep the gRPC ports and the credentials' directory: the
+            # next lab would fail on them, or talk to these switches with other keys.
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         from mininet.net import Mininet
         from mininet.node import Host
 
