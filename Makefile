@@ -16,8 +16,9 @@ P4RT_VENV ?= .venv-p4rt
 P4RT_SHELL ?= p4runtime-shell==0.0.6
 PY := $(VENV)/bin/python
 SYSTEM_PYTHON := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
-# tshark: the Wireshark dissector's tests (tests/test_wireshark.py).
-APT_PACKAGES := mininet iputils-ping iproute2 ethtool util-linux nftables tshark
+# tshark: the Wireshark dissector's tests (tests/test_wireshark.py); iperf3: the TCP flow
+# of make bench-congestion.
+APT_PACKAGES := mininet iputils-ping iproute2 ethtool util-linux nftables tshark iperf3
 # Answers to the packages' questions, so that apt-get asks none: whether non-root users
 # may capture (wireshark-common asks it while tshark installs; no: root runs the lab).
 APT_PRESEED := wireshark-common wireshark-common/install-setuid boolean false
@@ -25,7 +26,7 @@ P4C ?= p4c-bm2-ss
 P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
 
 
-.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy bench-failover bench-collectives soak train figures simulate test lint clean
+.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy bench-failover bench-collectives bench-congestion soak train figures simulate test lint clean
 
 help:
 	@echo "make setup     Debian packages (as root) and the Python venv ($(VENV))"
@@ -43,6 +44,8 @@ help:
 	@echo "make bench-failover  a VAT switch stopped mid-AllReduce: detection, repair, slowdown"
 	@echo "make bench-collectives  every collective: INA vs gloo vs the ring on hosts, CPU- and"
 	@echo "               link-bound, float16 AllReduce in 16 and 32 bits (Figure 1, fat-tree)"
+	@echo "make bench-congestion  INA and a TCP bulk flow (iperf3) on one bottleneck, then"
+	@echo "               INA alone: each one's rate, INA's window, the queue, the marks"
 	@echo "make soak      chaos soak: AllReduce calls while switches and links fail at random,"
 	@echo "               a member misbehaves and an outsider sends garbage (docs/soak.json)"
 	@echo "make train     DDP and HSDP training with the ina backend against gloo on Mininet"
@@ -120,6 +123,9 @@ soak: build
 train: build
 	$(VENV)/bin/inabench --build $(BUILD) train --json-out docs/train.json --png docs/train.png
 
+bench-congestion: build
+	$(VENV)/bin/inabench --build $(BUILD) congestion --json-out docs/congestion.json --png docs/congestion.png
+
 bench-deploy: build
 	$(VENV)/bin/inabench --build $(BUILD) deploy
 
@@ -129,6 +135,7 @@ figures:
 	$(VENV)/bin/inabench failover --from-json docs/failover.json --png docs/failover.png
 	$(VENV)/bin/inabench train --from-json docs/train.json --png docs/train.png
 	$(VENV)/bin/inabench collectives --from-json docs/collectives.json --png docs/collectives.png
+	$(VENV)/bin/inabench congestion --from-json docs/congestion.json --png docs/congestion.png
 
 simulate:
 	$(PY) -m ina.bench.simulate --k 4 6 8 16

@@ -13,6 +13,7 @@
     inabench soak [--case leaf-spine --case fat-tree] [--minutes 2] [--seed 1] [--json-out F]
     inabench collectives [--case figure1 --case fat-tree] [--rate R] [--size N] [--json-out F]
         [--png F]
+    inabench congestion [--rate 4] [--seconds 60] [--alone 20] [--json-out F] [--png F]
 
 Each command is a module of ina.bench: allreduce (and host), loss, deploy;
 dataplane: what one BMv2 switch running the program does per second; failover: a
@@ -20,7 +21,8 @@ VAT switch stopped mid-AllReduce, detected and repaired; train: DDP and HSDP tra
 with the ina backend against gloo; soak: a chaos soak, a training-like loop of AllReduce
 calls while switches and links fail and come back, a member misbehaves and an
 outsider sends garbage; collectives: every collective through the switches against
-gloo's and the ring on hosts, and float16 AllReduce in 16- and 32-bit elements.
+gloo's and the ring on hosts, and float16 AllReduce in 16- and 32-bit elements;
+congestion: INA and a TCP bulk flow sharing a bottleneck, then INA alone.
 --json prints the figures as JSON instead of text, --json-out FILE writes them,
 and --from-json FILE reports (and draws) the figures of an earlier run without
 measuring anything (no BMv2 needed).
@@ -56,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
     sub = common.commands(p, "cmd")
     for add in (_allreduce_options, _loss_options, _deploy_options, _host_options,
                 _dataplane_options, _failover_options, _train_options, _soak_options,
-                _collectives_options):
+                _collectives_options, _congestion_options):
         add(sub)
     # The host benchmark's other end (ina.bench.allreduce.host_rate): not for people, hidden.
     r = sub.add_parser("reflect")
@@ -154,6 +156,20 @@ def _train_options(sub: common.SubParsers) -> None:
     _outputs(t, "the training losses against steps and seconds")
 
 
+def _congestion_options(sub: common.SubParsers) -> None:
+    from ina.bench.congestion import Settings
+
+    c = common.command(sub, "congestion", "INA and a TCP bulk flow (iperf3) on one bottleneck, "
+                                          "then INA alone")
+    c.add_argument("--rate", type=float, default=Settings.rate_mbit, metavar="MBIT",
+                   help="Mbit/s of every link")
+    c.add_argument("--seconds", type=float, default=Settings.shared,
+                   help="seconds both flows run")
+    c.add_argument("--alone", type=float, default=Settings.alone,
+                   help="seconds INA runs alone after")
+    _outputs(c, "each flow's rate, INA's window and the queue over time")
+
+
 def _soak_options(sub: common.SubParsers) -> None:
     so = common.command(sub, "soak", "a chaos soak: AllReduce calls while switches and links "
                                      "fail and come back, with a misbehaving member and an "
@@ -234,7 +250,8 @@ def reflect(address: str) -> None:
 #: The class of each benchmark's figures, in its module ina.bench.COMMAND.
 FIGURES = {"allreduce": "AllreduceFigures", "loss": "LossFigures",
            "dataplane": "DataplaneReport", "failover": "FailoverFigures",
-           "train": "TrainFigures", "collectives": "CollectivesFigures", "soak": "SoakFigures"}
+           "train": "TrainFigures", "collectives": "CollectivesFigures", "soak": "SoakFigures",
+           "congestion": "CongestionRun"}
 
 
 def _read(cmd: str, doc: Any) -> Figures:
@@ -371,10 +388,18 @@ def _soak(args: argparse.Namespace) -> Any:
     return soak.SoakFigures.measured(soaked, bmv2_build(), settings.watch).figures()
 
 
+def _congestion(args: argparse.Namespace) -> Any:
+    from ina.bench import congestion
+
+    settings = congestion.Settings(rate_mbit=args.rate, shared=args.seconds, alone=args.alone)
+    return congestion.run(args.build, settings).figures()
+
+
 #: How each benchmark with figures measures them (inside the sandbox): their JSON data.
 MEASURE: dict[str, Callable[[argparse.Namespace], Any]] = {
     "allreduce": _allreduce, "loss": _loss, "dataplane": _dataplane, "failover": _failover,
     "train": _train, "collectives": _collectives, "soak": _soak,
+    "congestion": _congestion,
 }
 
 
