@@ -193,6 +193,9 @@ def main() -> None:
                 report["collectives"].get("allreduce", {}).get("switches", 0)
             report["phases"] = {k: v / max(calls, 1) for k, v in phases.items()}
             report["jobs"] = [ina.torch.job(g).to_json() for g in groups]
+            # The least round trip of the default group's job tree: what a call's
+            # start and agreement should cost at most.
+            report["round_trip"] = ina.torch.round_trip()
         print(f"{report['backend']}: {args.steps} steps in {total:.1f}s "
               f"({median * 1000:.1f} ms/step median), loss {report['final_loss']:.4f}, "
               f"test accuracy {accuracy:.3f}", flush=True)

@@ -60,7 +60,15 @@ from ina.host.config import WorkerConfig
 from ina.host.congestion import CongestionWindow
 from ina.host.flow import Flow
 from ina.host.onhosts import call_on_hosts
-from ina.host.results import EXPONENTS, AllreduceResult, CallBody, CallStats, Lead, Reduce
+from ina.host.results import (
+    EXPONENTS,
+    REDUCING,
+    AllreduceResult,
+    CallBody,
+    CallStats,
+    Lead,
+    Reduce,
+)
 from ina.host.transport import Transport
 from ina.host.window import (
     DEFAULT_RTO,
@@ -548,7 +556,7 @@ class Caller:
                         last_progress = time.monotonic()
                         give_up_at = last_progress + self.timeout
                         self._unconfirmed = check = None  # the start is right
-                        if self.progress is not None and phase == "reducing":
+                        if self.progress is not None and phase == REDUCING:
                             self.progress(window.results, window.chunks)
                     received = self.transport.recv(0.0)
         finally:

@@ -29,7 +29,7 @@ from ina.host import quantize
 from ina.host.call import KIND_BYTES, KIND_FLOAT, KIND_INT, NO_ROOT, CallDescriptor, Collective
 from ina.host.config import WorkerConfig
 from ina.host.flow import WIDTHS, BoolArray, Flow, IntArray, Layout
-from ina.host.results import EXPONENTS, AllreduceResult, Reduce
+from ina.host.results import EXPONENTS, REDUCING, AllreduceResult, Reduce
 from ina.host.window import check_ints
 from ina.protocol.arith import seq_add
 from ina.protocol.constants import WIDTH16, WIDTH32, Op
@@ -100,7 +100,7 @@ def reduction(reduce: Reduce, config: WorkerConfig, array: npt.NDArray[Any], is_
     that went elsewhere; floats with their bound) and the sequence number after."""
     flow = Flow.of(layout, dest=dest)
     if not is_float:
-        r = reduce(layout.spread(array), op, seq, "reducing", flow)
+        r = reduce(layout.spread(array), op, seq, REDUCING, flow)
         return r, seq_add(seq, r.packets)
     n, width = config.workers, layout.width
     x = layout.spread(array.astype(np.float32))
@@ -115,7 +115,7 @@ def reduction(reduce: Reduce, config: WorkerConfig, array: npt.NDArray[Any], is_
             "network are below this worker's own: a round of an interrupted call was "
             "left in the switches; this call is given up, the next one is exact")
     seq = seq_add(seq, e.packets)
-    r = reduce(quantize.quantize(x, e.values, op, n, width), op, seq, "reducing", flow)
+    r = reduce(quantize.quantize(x, e.values, op, n, width), op, seq, REDUCING, flow)
     values = quantize.dequantize(r.values, e.values, op, n, width)
     return AllreduceResult(values, r.overflow, e.packets + r.packets,
                            e.retransmissions + r.retransmissions,

@@ -63,6 +63,8 @@ class CallStats:
 #: result every worker checks against its own exponents, so that a call's descriptor
 #: may ride in its window (ina.host.call.agreeing).
 EXPONENTS = "agreeing on exponents"
+#: The phase that moves the array itself; every other phase is a call's overhead.
+REDUCING = "reducing"
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from ina.torch.backend import (
     job,
     profile,
     register,
+    round_trip,
     set_half_width,
     stats,
 )
@@ -28,4 +29,5 @@ from ina.torch.member import Settings
 register()
 
 __all__ = ["HookState", "ProcessGroupIna", "Settings", "allreduce_hook", "backend_of",
-           "error_bound", "hook_state", "job", "profile", "register", "set_half_width", "stats"]
+           "error_bound", "hook_state", "job", "profile", "register", "round_trip",
+           "set_half_width", "stats"]

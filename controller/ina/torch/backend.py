@@ -143,6 +143,13 @@ class ProcessGroupIna(Backend):
         """The group's job: its id, workers, and whether it runs on its hosts (and why)."""
         return self.member.grant
 
+    def round_trip(self) -> float | None:
+        """The least round trip of the group's job tree its calls have seen so far
+        (the congestion window's base: a result's time from sending its contribution,
+        queueing excluded), None before any call went through the switches."""
+        cc = self.member.worker.cc
+        return None if cc is None else cc.base_rtt
+
     def profile(self) -> dict[str, float]:
         """Seconds the calls through the switches spent so far in each phase (the
         worker's CallStats.seconds: starting, agreeing on the call, agreeing on
@@ -403,6 +410,11 @@ def job(group: dist.ProcessGroup | None = None) -> Grant:
 def profile(group: dist.ProcessGroup | None = None) -> dict[str, float]:
     """Seconds this rank's calls through the switches spent in each phase so far."""
     return backend_of(group).profile()
+
+
+def round_trip(group: dist.ProcessGroup | None = None) -> float | None:
+    """The least round trip (seconds) of ``group``'s job tree seen so far, or None."""
+    return backend_of(group).round_trip()
 
 
 def set_half_width(width: int, group: dist.ProcessGroup | None = None) -> None:
