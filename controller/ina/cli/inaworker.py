@@ -126,7 +126,8 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds before an unanswered packet is first resent, until round "
                         "trips are measured")
     p.add_argument("--min-rto", type=float, default=MIN_RTO, metavar="S",
-                   help="least retransmission timeout, in seconds")
+                   help="least retransmission timeout, in seconds: no packet is sent "
+                        "again sooner after its last copy")
     p.add_argument("--ring-port", type=int, metavar="PORT",
                    help="if no switch aggregates the job, the workers reduce on a TCP ring, "
                         "rank r listening on PORT + r (default: ina.host.config.ring_port)")

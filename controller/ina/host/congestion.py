@@ -17,15 +17,20 @@ The response, per worker, in packets (chunks) outstanding:
   to ``cwnd * (1 - alpha / 2)``, at most once per round trip. Few marks, a small
   cut; every result marked, a halving.
 - **Delay** (Swift's target, as a backstop where nothing marks: a queue in a link
-  that is not a switch's, or a switch without marking): a smoothed round trip
-  above ``target`` (the path's base round trip, tripled, at least plus
-  DELAY_SLACK) cuts the window in proportion to the excess, at most once per round
-  trip.
-- **Losses**: a loss seen while the round trip is above its target is congestion
+  that is not a switch's, or a switch without marking): the least of the recent
+  round trips (RECENT_SAMPLES) above ``target`` (the path's base round trip times
+  four, and at least 100 ms more) cuts the window in proportion to the excess, at
+  most once per round trip.
+  A backstop against standing queues of seconds, not a fine control: the
+  emulation's round trips through switches that share two cores jitter by more
+  than their base (a tighter target cut the window on most results under loss).
+- **Losses**: a loss seen while the recent round trips are above the target is
+  congestion
   (the queue overflowed): the window is halved, once per round trip; a loss on a
   path without queueing is corruption, and shrinking would only slow the
-  recovery (the loss benchmark). A retransmission timeout is a loss too, but a
-  second one without a result in between halves the window whatever the delay.
+  recovery (the loss benchmark). A retransmission timeout is a loss too, but
+  after a second (SILENCE) without any result timeouts halve the window whatever
+  the delay.
 - **Growth**: one packet per result until the first cut (slow start), then one
   packet per window of results (additive increase), never beyond ``limit`` (the
   job's slots: the protocol's own window).
@@ -55,12 +60,22 @@ BASE_BUCKETS = 6
 #: more than it (seconds). A backstop against standing queues where nothing marks,
 #: not a fine control: round trips through software switches sharing a machine's
 #: cores jitter by their base and more, and the marks do the fine control.
-DELAY_FACTOR = 3.0
-DELAY_SLACK = 0.025
+DELAY_FACTOR = 4.0
+DELAY_SLACK = 0.1
+#: The path queues when the least of its last RECENT_SAMPLES round trips is above
+#: the target: a queue delays every packet, while a result that waited for another
+#: worker's loss recovery is one slow sample among quick ones (at 5% loss per link,
+#: a third of the chunks: the smoothed round trip rose above the target with no
+#: queue at all, every loss then halved the window, and calls ran at a packet or
+#: two per round trip, 5 to 30 times slower).
+RECENT_SAMPLES = 8
 #: Swift's decrease per round trip over the target: ``beta * excess / rtt``, at most
 #: MAX_DECREASE of the window.
 DELAY_BETA = 0.8
 MAX_DECREASE = 0.5
+#: Seconds without any result after which timeouts cut the window whatever the
+#: round trips said: the path may carry nothing at all.
+SILENCE = 1.0
 #: Packets a paced sender may send back to back after being idle.
 PACING_BURST = 2
 
@@ -83,6 +98,7 @@ class CongestionWindow:
     cuts: dict[str, int] = field(default_factory=lambda: {
         "mark": 0, "delay": 0, "loss": 0, "timeout": 0})
     _mins: deque[list[float]] = field(default_factory=lambda: deque(maxlen=BASE_BUCKETS))
+    _recent: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_SAMPLES))
     _window_results: int = 0
     _window_marked: int = 0
     _cut_at: float = -math.inf
@@ -104,6 +120,15 @@ class CongestionWindow:
             return None
         return max(DELAY_FACTOR * self.base_rtt, self.base_rtt + DELAY_SLACK)
 
+    def queueing_delay(self) -> float | None:
+        """The least of the recent round trips (None: no sample yet)."""
+        return min(self._recent) if self._recent else None
+
+    def queueing(self) -> bool:
+        """Whether the path queues: its recent round trips all above the target."""
+        low, target = self.queueing_delay(), self.target()
+        return low is not None and target is not None and low > target
+
     def interval(self, srtt: float | None) -> float:
         """Seconds between two packets: a window per round trip (0: not paced yet)."""
         return 0.0 if srtt is None else srtt / max(self.cwnd, MIN_CWND)
@@ -118,18 +143,18 @@ class CongestionWindow:
             self.marked += 1
             self._window_marked += 1
         if rtt is not None:
+            self._recent.append(rtt)
             if not self._mins or now - self._mins[-1][0] >= BASE_PERIOD:
                 self._mins.append([now, rtt])  # [period's start, least round trip in it]
             else:
                 self._mins[-1][1] = min(self._mins[-1][1], rtt)
             self.base_rtt = min(m for _, m in self._mins)
         round_trip = srtt if srtt is not None else rtt
-        target = self.target()
         if marked and self._may_cut(now, round_trip):
             self._cut(now, 1.0 - self._alpha_now() / 2, "mark")
-        elif (rtt is not None and srtt is not None and target is not None and srtt > target
-              and self._may_cut(now, round_trip)):
-            self._cut(now, max(1.0 - DELAY_BETA * (srtt - target) / srtt, 1.0 - MAX_DECREASE),
+        elif rtt is not None and self.queueing() and self._may_cut(now, round_trip):
+            low, target = min(self._recent), self.target() or 0.0
+            self._cut(now, max(1.0 - DELAY_BETA * (low - target) / low, 1.0 - MAX_DECREASE),
                       "delay")
         elif not marked:
             self.cwnd = min(float(self.limit), self.cwnd + (
@@ -141,23 +166,24 @@ class CongestionWindow:
 
     def on_loss(self, now: float, srtt: float | None) -> None:
         """A packet was found lost by later results: congestion if the path is
-        queueing (its smoothed round trip above the target), else ignored."""
-        target = self.target()
-        if (srtt is not None and target is not None and srtt > target
-                and self._may_cut(now, srtt)):
+        queueing (``queueing``), else ignored; ``srtt`` spaces the cuts."""
+        if self.queueing() and self._may_cut(now, srtt):
             self._cut(now, 0.5, "loss")
 
-    def on_timeout(self, now: float, srtt: float | None, again: bool) -> None:
+    def on_timeout(self, now: float, srtt: float | None, silent: float) -> None:
         """The oldest packet's retransmission timer fired (a packet sent once every
         worker had joined: before that, it waits for the slowest worker to join the
-        call, which is no congestion): halve the window if the path queues, or if
-        this is a second timeout without a result in between (``again``: the path
-        may carry nothing at all). A single timeout on a path without queueing is a
-        loss like the others (5% loss per link: halving on every one kept the
-        window at a packet or two, a fifth of the lossless rate)."""
-        target = self.target()
-        queueing = srtt is not None and target is not None and srtt > target
-        if (queueing or again) and self._may_cut(now, srtt):
+        call, which is no congestion); ``silent``: seconds since the last result.
+        Halve the window if the path queues, or once per SILENCE while no result
+        has come for SILENCE (the path may carry nothing at all). A timeout on a
+        path without queueing is a loss like the others: a result waits for every
+        worker's recovery, so under 5% loss per link timeouts come one after the
+        other; halving on each kept the window at a packet or two, 5 to 30 times
+        slower than lossless."""
+        if self.queueing():
+            if self._may_cut(now, srtt):
+                self._cut(now, 0.5, "timeout")
+        elif silent >= SILENCE and self._may_cut(now, SILENCE):
             self._cut(now, 0.5, "timeout")
 
     def _alpha_now(self) -> float:

@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from ina.errors import AllreduceError
 from ina.host.config import WorkerConfig
-from ina.host.congestion import PACING_BURST, CongestionWindow
+from ina.host.congestion import PACING_BURST, RECENT_SAMPLES, CongestionWindow
 from ina.host.flow import Flow, elems_per_packet
 from ina.host.results import AllreduceResult, Lead
 from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, seq_add
@@ -69,13 +69,13 @@ DEFAULT_RTO = 0.2
 #: waits for their RTO. Queues stay far shorter than it (ina.host.congestion).
 MIN_RTO = 0.005
 MAX_RTO = 1.0
-#: Round trips the probe timer looks back over.
-RECENT_SAMPLES = 64
 #: Results of packets sent later that make a missing result count as lost.
 DUPLICATE_RESULTS = 3
 #: Timeouts double the RTO up to this many times (and never beyond its cap) until a
 #: new result arrives.
 MAX_BACKOFF_DOUBLINGS = 2
+#: A chunk probed again waits up to 2**this probe intervals.
+MAX_PROBE_DOUBLINGS = 3
 #: A round-trip sample counts for at most this many smoothed round trips: a result
 #: may also wait for another worker's loss recovery (an outlier), while a lasting rise
 #: still gets through, growing the estimate by up to this factor every few samples.
@@ -129,14 +129,16 @@ class RtoEstimator:
     @property
     def probe(self) -> float | None:
         """How long to wait for the oldest result when nothing else is in flight
-        to reveal its loss: twice the least recent round trip (others' losses
-        lengthen many round trips; the least is the path's own), but no less than
-        a typical one (the smoothed round trip and its variation): a queue that
-        lengthens every round trip is not a loss."""
-        if not self.recent or self.srtt is None:
+        to reveal its loss: twice the least of the last RECENT_SAMPLES round trips.
+        Not the smoothed one: others' losses lengthen many round trips (a result
+        waits for every worker's contribution; under 5% loss per link the smoothed
+        round trip grew to a second, and so did every recovery, and the round trips
+        with it). Not the least of a long history either: a queue lengthens every
+        round trip, and a probe at twice a round trip from before it sent hundreds
+        of copies into the queue (the 29 s steps of the rate-limited fat-tree)."""
+        if not self.recent:
             return None
-        return min(self.ceiling, max(self.floor, 2 * min(self.recent),
-                                     self.srtt + 2 * self.rttvar))
+        return min(self.ceiling, max(self.floor, 2 * min(self.recent)))
 
     @property
     def ceiling(self) -> float:
@@ -281,6 +283,7 @@ class ReductionWindow:
         self.outstanding: dict[int, _Outstanding] = {}
         self.lost: list[int] = []  # chunks to send again now (early retransmission)
         self.progress_at = 0.0  # when the last new result arrived
+        self.first_sent_at: float | None = None
         self.joined = joined  # every worker is in: round trips measure the path
         self.send_at = float("-inf")  # the pacer's time for the next send
         self.sends = 0
@@ -320,6 +323,8 @@ class ReductionWindow:
     def _send(self, chunk: int, now: float) -> bytes:
         state = self.outstanding.get(chunk)
         deadline = now + self.rto.rto
+        if self.first_sent_at is None:
+            self.first_sent_at = now
         if state is None:
             state = self.outstanding[chunk] = _Outstanding(
                 now, deadline, self.sends, self.joined or self.results > 0)
@@ -354,7 +359,8 @@ class ReductionWindow:
         oldest = self.outstanding.get(self.base)
         if oldest is not None and oldest.deadline <= now:
             if oldest.sample:
-                self.cc.on_timeout(now, self.rto.srtt, again=self.rto.backoff > 0)
+                silent = now - max(self.progress_at, self.first_sent_at or now)
+                self.cc.on_timeout(now, self.rto.srtt, silent)
             self.rto.timed_out(now)
             out.append(self._send(self.base, now))
         elif oldest is not None and self._probe_due(now):
@@ -376,7 +382,11 @@ class ReductionWindow:
         probe = self.rto.probe
         if oldest is None or probe is None or self._may_send_new():
             return None
-        return max(self.progress_at, oldest.sent_at) + probe
+        # Each probe of the same chunk waits twice as long as the one before (up to
+        # MAX_PROBE_DOUBLINGS): its result usually waits for another worker's
+        # recovery, which more copies of this one do not speed up.
+        backoff = 1 << min(oldest.tries - 1, MAX_PROBE_DOUBLINGS)
+        return max(self.progress_at, oldest.sent_at) + probe * backoff
 
     def _probe_due(self, now: float) -> bool:
         at = self._probe_at()
@@ -432,7 +442,12 @@ class ReductionWindow:
             for other_chunk, other in self.outstanding.items():
                 if other.order < state.order:
                     other.later += 1
-                    if other.later == DUPLICATE_RESULTS:
+                    # No copy sooner than the least RTO after the last: results of a
+                    # call's first rounds overtake each other by a few milliseconds
+                    # (a round waits for its slowest worker), and with a least RTO
+                    # of seconds nothing at all is sent twice.
+                    if (other.later >= DUPLICATE_RESULTS and other_chunk not in self.lost
+                            and now - other.sent_at >= self.rto.floor):
                         self.lost.append(other_chunk)
                         self.cc.on_loss(now, self.rto.srtt)
         self.cc.on_result(now, marked, rtt, self.rto.srtt)
