@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from ina.errors import AllreduceError
 from ina.host.config import WorkerConfig
-from ina.host.congestion import PACING_BURST, CongestionWindow
+from ina.host.congestion import CongestionWindow
 from ina.host.flow import Flow, elems_per_packet
 from ina.host.results import AllreduceResult, Lead
 from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, seq_add
@@ -328,8 +328,7 @@ class ReductionWindow:
                 state.tries + 1, now, deadline, self.sends, 0
             self.retransmissions += 1
         self.sends += 1
-        interval = self.cc.interval(self.rto.srtt)
-        self.send_at = max(self.send_at, now - (PACING_BURST - 1) * interval) + interval
+        self.send_at = self.cc.next_send(self.send_at, now, self.rto.srtt)
         return self._payload(chunk)
 
     def _may_send_new(self) -> bool:
