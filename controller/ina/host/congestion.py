@@ -136,9 +136,11 @@ class CongestionWindow:
         if rtt is not None:
             if not self._mins or now - self._mins[-1][0] >= BASE_PERIOD:
                 self._mins.append([now, rtt])  # [period's start, least round trip in it]
-            else:
-                self._mins[-1][1] = min(self._mins[-1][1], rtt)
-            self.base_rtt = min(m for _, m in self._mins)
+                self.base_rtt = min(m for _, m in self._mins)  # an old period may be gone
+            elif rtt < self._mins[-1][1]:
+                self._mins[-1][1] = rtt
+                assert self.base_rtt is not None  # a period has a round trip
+                self.base_rtt = min(self.base_rtt, rtt)
         round_trip = srtt if srtt is not None else rtt
         target = self.target()
         if marked and self._may_cut(now, round_trip):

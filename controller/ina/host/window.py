@@ -35,7 +35,7 @@ from ina.host.config import WorkerConfig
 from ina.host.congestion import CongestionWindow
 from ina.host.flow import Flow, elems_per_packet
 from ina.host.results import AllreduceResult, Lead
-from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, seq_add
+from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, SEQ_MODULO, seq_add
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import (
@@ -57,7 +57,9 @@ RESULT_FIELDS = struct.Struct("!xBHIH")
 #: congestion marks' byte (ecn), which the window reads in results.
 _FLAGS, _SEQ, _COUNT, _DEST, _WIDTH, _ECN = 1, 4, 8, 12, 14, 15
 _U32 = struct.Struct("!I")
-_U16 = struct.Struct("!H")
+#: The header's flags as plain ints: tested on every result (an IntFlag's ``&`` is a
+#: Python call each).
+_RESULT, _NODATA, _OVERFLOW = int(Flag.RESULT), int(Flag.NODATA), int(Flag.OVERFLOW)
 #: The wire's element type of each width (big-endian).
 WIRE_TYPES = {WIDTH32: ">i4", WIDTH16: ">i2"}
 #: The type of a reduction's result of each width.
@@ -148,7 +150,7 @@ class RtoEstimator:
         return min(self.ceiling, max(self.floor, base * (1 << self.backoff)))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Outstanding:
     sent_at: float  # last transmission
     deadline: float  # when it counts as lost, if it is the oldest one outstanding
@@ -172,6 +174,26 @@ def check_ints(values: npt.ArrayLike, width: int = WIDTH32) -> npt.NDArray[Any]:
     if not np.can_cast(array.dtype, wire) and (array.min() < low or array.max() > high):
         raise ValueError(f"values must fit in signed {width} bits")
     return array
+
+
+def _chunk_packets(head: bytes, wire: npt.NDArray[Any], first_seq: int,
+                   counts: npt.NDArray[np.int64], sends: npt.NDArray[np.bool_],
+                   dests: npt.NDArray[np.int64]) -> tuple[memoryview, list[int]]:
+    """Every chunk's packet at once, chunk ``j`` at ``j * (INA_HEADER_BYTES +
+    ARRAY_BYTES)``: ``head`` with the chunk's seq (``first_seq + j``), count and
+    dest, and its slice of ``wire``; or, where it ``sends`` no data, the header alone
+    with NODATA. Also each packet's length."""
+    chunks = len(counts)
+    packets = np.zeros((chunks, INA_HEADER_BYTES + ARRAY_BYTES), dtype=np.uint8)
+    packets[:, :INA_HEADER_BYTES] = np.frombuffer(head, dtype=np.uint8)
+    packets[:, INA_HEADER_BYTES:] = wire.view(np.uint8).reshape(chunks, ARRAY_BYTES)
+    seqs = (first_seq + np.arange(chunks, dtype=np.int64)) % SEQ_MODULO
+    packets[:, _SEQ: _SEQ + 4] = seqs.astype(">u4").view(np.uint8).reshape(chunks, 4)
+    packets[:, _COUNT: _COUNT + 2] = counts.astype(">u2").view(np.uint8).reshape(chunks, 2)
+    packets[:, _DEST: _DEST + 2] = dests.astype(">u2").view(np.uint8).reshape(chunks, 2)
+    packets[:, _FLAGS] = np.where(sends, int(Flag.NONE), _NODATA)
+    lengths = np.where(sends, INA_HEADER_BYTES + ARRAY_BYTES, INA_HEADER_BYTES)
+    return packets.data.cast("B"), lengths.tolist()  # a view: no copy of the whole
 
 
 class ReductionWindow:
@@ -232,20 +254,20 @@ class ReductionWindow:
         flow.check(chunks)
         self.flow = flow
         self.bfr_id = config.pbm.bit_length()
-        # The whole array as it goes on the wire, padded to whole packets: a
-        # packet's payload is a header and a slice of it, no per-value work.
+        # The whole array as it goes on the wire, padded to whole packets.
         wire = np.zeros(chunks * self.per_packet, dtype=WIRE_TYPES[flow.width])
         wire[: array.size] = array
-        self.wire = wire.tobytes()
         si, bits = one_set(config.pbm)
-        self.head = bytearray(InaHeader(job_id=config.job_id, seq=0, pbm=bits,
-                                        count=self.per_packet, op=self.op, si=si,
-                                        gen=gen, width=flow.width).pack())
+        head = InaHeader(job_id=config.job_id, seq=0, pbm=bits, count=self.per_packet,
+                         op=self.op, si=si, gen=gen, width=flow.width).pack()
         #: Per chunk (the lead's first): meaningful values, whether this worker sends
         #: its values, whether it gets the data back, the chunk's dest.
-        sends = [flow.sends_data(c) for c in range(chunks)]
+        sent = (np.ones(chunks, dtype=bool) if flow.data is None
+                else np.asarray(flow.data, dtype=bool))
+        dest = (np.zeros(chunks, dtype=np.int64) if flow.dest is None
+                else np.asarray(flow.dest, dtype=np.int64))
+        sends, dests = sent.tolist(), dest.tolist()
         gets = flow.received(chunks, self.bfr_id).tolist()
-        dests = [flow.dest_of(c) for c in range(chunks)]
         self.offset = 0  # the array's first chunk (1 with a lead)
         self.lead = lead
         self.lead_payload = b""
@@ -267,11 +289,18 @@ class ReductionWindow:
         self.counts = counts.tolist()
         self.sends_data, self.gets_data, self.dests = sends, gets, dests
         self.seq_base = seq_base
+        # Every chunk's packet, built at once (a chunk is sent again as it was first
+        # sent): sending one is a slice, no per-packet header work.
+        self.packets, self.lengths = _chunk_packets(
+            head, wire, seq_add(seq_base, self.offset), counts[self.offset:], sent, dest)
+        self.stride = INA_HEADER_BYTES + ARRAY_BYTES
         self.rto = rto if isinstance(rto, RtoEstimator) else RtoEstimator(
             initial=DEFAULT_RTO if rto is None else rto)
         self.cc = CongestionWindow(config.window) if cc is None else cc
-        self.result = np.zeros(array.size, dtype=RESULT_TYPES[flow.width])
-        self.received = np.zeros(self.chunks, dtype=bool)
+        # The results' arrays as they came on the wire, converted once in outcome().
+        self.result_wire = bytearray(chunks * ARRAY_BYTES)
+        self.itemsize = ARRAY_BYTES // self.per_packet
+        self.received = bytearray(self.chunks)  # 1: the chunk's result arrived
         self.results = 0
         self.completions = 0  # results without data (NODATA), of chunks sent elsewhere
         self.unexpected = 0  # completions of chunks whose data this worker should get
@@ -306,16 +335,8 @@ class ReductionWindow:
             lead = bytearray(self.lead_payload)
             _U32.pack_into(lead, _SEQ, self.seq_of(chunk))
             return bytes(lead)
-        head = self.head
-        _U32.pack_into(head, _SEQ, self.seq_of(chunk))
-        _U16.pack_into(head, _COUNT, self.counts[chunk])
-        _U16.pack_into(head, _DEST, self.dests[chunk])
-        if not self.sends_data[chunk]:
-            head[_FLAGS] = Flag.NODATA
-            return bytes(head)
-        head[_FLAGS] = Flag.NONE
-        lo = (chunk - self.offset) * ARRAY_BYTES
-        return bytes(head) + self.wire[lo: lo + ARRAY_BYTES]
+        lo = (chunk - self.offset) * self.stride
+        return bytes(self.packets[lo: lo + self.lengths[chunk - self.offset]])
 
     def _send(self, chunk: int, now: float) -> bytes:
         state = self.outstanding.get(chunk)
@@ -361,7 +382,10 @@ class ReductionWindow:
             # or the array's tail): send it again without waiting for the RTO.
             self.early_retransmissions += 1
             out.append(self._send(self.base, now))
-        while self._may_send_new() and now >= self.send_at:
+        # The windows do not move while sending (only results and timeouts move them).
+        end = min(self.chunks, self.base + self.config.window)
+        allowed = self.cc.allowed
+        while self.next < end and len(self.outstanding) < allowed and now >= self.send_at:
             out.append(self._send(self.next, now))
             self.next += 1
         return out
@@ -400,9 +424,9 @@ class ReductionWindow:
             LOG.debug("ignored a payload that is not INA")
             return False
         flags, job_id, seq, count = RESULT_FIELDS.unpack_from(payload)
-        if job_id != self.config.job_id or not flags & Flag.RESULT:
+        if job_id != self.config.job_id or not flags & _RESULT:
             return False
-        chunk = seq_add(seq, -self.seq_base)
+        chunk = (seq - self.seq_base) % SEQ_MODULO
         if chunk >= self.next or self.received[chunk]:
             return False  # not ours, or a duplicate
         n = self.counts[chunk]
@@ -411,7 +435,7 @@ class ReductionWindow:
             return False
         if not self._take(chunk, flags, payload, n):
             return False
-        self.received[chunk] = True
+        self.received[chunk] = 1
         self.results += 1
         marked = bool(payload[_ECN] & ECN_CE)
         self.marked += marked
@@ -450,7 +474,7 @@ class ReductionWindow:
     def _take(self, chunk: int, flags: int, payload: bytes, n: int) -> bool:
         """Keep what the result of ``chunk`` brings (its values, if they are this
         worker's); False if it cannot end the chunk."""
-        if flags & Flag.NODATA:
+        if flags & _NODATA:
             if self.gets_data[chunk]:
                 # Its data is this worker's: a completion cannot end the chunk.
                 self.unexpected += 1
@@ -470,19 +494,25 @@ class ReductionWindow:
                                                 offset=INA_HEADER_BYTES)
             self.lead.check(self.lead_result)
         elif self.gets_data[chunk]:
-            lo = (chunk - self.offset) * self.per_packet
-            self.result[lo: lo + n] = np.frombuffer(
-                payload, dtype=WIRE_TYPES[self.width], count=n, offset=INA_HEADER_BYTES)
-            self.overflow |= bool(flags & Flag.OVERFLOW)
+            lo, size = (chunk - self.offset) * ARRAY_BYTES, n * self.itemsize
+            self.result_wire[lo: lo + size] = \
+                memoryview(payload)[INA_HEADER_BYTES: INA_HEADER_BYTES + size]
+            self.overflow |= bool(flags & _OVERFLOW)
         return True
 
     def missing(self) -> list[int]:
         return [self.seq_of(c) for c in range(self.chunks) if not self.received[c]]
 
+    @property
+    def result(self) -> npt.NDArray[Any]:
+        """The reduction's values so far (zeros where no data came)."""
+        return np.frombuffer(self.result_wire, dtype=WIRE_TYPES[self.width],
+                             count=self.size).astype(RESULT_TYPES[self.width])
+
     def outcome(self) -> AllreduceResult:
         if not self.done:
             raise AllreduceError(f"{len(self.missing())} of {self.chunks} results missing")
-        return AllreduceResult(self.result.copy(), self.overflow, self.chunks,
+        return AllreduceResult(self.result, self.overflow, self.chunks,
                                self.retransmissions,
                                lead=None if self.lead_result is None
                                else self.lead_result.copy())
