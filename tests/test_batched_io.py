@@ -118,6 +118,14 @@ def test_a_datagram_longer_than_a_slot_is_cut_to_it(
     assert got == [(bytes(range(256)) * 20)[: mmsg.SLOT_BYTES]]
 
 
+def test_a_payload_longer_than_a_slot_is_sent_whole_and_in_order(
+        pair: tuple[UdpTransport, UdpTransport]) -> None:
+    a, b = pair
+    sent = [b"first", bytes(range(256)) * 12, b"last"]
+    a.send_many(sent)
+    assert _drain(b, 3, batches=False) == sent  # recvfrom: nothing cut
+
+
 class _FakeLibc:
     """sendmmsg that takes ``steps`` in turn: a count of messages sent, or an errno."""
 

@@ -160,7 +160,7 @@ class UdpTransport:
         # Waits as ``recv``'s socket timeout does: poll(2), in whole milliseconds up.
         if n == 0 and timeout > 0 and self._poll.poll(timeout * 1000.0):
             n = batch.receive()
-        return [batch.payload(i) for i in range(n)]
+        return batch.payloads(n)
 
     def close(self) -> None:
         self.sock.close()
