@@ -439,6 +439,7 @@ class ReductionWindow:
         self.results += 1
         marked = bool(payload[_ECN] & ECN_CE)
         self.marked += marked
+        first = next(iter(self.outstanding), None)  # the earliest sent for the first time
         state = self.outstanding.pop(chunk, None)
         rtt = None
         if state is not None and state.tries == 1:
@@ -452,12 +453,8 @@ class ReductionWindow:
             if state.sample and state.later == 0:
                 rtt = now - state.sent_at
                 self.rto.sample(rtt)
-            for other_chunk, other in self.outstanding.items():
-                if other.order < state.order:
-                    other.later += 1
-                    if other.later == DUPLICATE_RESULTS:
-                        self.lost.append(other_chunk)
-                        self.cc.on_loss(now, self.rto.srtt)
+            if chunk != first:  # else every other one was sent after it: none overtaken
+                self._overtaken(state.order, now)
         self.cc.on_result(now, marked, rtt, self.rto.srtt)
         self.progress_at = now
         self.rto.progress()
@@ -470,6 +467,16 @@ class ReductionWindow:
             if oldest is not None:
                 oldest.deadline = max(oldest.deadline, now + self.rto.rto)
         return True
+
+    def _overtaken(self, order: int, now: float) -> None:
+        """A result of the send ``order`` arrived: each chunk sent before it and
+        still missing has one more later result; at DUPLICATE_RESULTS, it is lost."""
+        for other_chunk, other in self.outstanding.items():
+            if other.order < order:
+                other.later += 1
+                if other.later == DUPLICATE_RESULTS:
+                    self.lost.append(other_chunk)
+                    self.cc.on_loss(now, self.rto.srtt)
 
     def _take(self, chunk: int, flags: int, payload: bytes, n: int) -> bool:
         """Keep what the result of ``chunk`` brings (its values, if they are this
