@@ -237,7 +237,9 @@ class _Vector:
         self.lengths = memoryview(self.header_bytes).cast("I")  # msg_len: what came
         self.len_at = _Mmsghdr.msg_len.offset // 4
         self.len_step = msg // 4
-        self.iov_lens = memoryview(self.iov_bytes).cast("N")  # iov_len: what to send
+        # iov_len (a size_t): what to send.
+        self.iov_lens = memoryview(self.iov_bytes).cast(
+            "Q" if ctypes.sizeof(ctypes.c_size_t) == 8 else "I")
         self.iov_step = iov // ctypes.sizeof(ctypes.c_size_t)
         self.iov_at = _Iovec.iov_len.offset // ctypes.sizeof(ctypes.c_size_t)
 
