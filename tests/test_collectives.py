@@ -302,3 +302,14 @@ def test_every_chunks_packet_is_its_header_and_values_as_its_flow_says(width: in
             expected += wire[c * ARRAY_BYTES: (c + 1) * ARRAY_BYTES]
         assert packet == expected, c
     assert InaHeader.unpack(packets[0]).seq == seq_base  # the lead first
+
+
+def test_the_last_chunks_packet_is_padded_with_zeros() -> None:
+    config = dataclasses.replace(configs(4)[0], window=100)
+    values = np.arange(1, 3 * P + 6, dtype=np.int32)
+    window = ReductionWindow(config, values, 7, cc=CongestionWindow(100))
+    packets = window.packets_to_send()
+    assert len(packets) == 4
+    tail = np.frombuffer(packets[-1], ">i4", P, INA_HEADER_BYTES)
+    assert tail[:5].tolist() == values[3 * P:].tolist() and not tail[5:].any()
+    assert InaHeader.unpack(packets[-1]).count == 5

@@ -548,8 +548,8 @@ class Caller:
                                 self._heed(notice, window)
                             elif check is not None:
                                 check.answered(received)
-                        elif window.accept(received, time.monotonic()):
-                            last_progress = time.monotonic()
+                        elif window.accept(received, arrived := time.monotonic()):
+                            last_progress = arrived
                             give_up_at = last_progress + self.timeout
                             self._unconfirmed = check = None  # the start is right
                             if self.progress is not None and phase == "reducing":

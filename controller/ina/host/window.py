@@ -147,7 +147,8 @@ class RtoEstimator:
     @property
     def rto(self) -> float:
         base = self.initial if self.srtt is None else self.srtt + 4 * self.rttvar
-        return min(self.ceiling, max(self.floor, base * (1 << self.backoff)))
+        floor = self.floor  # the ceiling inlined: read for every packet sent and answered
+        return min(max(self.cap, floor), max(floor, base * (1 << self.backoff)))
 
 
 @dataclass(slots=True)
@@ -176,17 +177,23 @@ def check_ints(values: npt.ArrayLike, width: int = WIDTH32) -> npt.NDArray[Any]:
     return array
 
 
-def _chunk_packets(head: bytes, wire: npt.NDArray[Any], first_seq: int,
+def _chunk_packets(head: bytes, array: npt.NDArray[Any], width: int, first_seq: int,
                    counts: npt.NDArray[np.int64], sends: npt.NDArray[np.bool_],
                    dests: npt.NDArray[np.int64]) -> tuple[memoryview, list[int]]:
     """Every chunk's packet at once, chunk ``j`` at ``j * (INA_HEADER_BYTES +
     ARRAY_BYTES)``: ``head`` with the chunk's seq (``first_seq + j``), count and
-    dest, and its slice of ``wire``; or, where it ``sends`` no data, the header alone
+    dest, and its slice of ``array`` on the wire (elements of ``width`` bits, the
+    last chunk padded with zeros); or, where it ``sends`` no data, the header alone
     with NODATA. Also each packet's length."""
     chunks = len(counts)
     packets = np.zeros((chunks, INA_HEADER_BYTES + ARRAY_BYTES), dtype=np.uint8)
     packets[:, :INA_HEADER_BYTES] = np.frombuffer(head, dtype=np.uint8)
-    packets[:, INA_HEADER_BYTES:] = wire.view(np.uint8).reshape(chunks, ARRAY_BYTES)
+    data = packets[:, INA_HEADER_BYTES:].view(WIRE_TYPES[width])  # a row per chunk
+    per_packet = data.shape[1]
+    full = array.size // per_packet
+    data[:full] = array[: full * per_packet].reshape(full, per_packet)
+    if full < chunks:
+        data[full, : array.size - full * per_packet] = array[full * per_packet:]
     seqs = (first_seq + np.arange(chunks, dtype=np.int64)) % SEQ_MODULO
     packets[:, _SEQ: _SEQ + 4] = seqs.astype(">u4").view(np.uint8).reshape(chunks, 4)
     packets[:, _COUNT: _COUNT + 2] = counts.astype(">u2").view(np.uint8).reshape(chunks, 2)
@@ -238,6 +245,7 @@ class ReductionWindow:
         self.per_packet = elems_per_packet(flow.width)
         array = check_ints(values, flow.width)
         self.config = config
+        self.job_id = config.job_id
         self.op = config.op if op is None else op
         self.size = array.size
         if flow.counts is None:
@@ -254,9 +262,6 @@ class ReductionWindow:
         flow.check(chunks)
         self.flow = flow
         self.bfr_id = config.pbm.bit_length()
-        # The whole array as it goes on the wire, padded to whole packets.
-        wire = np.zeros(chunks * self.per_packet, dtype=WIRE_TYPES[flow.width])
-        wire[: array.size] = array
         si, bits = one_set(config.pbm)
         head = InaHeader(job_id=config.job_id, seq=0, pbm=bits, count=self.per_packet,
                          op=self.op, si=si, gen=gen, width=flow.width).pack()
@@ -292,7 +297,8 @@ class ReductionWindow:
         # Every chunk's packet, built at once (a chunk is sent again as it was first
         # sent): sending one is a slice, no per-packet header work.
         self.packets, self.lengths = _chunk_packets(
-            head, wire, seq_add(seq_base, self.offset), counts[self.offset:], sent, dest)
+            head, array, flow.width, seq_add(seq_base, self.offset), counts[self.offset:],
+            sent, dest)
         self.stride = INA_HEADER_BYTES + ARRAY_BYTES
         self.rto = rto if isinstance(rto, RtoEstimator) else RtoEstimator(
             initial=DEFAULT_RTO if rto is None else rto)
@@ -424,7 +430,7 @@ class ReductionWindow:
             LOG.debug("ignored a payload that is not INA")
             return False
         flags, job_id, seq, count = RESULT_FIELDS.unpack_from(payload)
-        if job_id != self.config.job_id or not flags & _RESULT:
+        if job_id != self.job_id or not flags & _RESULT:
             return False
         chunk = (seq - self.seq_base) % SEQ_MODULO
         if chunk >= self.next or self.received[chunk]:
