@@ -177,6 +177,23 @@ def check_ints(values: npt.ArrayLike, width: int = WIDTH32) -> npt.NDArray[Any]:
     return array
 
 
+def _chunk_counts(flow: Flow, size: int, per_packet: int) -> npt.NDArray[np.int64]:
+    """Per chunk, the values it carries of an array of ``size``: as ``flow`` says, or
+    every chunk full but the last; ValueError if the array does not fill them so."""
+    if flow.counts is None:
+        chunks = -(-size // per_packet)
+        counts = np.full(chunks, per_packet, dtype=np.int64)
+        counts[-1] = size - (chunks - 1) * per_packet
+        return counts
+    chunks = len(flow.counts)
+    counts = np.asarray(flow.counts, dtype=np.int64)
+    ends = np.arange(chunks) * per_packet + counts
+    if chunks == 0 or ends.max() > size or size > chunks * per_packet:
+        raise ValueError(f"{size} values do not fill the flow's {chunks} chunks as their "
+                         "counts say")
+    return counts
+
+
 def _chunk_packets(head: bytes, array: npt.NDArray[Any], width: int, first_seq: int,
                    counts: npt.NDArray[np.int64], sends: npt.NDArray[np.bool_],
                    dests: npt.NDArray[np.int64]) -> tuple[memoryview, list[int]]:
@@ -248,17 +265,8 @@ class ReductionWindow:
         self.job_id = config.job_id
         self.op = config.op if op is None else op
         self.size = array.size
-        if flow.counts is None:
-            chunks = -(-array.size // self.per_packet)
-            counts = np.full(chunks, self.per_packet, dtype=np.int64)
-            counts[-1] = array.size - (chunks - 1) * self.per_packet
-        else:
-            chunks = len(flow.counts)
-            counts = np.asarray(flow.counts, dtype=np.int64)
-            ends = np.arange(chunks) * self.per_packet + counts
-            if chunks == 0 or ends.max() > array.size or array.size > chunks * self.per_packet:
-                raise ValueError(f"{array.size} values do not fill the flow's {chunks} "
-                                 "chunks as their counts say")
+        counts = _chunk_counts(flow, array.size, self.per_packet)
+        chunks = len(counts)
         flow.check(chunks)
         self.flow = flow
         self.bfr_id = config.pbm.bit_length()
