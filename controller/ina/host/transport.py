@@ -156,11 +156,11 @@ class UdpTransport:
         if batch is None:
             payload = self.recv(timeout)
             return [] if payload is None else [payload]
-        n = batch.receive()
-        # Waits as ``recv``'s socket timeout does: poll(2), in whole milliseconds up.
-        if n == 0 and timeout > 0 and self._poll.poll(timeout * 1000.0):
-            n = batch.receive()
-        return batch.payloads(n)
+        # Waits as ``recv``'s socket timeout does: poll(2), in whole milliseconds up;
+        # at once if something is queued (the window drained the socket just before).
+        if timeout > 0 and not self._poll.poll(timeout * 1000.0):
+            return []
+        return batch.payloads(batch.receive())
 
     def close(self) -> None:
         self.sock.close()
