@@ -317,7 +317,7 @@ def _bench(args: argparse.Namespace) -> int:
 
         rate = host_rate()
         print(f"one worker against a loopback reflector: {rate.packets_per_s:,.0f} "
-              f"packets/s, {rate.values_per_s:,.0f} values/s")
+              f"packets/s, {rate.values_per_s:,.0f} values/s{rate.cpu()}")
     elif args.cmd == "deploy":
         from ina.bench import deploy
 
