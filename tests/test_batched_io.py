@@ -155,6 +155,18 @@ def test_a_datagram_refused_on_a_full_queue_is_dropped_and_the_rest_sent(
 
 
 @needs_mmsg
+def test_a_full_send_buffer_is_waited_for_within_the_sockets_timeout_as_sendto_does(
+        pair: tuple[UdpTransport, UdpTransport], monkeypatch: Any) -> None:
+    a, _ = pair
+    assert a.batch is not None
+    a.sock.settimeout(0.5)  # as after a recv with a timeout: sendto would wait for room
+    fake = _FakeLibc([2, "EAGAIN", 10])
+    monkeypatch.setattr(a.batch, "libc", fake)
+    assert a.batch.send(_payloads(6), ("127.0.0.4", 1)) == 6  # none dropped
+    assert fake.calls == [6, 4, 4]
+
+
+@needs_mmsg
 def test_a_send_error_other_than_a_full_queue_is_raised(
         pair: tuple[UdpTransport, UdpTransport], monkeypatch: Any) -> None:
     a, _ = pair

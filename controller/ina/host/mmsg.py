@@ -17,6 +17,7 @@ import ctypes.util
 import errno
 import logging
 import os
+import select
 import socket
 import struct
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ MSG_WAITFORONE = 0x10000
 #: Errors on which a send of one datagram is dropped, as a full queue drops it on the
 #: wire: the send buffer is full (non-blocking), or the kernel's queue (ENOBUFS).
 DROPPED = (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS)
+_FULL = (errno.EAGAIN, errno.EWOULDBLOCK)
 #: A struct sockaddr_in (the largest address a slot receives: IPv4).
 _SOCKADDR_BYTES = 16
 _SOCKADDR_IN = struct.Struct("=H2s4s8x")
@@ -190,6 +192,17 @@ class Datagrams:
             return 0
         return 1
 
+    def _writable(self) -> bool:
+        """After a full send buffer: whether it has room within the socket's timeout,
+        as sendto waits on a socket with a timeout (none: no wait, the send is
+        dropped, as sendto raises at once on a non-blocking socket)."""
+        timeout = self.sock.gettimeout()
+        if not timeout:
+            return False
+        poll = select.poll()
+        poll.register(self.sock, select.POLLOUT)
+        return bool(poll.poll(timeout * 1000.0))
+
     def _sendmmsg(self, msgs: ctypes.Array[_Mmsghdr], n: int) -> int:
         """sendmmsg of ``msgs[:n]`` until all are sent or dropped: how many were sent."""
         size = ctypes.sizeof(_Mmsghdr)
@@ -198,7 +211,7 @@ class Datagrams:
             r = self.libc.sendmmsg(self.sock.fileno(), base + done * size, n - done, 0)
             if r < 0:
                 err = ctypes.get_errno()
-                if err == errno.EINTR:
+                if err == errno.EINTR or (err in _FULL and self._writable()):
                     continue
                 if err not in DROPPED:
                     raise OSError(err, os.strerror(err))
