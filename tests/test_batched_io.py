@@ -11,6 +11,7 @@ import itertools
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 
 from ina.cli.inabench import answer_flag
 from ina.host import mmsg
-from ina.host.transport import BatchTransport, OneByOne, UdpTransport, batched
+from ina.host.transport import BatchTransport, OneByOne, SharedTransport, UdpTransport, batched
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import INA_PAYLOAD_BYTES, INA_UDP_PORT, Flag
 
@@ -231,3 +232,39 @@ def test_the_reflector_answers_every_packet_of_a_burst() -> None:
     for packet, answer in zip(sent, got, strict=True):
         assert answer[1] == packet[1] | answer_flag(packet[1])
         assert answer[:1] + answer[2:] == packet[:1] + packet[2:]
+
+
+def test_a_jobs_view_of_a_shared_transport_sends_in_its_batches_and_receives_its_own(
+        pair: tuple[UdpTransport, UdpTransport]) -> None:
+    a, b = pair
+    shared = SharedTransport(b)
+    view = shared.view(3)
+    assert isinstance(view, BatchTransport)
+    sent = [InaHeader(job_id=job, seq=i, pbm=1, count=1).pack() for i, job in
+            enumerate([3, 4, 3])]
+    a.send_many(sent)
+    assert view.recv_many(1.0) == [sent[0]]
+    assert view.recv_many(1.0) == [sent[2]]  # job 4's has no view: a stray
+    assert shared.strays == 1
+    view.send_many([b"one", b"two"])
+    assert _drain(a, 2, batches=True) == [b"one", b"two"]
+
+
+def test_threads_sending_batches_through_one_transport_do_not_mix_their_datagrams(
+        pair: tuple[UdpTransport, UdpTransport]) -> None:
+    a, b = pair
+    batches = [[bytes([t]) * 600 + i.to_bytes(2, "big") for i in range(250)] for t in range(4)]
+
+    def send(payloads: list[bytes]) -> None:
+        for lo in range(0, len(payloads), 50):
+            a.send_many(payloads[lo: lo + 50])
+
+    threads = [threading.Thread(target=send, args=(p,)) for p in batches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    got = _drain(b, 1000, batches=True)
+    assert sorted(got) == sorted(p for ps in batches for p in ps)
+    for ps in batches:  # each thread's in its order
+        assert [p for p in got if p[0] == ps[0][0]] == ps

@@ -115,6 +115,9 @@ class UdpTransport:
         self.sock.bind((bind, port))
         self.timeout: float | None = None
         self.batch = mmsg.Datagrams(self.sock) if mmsg.available() else None
+        # The batch's buffers are one per transport: one thread at a time uses them
+        # (the jobs of a SharedTransport send from threads of their own).
+        self._batch_lock = threading.Lock()
         self._poll = select.poll()
         self._poll.register(self.sock, select.POLLIN)
 
@@ -149,7 +152,8 @@ class UdpTransport:
             return
         # A datagram the kernel refuses on a full queue is dropped, as ``send`` drops
         # it (mmsg.DROPPED); retransmission recovers it.
-        self.batch.send(payloads, (dst or self.target, self.port))
+        with self._batch_lock:
+            self.batch.send(payloads, (dst or self.target, self.port))
 
     def recv_many(self, timeout: float) -> list[bytes]:
         batch = self.batch
@@ -160,7 +164,8 @@ class UdpTransport:
         # at once if something is queued (the window drained the socket just before).
         if timeout > 0 and not self._poll.poll(timeout * 1000.0):
             return []
-        return batch.payloads(batch.receive())
+        with self._batch_lock:
+            return batch.payloads(batch.receive())
 
     def close(self) -> None:
         self.sock.close()
@@ -264,17 +269,26 @@ class SharedTransport:
 
 
 class JobView:
-    """One job's side of a ``SharedTransport``: a ``Transport``."""
+    """One job's side of a ``SharedTransport``: a ``BatchTransport`` that sends in
+    batches if the shared transport does, and receives one payload at a time."""
 
     def __init__(self, shared: SharedTransport, job_id: int):
         self.shared = shared
         self.job_id = job_id
+        self._raw = batched(shared.raw)
 
     def send(self, payload: bytes, dst: str | None = None) -> None:
         self.shared.raw.send(payload, dst)
 
     def recv(self, timeout: float) -> bytes | None:
         return self.shared._recv(self.job_id, timeout)
+
+    def send_many(self, payloads: Sequence[bytes], dst: str | None = None) -> None:
+        self._raw.send_many(payloads, dst)
+
+    def recv_many(self, timeout: float) -> list[bytes]:
+        payload = self.shared._recv(self.job_id, timeout)
+        return [] if payload is None else [payload]
 
     def close(self) -> None:
         """No more packets for this job (the shared transport stays open)."""
