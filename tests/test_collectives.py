@@ -5,20 +5,23 @@ fabric that reduces as the data plane does (tests/colltest.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from ina.errors import CallMismatch
 from ina.host.call import KIND_INT, CallDescriptor, Collective
 from ina.host.collective import unwords, words
+from ina.host.congestion import CongestionWindow
 from ina.host.flow import Flow, Layout
-from ina.host.results import AllreduceResult
+from ina.host.results import AllreduceResult, Lead
 from ina.host.window import ReductionWindow
 from ina.host.worker import Worker
 from ina.protocol.codec import InaHeader, InaPacket
+from ina.protocol.constants import ARRAY_BYTES, INA_HEADER_BYTES, WIDTH16, Flag, Op
 from ina.protocol.constants import ELEMS16_PER_PACKET as P16
 from ina.protocol.constants import ELEMS_PER_PACKET as P
-from ina.protocol.constants import INA_HEADER_BYTES, WIDTH16, Flag, Op
 
 from colltest import COLLECTIVES, LocalFabric, Outcome, body_of, check, configs, run_bodies
 
@@ -271,3 +274,42 @@ def test_a_packets_count_is_the_values_its_chunk_carries(collective: str) -> Non
     _, fabric = _run(collective, _ints(4, P + 3, seed=8))
     seq, flow = fabric.flows[-1]
     assert flow.counts is not None and flow.counts.tolist() == [P, 3]
+
+
+@pytest.mark.parametrize("width", [32, 16])
+def test_every_chunks_packet_is_its_header_and_values_as_its_flow_says(width: int) -> None:
+    # Built at once for the whole array: each must be what a header built for the
+    # chunk alone and its slice of the array make, across the sequence numbers' wrap.
+    config = dataclasses.replace(configs(4)[1], window=100)  # every chunk sent at once
+    layout = Layout(5 * (P if width == 32 else P16) - 7, width, parts=3)
+    values = (np.arange(layout.size) % 30000 - 15000).astype(np.int16)
+    data = np.array([c % 4 != 1 for c in range(layout.chunks)])
+    dest = np.array([c % 3 for c in range(layout.chunks)])
+    flow = Flow.of(layout, data, dest)
+    lead = Lead(np.arange(6, dtype=np.int32), lambda _: None)
+    seq_base = 2**32 - 3
+    window = ReductionWindow(config, layout.spread(values), seq_base, op=Op.MIN, gen=5,
+                             flow=flow, cc=CongestionWindow(100), lead=lead)
+    packets = window.packets_to_send()
+    assert len(packets) == layout.chunks + 1
+    wire = layout.spread(values).astype(">i4" if width == 32 else ">i2").tobytes()
+    for c, packet in enumerate(packets[1:]):
+        expected = InaHeader(job_id=config.job_id, seq=(seq_base + 1 + c) % 2**32,
+                             pbm=config.pbm, count=int(layout.counts()[c]), op=Op.MIN,
+                             flags=Flag.NONE if data[c] else Flag.NODATA, gen=5,
+                             dest=int(dest[c]), width=width).pack()
+        if data[c]:
+            expected += wire[c * ARRAY_BYTES: (c + 1) * ARRAY_BYTES]
+        assert packet == expected, c
+    assert InaHeader.unpack(packets[0]).seq == seq_base  # the lead first
+
+
+def test_the_last_chunks_packet_is_padded_with_zeros() -> None:
+    config = dataclasses.replace(configs(4)[0], window=100)
+    values = np.arange(1, 3 * P + 6, dtype=np.int32)
+    window = ReductionWindow(config, values, 7, cc=CongestionWindow(100))
+    packets = window.packets_to_send()
+    assert len(packets) == 4
+    tail = np.frombuffer(packets[-1], ">i4", P, INA_HEADER_BYTES)
+    assert tail[:5].tolist() == values[3 * P:].tolist() and not tail[5:].any()
+    assert InaHeader.unpack(packets[-1]).count == 5

@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 
 from ina.host.config import WorkerConfig
-from ina.host.congestion import MIN_CWND, PACING_BURST, RECENT_SAMPLES, CongestionWindow
+from ina.host.congestion import (
+    MIN_CWND,
+    PACING_BURST,
+    PACING_QUANTUM,
+    RECENT_SAMPLES,
+    CongestionWindow,
+)
 from ina.host.window import ReductionWindow, RtoEstimator
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.constants import ECN_CE, ELEMS_PER_PACKET, Flag, Op
@@ -197,6 +203,31 @@ def test_sends_are_paced_a_round_trip_per_window_apart() -> None:
     sent = window.packets_to_send(RTT)
     assert len(sent) == PACING_BURST  # not the whole window at once
     assert window.next_timer() == pytest.approx(RTT + RTT / cc.cwnd)
+
+
+def test_a_short_round_trip_lets_a_quantum_of_due_packets_go_at_once() -> None:
+    # 16 packets a 160 us round trip: 10 us apart, far less than one turn of a
+    # worker's loop; the pacer lets go what is due within PACING_QUANTUM, not two.
+    rtt = 160e-6
+    cc = CongestionWindow(16, cwnd=16)
+    window = _window(80, cc)
+    for p in window.packets_to_send(0.0):
+        assert window.accept(_result_of(p), rtt)
+    sent = window.packets_to_send(rtt)
+    assert len(sent) == 16  # the whole window: it is due within the quantum
+    interval = rtt / cc.cwnd
+    assert PACING_QUANTUM / interval > 16 > PACING_BURST
+
+
+def test_the_pacing_quantum_gives_no_credit_for_an_idle_spell_beyond_itself() -> None:
+    cc = CongestionWindow(16, cwnd=16)
+    srtt = 160e-6
+    interval = srtt / 16
+    at = cc.next_send(0.0, 10.0, srtt)  # a send at t=10 s after a long idle spell
+    assert at == pytest.approx(10.0 - PACING_QUANTUM + 2 * interval)
+    # With a long round trip the quantum is below the burst: PACING_BURST packets.
+    slow = cc.next_send(0.0, 10.0, 1.0)
+    assert slow == pytest.approx(10.0 - (PACING_BURST - 1) / 16 + 1 / 16)
 
 
 def test_a_marked_result_makes_the_window_send_fewer() -> None:

@@ -54,3 +54,17 @@ def test_every_benchmark_that_measures_figures_reads_them_back() -> None:
     """The figures a benchmark measures are reported through the reader --from-json
     uses: each has one."""
     assert set(inabench.FIGURES) == set(inabench.MEASURE)
+
+
+def test_the_host_rate_reports_the_workers_cpu_time_per_packet_when_measured(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    doc = json.loads((DOCS / "allreduce.json").read_text())
+    doc["host"] = {"packets_per_s": 50000.0, "values_per_s": 12800000.0,
+                   "cpu_us_per_packet": 12.5}
+    figures = tmp_path / "allreduce.json"
+    figures.write_text(json.dumps(doc))
+    assert inabench.main(["allreduce", "--from-json", str(figures)]) == 0
+    assert "50,000 packets/s, 12,800,000 values/s, 12.5 us of the worker's CPU per packet" \
+        in capsys.readouterr().out
+    assert inabench.main(["allreduce", "--from-json", str(figures), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == doc

@@ -83,10 +83,19 @@ class CaseResult:
 
 @dataclass
 class HostRate:
-    """One worker against a loopback reflector (no switch)."""
+    """One worker against a loopback reflector (no switch): its rate, and the CPU time
+    (user and system) the worker's process spent per packet, which, unlike the rate,
+    does not depend on what else runs on the machine's cores (None: not measured)."""
 
     packets_per_s: float
     values_per_s: float
+    cpu_us_per_packet: float | None = None
+
+    def cpu(self) -> str:
+        """The CPU time per packet as the reports add it (nothing if not measured)."""
+        if self.cpu_us_per_packet is None:
+            return ""
+        return f", {self.cpu_us_per_packet:.1f} us of the worker's CPU per packet"
 
 
 # --- Measuring inside a lab --------------------------------------------------------
@@ -172,14 +181,14 @@ def host_rate(size: int = 1 << 20) -> HostRate:
             worker = Worker(config, transport, timeout=10, rto=RtoEstimator(initial=0.05))
             values = random_array(size, 0)
             worker.allreduce(values[:ELEMS_PER_PACKET])  # warm up
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             worker.allreduce(values)
-            elapsed = time.perf_counter() - started
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     finally:
         reflector.terminate()
         reflector.wait()
     packets = -(-size // ELEMS_PER_PACKET)
-    return HostRate(packets / elapsed, size / elapsed)
+    return HostRate(packets / elapsed, size / elapsed, 1e6 * cpu / packets)
 
 
 # --- Figures -----------------------------------------------------------------------
@@ -200,8 +209,9 @@ class AllreduceFigures:
 
     def figures(self) -> dict[str, Any]:
         """As JSON-ready data (docs/allreduce.json)."""
-        return {"bmv2": self.bmv2, "host": None if self.host is None else asdict(self.host),
-                "cases": [asdict(r) for r in self.cases]}
+        host = None if self.host is None else {  # older runs measured no CPU time
+            k: v for k, v in asdict(self.host).items() if v is not None}
+        return {"bmv2": self.bmv2, "host": host, "cases": [asdict(r) for r in self.cases]}
 
     @classmethod
     def from_figures(cls, doc: Any) -> AllreduceFigures:
@@ -216,7 +226,7 @@ class AllreduceFigures:
         if self.host is not None:
             lines += [f"Host side: one worker against a loopback reflector (no switch): "
                       f"{self.host.packets_per_s:,.0f} packets/s, "
-                      f"{self.host.values_per_s:,.0f} values/s.", ""]
+                      f"{self.host.values_per_s:,.0f} values/s{self.host.cpu()}.", ""]
         for r in self.cases:
             lines.append(f"{r.case} ({r.topology}): {len(r.workers)} workers "
                          f"({', '.join(r.workers)}), {r.size} int32 values each, PS on "

@@ -69,7 +69,7 @@ from ina.host.results import (
     Lead,
     Reduce,
 )
-from ina.host.transport import Transport
+from ina.host.transport import Transport, batched
 from ina.host.window import (
     DEFAULT_RTO,
     MAX_BACKOFF_DOUBLINGS,
@@ -84,6 +84,7 @@ from ina.protocol.constants import INA_HEADER_BYTES, INA_PAYLOAD_BYTES, WIDTH32,
 
 LOG = logging.getLogger(__name__)
 _GEN_OFFSET = 11  # the header's gen byte
+_SYNC = int(Flag.SYNC)  # a plain int: tested on every received packet
 #: First wait for the root's answer to a SYNC (doubled on each retry).
 SYNC_RTO = 0.02
 #: Until round trips of the array's packets are measured, the RTO is this many
@@ -525,11 +526,13 @@ class Caller:
         last_progress = began = time.monotonic()
         give_up_at = last_progress + self.timeout
         check = _StartCheck(self, began) if self._unconfirmed is not None else None
+        io = batched(self.transport)
         try:
             while not window.done:
                 now = time.monotonic()
-                for payload in window.packets_to_send(now):
-                    self.transport.send(payload)
+                sends = window.packets_to_send(now)
+                if sends:
+                    io.send_many(sends)
                 if now > give_up_at:
                     why = (self.patience(now - last_progress) if self.patience is not None
                            else "")
@@ -542,23 +545,24 @@ class Caller:
                     wake = min(wake, timer)
                 if check is not None:
                     wake = min(wake, check.due(now))
-                received = self.transport.recv(wake - now)
-                while received is not None:
-                    # Only a notice or a SYNC's answer has SYNC set among what a
-                    # window receives.
-                    if len(received) > 1 and received[1] & Flag.SYNC:
-                        notice = notice_of(received, self.config)
-                        if notice is not None:
-                            self._heed(notice, window)
-                        elif check is not None:
-                            check.answered(received)
-                    elif window.accept(received, time.monotonic()):
-                        last_progress = time.monotonic()
-                        give_up_at = last_progress + self.timeout
-                        self._unconfirmed = check = None  # the start is right
-                        if self.progress is not None and phase == REDUCING:
-                            self.progress(window.results, window.chunks)
-                    received = self.transport.recv(0.0)
+                batch = io.recv_many(wake - now)
+                while batch:  # until nothing is queued
+                    for received in batch:
+                        # Only a notice or a SYNC's answer has SYNC set among what a
+                        # window receives.
+                        if len(received) > 1 and received[1] & _SYNC:
+                            notice = notice_of(received, self.config)
+                            if notice is not None:
+                                self._heed(notice, window)
+                            elif check is not None:
+                                check.answered(received)
+                        elif window.accept(received, arrived := time.monotonic()):
+                            last_progress = arrived
+                            give_up_at = last_progress + self.timeout
+                            self._unconfirmed = check = None  # the start is right
+                            if self.progress is not None and phase == REDUCING:
+                                self.progress(window.results, window.chunks)
+                    batch = io.recv_many(0.0)
         finally:
             # What the call's ABORT must cover, if it comes to one (``_abort``).
             if window.next and seq_diff(window.seq_of(window.next - 1),

@@ -78,6 +78,13 @@ MAX_DECREASE = 0.5
 SILENCE = 1.0
 #: Packets a paced sender may send back to back after being idle.
 PACING_BURST = 2
+#: The pacer's granularity (seconds): it lets go at once what is due within this
+#: much time, at least PACING_BURST packets, as Linux's pacing sends a millisecond's
+#: worth in one burst (TSO autosizing). With a pacing interval below the time one
+#: turn of a worker's loop takes (a loopback, a short round trip), two packets a
+#: turn held the rate far below the window's (12,000 packets/s where the window
+#: asked for 100,000); with round trips of milliseconds per window, nothing changes.
+PACING_QUANTUM = 0.001
 
 
 @dataclass
@@ -133,6 +140,15 @@ class CongestionWindow:
         """Seconds between two packets: a window per round trip (0: not paced yet)."""
         return 0.0 if srtt is None else srtt / max(self.cwnd, MIN_CWND)
 
+    def next_send(self, send_at: float, now: float, srtt: float | None) -> float:
+        """The pacer's time for the send after one at ``now`` (its time was
+        ``send_at``): an interval later, the sender allowed back to back what is due
+        within PACING_QUANTUM (at least PACING_BURST packets) but no credit for an
+        idle spell before ``now`` beyond that."""
+        interval = self.interval(srtt)
+        burst = max((PACING_BURST - 1) * interval, PACING_QUANTUM - interval)
+        return max(send_at, now - burst) + interval
+
     def on_result(self, now: float, marked: bool, rtt: float | None, srtt: float | None
                   ) -> None:
         """A new result arrived, with CE or not; ``rtt``: its round trip if it is a
@@ -146,9 +162,11 @@ class CongestionWindow:
             self._recent.append(rtt)
             if not self._mins or now - self._mins[-1][0] >= BASE_PERIOD:
                 self._mins.append([now, rtt])  # [period's start, least round trip in it]
-            else:
-                self._mins[-1][1] = min(self._mins[-1][1], rtt)
-            self.base_rtt = min(m for _, m in self._mins)
+                self.base_rtt = min(m for _, m in self._mins)  # an old period may be gone
+            elif rtt < self._mins[-1][1]:
+                self._mins[-1][1] = rtt
+                assert self.base_rtt is not None  # a period has a round trip
+                self.base_rtt = min(self.base_rtt, rtt)
         round_trip = srtt if srtt is not None else rtt
         if marked and self._may_cut(now, round_trip):
             self._cut(now, 1.0 - self._alpha_now() / 2, "mark")

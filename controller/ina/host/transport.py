@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import errno
 import logging
+import select
 import socket
 import threading
 import time
 from collections import deque
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
+from ina.host import mmsg
 from ina.protocol.constants import INA_UDP_PORT
 
 LOG = logging.getLogger(__name__)
@@ -35,6 +38,47 @@ class Transport(Protocol):
 
     def recv(self, timeout: float) -> bytes | None:
         """One received INA payload, or None after ``timeout`` seconds."""
+
+
+@runtime_checkable
+class BatchTransport(Transport, Protocol):
+    """A transport that also sends and receives many datagrams a call (a worker's
+    window does: ina.host.call)."""
+
+    def send_many(self, payloads: Sequence[bytes], dst: str | None = None) -> None:
+        """Send each of ``payloads``, in order, as ``send`` would."""
+
+    def recv_many(self, timeout: float) -> list[bytes]:
+        """The received INA payloads that are queued (at least one, waiting up to
+        ``timeout`` seconds for it; none after that), in order of arrival."""
+
+
+class OneByOne:
+    """Any transport as a ``BatchTransport``: one ``send`` per payload, and one
+    ``recv`` per ``recv_many`` (a list of one payload, or none), so that it sees the
+    very calls it saw before batches."""
+
+    def __init__(self, transport: Transport):
+        self.transport = transport
+
+    def send(self, payload: bytes, dst: str | None = None) -> None:
+        self.transport.send(payload, dst)
+
+    def recv(self, timeout: float) -> bytes | None:
+        return self.transport.recv(timeout)
+
+    def send_many(self, payloads: Sequence[bytes], dst: str | None = None) -> None:
+        for payload in payloads:
+            self.transport.send(payload, dst)
+
+    def recv_many(self, timeout: float) -> list[bytes]:
+        payload = self.transport.recv(timeout)
+        return [] if payload is None else [payload]
+
+
+def batched(transport: Transport) -> BatchTransport:
+    """``transport`` if it sends and receives in batches, else ``OneByOne`` of it."""
+    return transport if isinstance(transport, BatchTransport) else OneByOne(transport)
 
 
 def is_local_address(address: str) -> bool:
@@ -51,7 +95,10 @@ def is_local_address(address: str) -> bool:
 
 
 class UdpTransport:
-    """A UDP socket on INA_UDP_PORT: sends to the worker's edge switch, receives results."""
+    """A UDP socket on INA_UDP_PORT: sends to the worker's edge switch, receives results.
+
+    A ``BatchTransport``: on Linux, ``send_many`` and ``recv_many`` take a system call
+    per batch (sendmmsg, recvmmsg: ina.host.mmsg); elsewhere one per datagram."""
 
     def __init__(self, target: str, bind: str = "0.0.0.0", port: int = INA_UDP_PORT):
         self.target = target
@@ -67,6 +114,12 @@ class UdpTransport:
         self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
         self.sock.bind((bind, port))
         self.timeout: float | None = None
+        self.batch = mmsg.Datagrams(self.sock) if mmsg.available() else None
+        # The batch's buffers are one per transport: one thread at a time uses them
+        # (the jobs of a SharedTransport send from threads of their own).
+        self._batch_lock = threading.Lock()
+        self._poll = select.poll()
+        self._poll.register(self.sock, select.POLLIN)
 
     def send(self, payload: bytes, dst: str | None = None) -> None:
         try:
@@ -91,6 +144,28 @@ class UdpTransport:
         except (TimeoutError, BlockingIOError):
             return None
         return data
+
+    def send_many(self, payloads: Sequence[bytes], dst: str | None = None) -> None:
+        if self.batch is None:
+            for payload in payloads:
+                self.send(payload, dst)
+            return
+        # A datagram the kernel refuses on a full queue is dropped, as ``send`` drops
+        # it (mmsg.DROPPED); retransmission recovers it.
+        with self._batch_lock:
+            self.batch.send(payloads, (dst or self.target, self.port))
+
+    def recv_many(self, timeout: float) -> list[bytes]:
+        batch = self.batch
+        if batch is None:
+            payload = self.recv(timeout)
+            return [] if payload is None else [payload]
+        # Waits as ``recv``'s socket timeout does: poll(2), in whole milliseconds up;
+        # at once if something is queued (the window drained the socket just before).
+        if timeout > 0 and not self._poll.poll(timeout * 1000.0):
+            return []
+        with self._batch_lock:
+            return batch.payloads(batch.receive())
 
     def close(self) -> None:
         self.sock.close()
@@ -194,17 +269,26 @@ class SharedTransport:
 
 
 class JobView:
-    """One job's side of a ``SharedTransport``: a ``Transport``."""
+    """One job's side of a ``SharedTransport``: a ``BatchTransport`` that sends in
+    batches if the shared transport does, and receives one payload at a time."""
 
     def __init__(self, shared: SharedTransport, job_id: int):
         self.shared = shared
         self.job_id = job_id
+        self._raw = batched(shared.raw)
 
     def send(self, payload: bytes, dst: str | None = None) -> None:
         self.shared.raw.send(payload, dst)
 
     def recv(self, timeout: float) -> bytes | None:
         return self.shared._recv(self.job_id, timeout)
+
+    def send_many(self, payloads: Sequence[bytes], dst: str | None = None) -> None:
+        self._raw.send_many(payloads, dst)
+
+    def recv_many(self, timeout: float) -> list[bytes]:
+        payload = self.shared._recv(self.job_id, timeout)
+        return [] if payload is None else [payload]
 
     def close(self) -> None:
         """No more packets for this job (the shared transport stays open)."""

@@ -32,10 +32,10 @@ import numpy.typing as npt
 
 from ina.errors import AllreduceError
 from ina.host.config import WorkerConfig
-from ina.host.congestion import PACING_BURST, RECENT_SAMPLES, CongestionWindow
+from ina.host.congestion import RECENT_SAMPLES, CongestionWindow
 from ina.host.flow import Flow, elems_per_packet
 from ina.host.results import AllreduceResult, Lead
-from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, seq_add
+from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, SEQ_MODULO, seq_add
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import (
@@ -57,7 +57,9 @@ RESULT_FIELDS = struct.Struct("!xBHIH")
 #: congestion marks' byte (ecn), which the window reads in results.
 _FLAGS, _SEQ, _COUNT, _DEST, _WIDTH, _ECN = 1, 4, 8, 12, 14, 15
 _U32 = struct.Struct("!I")
-_U16 = struct.Struct("!H")
+#: The header's flags as plain ints: tested on every result (an IntFlag's ``&`` is a
+#: Python call each).
+_RESULT, _NODATA, _OVERFLOW = int(Flag.RESULT), int(Flag.NODATA), int(Flag.OVERFLOW)
 #: The wire's element type of each width (big-endian).
 WIRE_TYPES = {WIDTH32: ">i4", WIDTH16: ">i2"}
 #: The type of a reduction's result of each width.
@@ -147,10 +149,11 @@ class RtoEstimator:
     @property
     def rto(self) -> float:
         base = self.initial if self.srtt is None else self.srtt + 4 * self.rttvar
-        return min(self.ceiling, max(self.floor, base * (1 << self.backoff)))
+        floor = self.floor  # the ceiling inlined: read for every packet sent and answered
+        return min(max(self.cap, floor), max(floor, base * (1 << self.backoff)))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Outstanding:
     sent_at: float  # last transmission
     deadline: float  # when it counts as lost, if it is the oldest one outstanding
@@ -174,6 +177,49 @@ def check_ints(values: npt.ArrayLike, width: int = WIDTH32) -> npt.NDArray[Any]:
     if not np.can_cast(array.dtype, wire) and (array.min() < low or array.max() > high):
         raise ValueError(f"values must fit in signed {width} bits")
     return array
+
+
+def _chunk_counts(flow: Flow, size: int, per_packet: int) -> npt.NDArray[np.int64]:
+    """Per chunk, the values it carries of an array of ``size``: as ``flow`` says, or
+    every chunk full but the last; ValueError if the array does not fill them so."""
+    if flow.counts is None:
+        chunks = -(-size // per_packet)
+        counts = np.full(chunks, per_packet, dtype=np.int64)
+        counts[-1] = size - (chunks - 1) * per_packet
+        return counts
+    chunks = len(flow.counts)
+    counts = np.asarray(flow.counts, dtype=np.int64)
+    ends = np.arange(chunks) * per_packet + counts
+    if chunks == 0 or ends.max() > size or size > chunks * per_packet:
+        raise ValueError(f"{size} values do not fill the flow's {chunks} chunks as their "
+                         "counts say")
+    return counts
+
+
+def _chunk_packets(head: bytes, array: npt.NDArray[Any], width: int, first_seq: int,
+                   counts: npt.NDArray[np.int64], sends: npt.NDArray[np.bool_],
+                   dests: npt.NDArray[np.int64]) -> tuple[memoryview, list[int]]:
+    """Every chunk's packet at once, chunk ``j`` at ``j * (INA_HEADER_BYTES +
+    ARRAY_BYTES)``: ``head`` with the chunk's seq (``first_seq + j``), count and
+    dest, and its slice of ``array`` on the wire (elements of ``width`` bits, the
+    last chunk padded with zeros); or, where it ``sends`` no data, the header alone
+    with NODATA. Also each packet's length."""
+    chunks = len(counts)
+    packets = np.zeros((chunks, INA_HEADER_BYTES + ARRAY_BYTES), dtype=np.uint8)
+    packets[:, :INA_HEADER_BYTES] = np.frombuffer(head, dtype=np.uint8)
+    data = packets[:, INA_HEADER_BYTES:].view(WIRE_TYPES[width])  # a row per chunk
+    per_packet = data.shape[1]
+    full = array.size // per_packet
+    data[:full] = array[: full * per_packet].reshape(full, per_packet)
+    if full < chunks:
+        data[full, : array.size - full * per_packet] = array[full * per_packet:]
+    seqs = (first_seq + np.arange(chunks, dtype=np.int64)) % SEQ_MODULO
+    packets[:, _SEQ: _SEQ + 4] = seqs.astype(">u4").view(np.uint8).reshape(chunks, 4)
+    packets[:, _COUNT: _COUNT + 2] = counts.astype(">u2").view(np.uint8).reshape(chunks, 2)
+    packets[:, _DEST: _DEST + 2] = dests.astype(">u2").view(np.uint8).reshape(chunks, 2)
+    packets[:, _FLAGS] = np.where(sends, int(Flag.NONE), _NODATA)
+    lengths = np.where(sends, INA_HEADER_BYTES + ARRAY_BYTES, INA_HEADER_BYTES)
+    return packets.data.cast("B"), lengths.tolist()  # a view: no copy of the whole
 
 
 class ReductionWindow:
@@ -218,36 +264,25 @@ class ReductionWindow:
         self.per_packet = elems_per_packet(flow.width)
         array = check_ints(values, flow.width)
         self.config = config
+        self.job_id = config.job_id
         self.op = config.op if op is None else op
         self.size = array.size
-        if flow.counts is None:
-            chunks = -(-array.size // self.per_packet)
-            counts = np.full(chunks, self.per_packet, dtype=np.int64)
-            counts[-1] = array.size - (chunks - 1) * self.per_packet
-        else:
-            chunks = len(flow.counts)
-            counts = np.asarray(flow.counts, dtype=np.int64)
-            ends = np.arange(chunks) * self.per_packet + counts
-            if chunks == 0 or ends.max() > array.size or array.size > chunks * self.per_packet:
-                raise ValueError(f"{array.size} values do not fill the flow's {chunks} "
-                                 "chunks as their counts say")
+        counts = _chunk_counts(flow, array.size, self.per_packet)
+        chunks = len(counts)
         flow.check(chunks)
         self.flow = flow
         self.bfr_id = config.pbm.bit_length()
-        # The whole array as it goes on the wire, padded to whole packets: a
-        # packet's payload is a header and a slice of it, no per-value work.
-        wire = np.zeros(chunks * self.per_packet, dtype=WIRE_TYPES[flow.width])
-        wire[: array.size] = array
-        self.wire = wire.tobytes()
         si, bits = one_set(config.pbm)
-        self.head = bytearray(InaHeader(job_id=config.job_id, seq=0, pbm=bits,
-                                        count=self.per_packet, op=self.op, si=si,
-                                        gen=gen, width=flow.width).pack())
+        head = InaHeader(job_id=config.job_id, seq=0, pbm=bits, count=self.per_packet,
+                         op=self.op, si=si, gen=gen, width=flow.width).pack()
         #: Per chunk (the lead's first): meaningful values, whether this worker sends
         #: its values, whether it gets the data back, the chunk's dest.
-        sends = [flow.sends_data(c) for c in range(chunks)]
+        sent = (np.ones(chunks, dtype=bool) if flow.data is None
+                else np.asarray(flow.data, dtype=bool))
+        dest = (np.zeros(chunks, dtype=np.int64) if flow.dest is None
+                else np.asarray(flow.dest, dtype=np.int64))
+        sends, dests = sent.tolist(), dest.tolist()
         gets = flow.received(chunks, self.bfr_id).tolist()
-        dests = [flow.dest_of(c) for c in range(chunks)]
         self.offset = 0  # the array's first chunk (1 with a lead)
         self.lead = lead
         self.lead_payload = b""
@@ -269,11 +304,19 @@ class ReductionWindow:
         self.counts = counts.tolist()
         self.sends_data, self.gets_data, self.dests = sends, gets, dests
         self.seq_base = seq_base
+        # Every chunk's packet, built at once (a chunk is sent again as it was first
+        # sent): sending one is a slice, no per-packet header work.
+        self.packets, self.lengths = _chunk_packets(
+            head, array, flow.width, seq_add(seq_base, self.offset), counts[self.offset:],
+            sent, dest)
+        self.stride = INA_HEADER_BYTES + ARRAY_BYTES
         self.rto = rto if isinstance(rto, RtoEstimator) else RtoEstimator(
             initial=DEFAULT_RTO if rto is None else rto)
         self.cc = CongestionWindow(config.window) if cc is None else cc
-        self.result = np.zeros(array.size, dtype=RESULT_TYPES[flow.width])
-        self.received = np.zeros(self.chunks, dtype=bool)
+        # The results' arrays as they came on the wire, converted once in outcome().
+        self.result_wire = bytearray(chunks * ARRAY_BYTES)
+        self.itemsize = ARRAY_BYTES // self.per_packet
+        self.received = bytearray(self.chunks)  # 1: the chunk's result arrived
         self.results = 0
         self.completions = 0  # results without data (NODATA), of chunks sent elsewhere
         self.unexpected = 0  # completions of chunks whose data this worker should get
@@ -309,16 +352,8 @@ class ReductionWindow:
             lead = bytearray(self.lead_payload)
             _U32.pack_into(lead, _SEQ, self.seq_of(chunk))
             return bytes(lead)
-        head = self.head
-        _U32.pack_into(head, _SEQ, self.seq_of(chunk))
-        _U16.pack_into(head, _COUNT, self.counts[chunk])
-        _U16.pack_into(head, _DEST, self.dests[chunk])
-        if not self.sends_data[chunk]:
-            head[_FLAGS] = Flag.NODATA
-            return bytes(head)
-        head[_FLAGS] = Flag.NONE
-        lo = (chunk - self.offset) * ARRAY_BYTES
-        return bytes(head) + self.wire[lo: lo + ARRAY_BYTES]
+        lo = (chunk - self.offset) * self.stride
+        return bytes(self.packets[lo: lo + self.lengths[chunk - self.offset]])
 
     def _send(self, chunk: int, now: float) -> bytes:
         state = self.outstanding.get(chunk)
@@ -333,8 +368,7 @@ class ReductionWindow:
                 state.tries + 1, now, deadline, self.sends, 0
             self.retransmissions += 1
         self.sends += 1
-        interval = self.cc.interval(self.rto.srtt)
-        self.send_at = max(self.send_at, now - (PACING_BURST - 1) * interval) + interval
+        self.send_at = self.cc.next_send(self.send_at, now, self.rto.srtt)
         return self._payload(chunk)
 
     def _may_send_new(self) -> bool:
@@ -368,7 +402,10 @@ class ReductionWindow:
             # or the array's tail): send it again without waiting for the RTO.
             self.early_retransmissions += 1
             out.append(self._send(self.base, now))
-        while self._may_send_new() and now >= self.send_at:
+        # The windows do not move while sending (only results and timeouts move them).
+        end = min(self.chunks, self.base + self.config.window)
+        allowed = self.cc.allowed
+        while self.next < end and len(self.outstanding) < allowed and now >= self.send_at:
             out.append(self._send(self.next, now))
             self.next += 1
         return out
@@ -411,9 +448,9 @@ class ReductionWindow:
             LOG.debug("ignored a payload that is not INA")
             return False
         flags, job_id, seq, count = RESULT_FIELDS.unpack_from(payload)
-        if job_id != self.config.job_id or not flags & Flag.RESULT:
+        if job_id != self.job_id or not flags & _RESULT:
             return False
-        chunk = seq_add(seq, -self.seq_base)
+        chunk = (seq - self.seq_base) % SEQ_MODULO
         if chunk >= self.next or self.received[chunk]:
             return False  # not ours, or a duplicate
         n = self.counts[chunk]
@@ -422,10 +459,11 @@ class ReductionWindow:
             return False
         if not self._take(chunk, flags, payload, n):
             return False
-        self.received[chunk] = True
+        self.received[chunk] = 1
         self.results += 1
         marked = bool(payload[_ECN] & ECN_CE)
         self.marked += marked
+        first = next(iter(self.outstanding), None)  # the earliest sent for the first time
         state = self.outstanding.pop(chunk, None)
         rtt = None
         if state is not None and state.tries == 1:
@@ -439,17 +477,8 @@ class ReductionWindow:
             if state.sample and state.later == 0:
                 rtt = now - state.sent_at
                 self.rto.sample(rtt)
-            for other_chunk, other in self.outstanding.items():
-                if other.order < state.order:
-                    other.later += 1
-                    # No copy sooner than the least RTO after the last: results of a
-                    # call's first rounds overtake each other by a few milliseconds
-                    # (a round waits for its slowest worker), and with a least RTO
-                    # of seconds nothing at all is sent twice.
-                    if (other.later >= DUPLICATE_RESULTS and other_chunk not in self.lost
-                            and now - other.sent_at >= self.rto.floor):
-                        self.lost.append(other_chunk)
-                        self.cc.on_loss(now, self.rto.srtt)
+            if chunk != first:  # else every other one was sent after it: none overtaken
+                self._overtaken(state.order, now)
         self.cc.on_result(now, marked, rtt, self.rto.srtt)
         self.progress_at = now
         self.rto.progress()
@@ -463,10 +492,25 @@ class ReductionWindow:
                 oldest.deadline = max(oldest.deadline, now + self.rto.rto)
         return True
 
+    def _overtaken(self, order: int, now: float) -> None:
+        """A result of the send ``order`` arrived: each chunk sent before it and
+        still missing has one more later result; at DUPLICATE_RESULTS, it is lost."""
+        for other_chunk, other in self.outstanding.items():
+            if other.order < order:
+                other.later += 1
+                # No copy sooner than the least RTO after the last: results of a
+                # call's first rounds overtake each other by a few milliseconds (a
+                # round waits for its slowest worker), and with a least RTO of
+                # seconds nothing at all is sent twice.
+                if (other.later >= DUPLICATE_RESULTS and other_chunk not in self.lost
+                        and now - other.sent_at >= self.rto.floor):
+                    self.lost.append(other_chunk)
+                    self.cc.on_loss(now, self.rto.srtt)
+
     def _take(self, chunk: int, flags: int, payload: bytes, n: int) -> bool:
         """Keep what the result of ``chunk`` brings (its values, if they are this
         worker's); False if it cannot end the chunk."""
-        if flags & Flag.NODATA:
+        if flags & _NODATA:
             if self.gets_data[chunk]:
                 # Its data is this worker's: a completion cannot end the chunk.
                 self.unexpected += 1
@@ -486,19 +530,25 @@ class ReductionWindow:
                                                 offset=INA_HEADER_BYTES)
             self.lead.check(self.lead_result)
         elif self.gets_data[chunk]:
-            lo = (chunk - self.offset) * self.per_packet
-            self.result[lo: lo + n] = np.frombuffer(
-                payload, dtype=WIRE_TYPES[self.width], count=n, offset=INA_HEADER_BYTES)
-            self.overflow |= bool(flags & Flag.OVERFLOW)
+            lo, size = (chunk - self.offset) * ARRAY_BYTES, n * self.itemsize
+            self.result_wire[lo: lo + size] = \
+                memoryview(payload)[INA_HEADER_BYTES: INA_HEADER_BYTES + size]
+            self.overflow |= bool(flags & _OVERFLOW)
         return True
 
     def missing(self) -> list[int]:
         return [self.seq_of(c) for c in range(self.chunks) if not self.received[c]]
 
+    @property
+    def result(self) -> npt.NDArray[Any]:
+        """The reduction's values so far (zeros where no data came)."""
+        return np.frombuffer(self.result_wire, dtype=WIRE_TYPES[self.width],
+                             count=self.size).astype(RESULT_TYPES[self.width])
+
     def outcome(self) -> AllreduceResult:
         if not self.done:
             raise AllreduceError(f"{len(self.missing())} of {self.chunks} results missing")
-        return AllreduceResult(self.result.copy(), self.overflow, self.chunks,
+        return AllreduceResult(self.result, self.overflow, self.chunks,
                                self.retransmissions,
                                lead=None if self.lead_result is None
                                else self.lead_result.copy())
