@@ -58,6 +58,8 @@ class Call:
     exact: bool
     cwnd: float  # the worker's congestion window after the call
     marked: int  # results that carried a mark in the call
+    #: What cut the worker's window during the call (ina.host.congestion's reasons).
+    cuts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -150,6 +152,11 @@ class CongestionRun:
         end = self.shared
         calls = next(iter(self.calls.values()))
         shared_cwnd = [c.cwnd for c in calls if c.start < end]
+        cuts: dict[str, int] = {}
+        for c in calls:
+            if c.start < end:
+                for why, n in c.cuts.items():
+                    cuts[why] = cuts.get(why, 0) + n
         queued = [q for t, q in self.queue if t < end]
         lines = [
             f"INA (Figure 1's job, {self.values_per_call} values per call) and a TCP bulk "
@@ -157,7 +164,8 @@ class CongestionRun:
             f"Mbit/s; the bottleneck {BOTTLENECK[0]} -> {BOTTLENECK[1]}. {self.bmv2}",
             f"  shared, {self.shared:g} s: INA {self.share('ina', 0, end):.0%} of the link, "
             f"TCP {self.share('tcp', 0, end):.0%}; INA's window median "
-            f"{statistics.median(shared_cwnd) if shared_cwnd else 0:.1f} packets; queue "
+            f"{statistics.median(shared_cwnd) if shared_cwnd else 0:.1f} packets (cut by "
+            + ", ".join(f"{why} {n}" for why, n in cuts.items()) + "); queue "
             f"median {statistics.median(queued) if queued else 0:,.0f} bytes, largest "
             f"{max(queued, default=0):,} bytes; the port marked "
             f"{self.marks.get('shared', 0)} of {self.packets.get('shared', 0)} packets",
@@ -256,7 +264,8 @@ def _measure(bench: Bench, settings: Settings, build: str) -> CongestionRun:
 
 
 def _call(c: dict[str, Any], zero: float) -> Call:
-    return Call(c["start"] - zero, c["end"] - zero, c["exact"], c["cwnd"], c["marked"])
+    return Call(c["start"] - zero, c["end"] - zero, c["exact"], c["cwnd"], c["marked"],
+                c["cuts"])
 
 
 def _tcp_intervals(doc: dict[str, Any]) -> list[tuple[float, float, float]]:
@@ -349,11 +358,14 @@ def loop(argv: list[str] | None = None) -> int:
         until = time.monotonic() + args.seconds
         while time.monotonic() < until:
             marked, start = worker.stats.marked, time.time()
+            cuts = dict(worker.cc.cuts) if worker.cc else {}
             result = worker.allreduce(mine)
+            now = worker.cc.cuts if worker.cc else {}
             calls.append({"start": start, "end": time.time(),
                           "exact": bool((result.values == expected).all()),
                           "cwnd": round(worker.cc.cwnd if worker.cc else 0.0, 2),
-                          "marked": worker.stats.marked - marked})
+                          "marked": worker.stats.marked - marked,
+                          "cuts": {k: n - cuts.get(k, 0) for k, n in now.items()}})
     print(json.dumps({"calls": calls}), flush=True)
     return 0
 
