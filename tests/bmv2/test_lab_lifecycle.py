@@ -160,17 +160,24 @@ def test_exec_and_host_reach_the_running_lab(running: RunningLab,
 
 
 def test_a_lab_that_fails_to_start_ends_its_switches_and_removes_its_credentials(
-        compiled_alone: Path, tmp_path: Path) -> None:
-    # No switch opens its gRPC port within no time at all: start fails half-way, after
-    # every simple_switch_grpc and the credentials' directory exist.
+        compiled_alone: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Start fails at its last step, once every simple_switch_grpc runs and the
+    # credentials' directory exists (CI: the next lab met those switches' keys).
+    def no_job_service(lab: Lab) -> None:
+        assert _switch_processes(), "the failure should come after the switches start"
+        raise LabError("no job service")
+
+    monkeypatch.setattr(Lab, "_start_job_service", no_job_service)
     lab = Lab(Topology.load(FIGURE1), LabOptions(build_dir=compiled_alone,
-                                                 run_dir=tmp_path / "run",
-                                                 startup_timeout=0.0))
+                                                 run_dir=tmp_path / "run"))
     before = set(_switch_processes())
-    with pytest.raises(LabError, match="gRPC port"):
-        lab.start()
-    assert set(_switch_processes()) <= before
-    assert not lab.record.tls_dir.exists()
+    try:
+        with pytest.raises(LabError, match="no job service"):
+            lab.start()
+        assert set(_switch_processes()) <= before
+        assert not lab.record.tls_dir.exists()
+    finally:
+        lab.stop()
 
 
 def _switch_processes() -> list[int]:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ina.bench.timing import wait_for_go
 from ina.host.arrays import random_floats
 
 LOG = logging.getLogger(__name__)
@@ -248,12 +249,6 @@ class RankProcess:
         return t.numpy(), None, 0, False
 
 
-def _wait_for_go() -> None:
-    """Say ``ready`` and wait for a line: the benchmark starts every rank at once."""
-    print("ready", flush=True)
-    sys.stdin.readline()
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ina.bench.collective_rank",
                                 description=__doc__.split("\n\n")[0])
@@ -268,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in sys.stdin:
             if line.strip() == "quit":
                 break
-            report = rank.run(Command(**json.loads(line)), _wait_for_go)
+            report = rank.run(Command(**json.loads(line)), wait_for_go)
             print(json.dumps(asdict(report)), flush=True)
     finally:
         rank.close()

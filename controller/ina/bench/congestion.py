@@ -30,7 +30,7 @@ from typing import Any
 from ina.bench.goals import Goals, render
 from ina.bench.onlab import CASES, INA_WIRE_PER_VALUE, Bench, bench_on_lab
 from ina.bench.output import pyplot, save
-from ina.bench.timing import Procs, start_together, wait_all
+from ina.bench.timing import Procs, start_together, wait_all, wait_for_go
 
 #: The TCP flow's ends and the link where it meets INA's traffic first.
 TCP_FROM, TCP_TO = "w5", "w1"
@@ -335,7 +335,6 @@ class _QueueSampler:
 def loop(argv: list[str] | None = None) -> int:
     """AllReduce calls of the same array for ``--seconds`` after ``go``; the last line
     on stdout: {"calls": [{start, end, exact, cwnd, marked}, ...]}."""
-    from ina.cli.common import wait_for_go
     from ina.host.arrays import random_array
     from ina.host.config import WorkerConfig
     from ina.host.transport import UdpTransport

@@ -13,6 +13,7 @@ import json
 import math
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,13 @@ from ina.spec.topology import Topology
 
 Link = tuple[str, str]  # (from node, to node)
 Procs = dict[str, "subprocess.Popen[bytes]"]
+
+
+def wait_for_go() -> None:
+    """The measured process's half of ``start_together``: say ``ready`` on stdout and
+    wait for a line on stdin, so that its clock starts with every other's."""
+    print("ready", flush=True)
+    sys.stdin.readline()
 
 
 def start_together(workers: Procs, timeout: float = 120.0) -> None:

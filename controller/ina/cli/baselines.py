@@ -16,6 +16,7 @@ import json
 import sys
 import time
 
+from ina.bench.timing import wait_for_go
 from ina.cli import common
 from ina.host.arrays import digest, random_array
 from ina.host.baselines import ps_server, ps_worker, ring_allreduce
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def ready() -> None:
         if args.wait_go:
-            common.wait_for_go()
+            wait_for_go()
         started[0] = time.monotonic()
 
     if args.cmd == "ps-worker":

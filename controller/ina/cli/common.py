@@ -255,8 +255,3 @@ def run(prog: str, body: Callable[[], int]) -> int:
         return fail(prog, exc)
 
 
-def wait_for_go() -> None:
-    """Say ``ready`` on stdout and wait for a line on stdin: the benchmark starts every
-    worker's clock at once, after each is set up (no start-up skew in the figures)."""
-    print("ready", flush=True)
-    sys.stdin.readline()

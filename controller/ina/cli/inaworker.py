@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ina.bench.timing import wait_for_go
 from ina.cli import common
 from ina.errors import InaError, UsageError
 from ina.host.arrays import digest, random_array, random_floats
@@ -239,7 +240,7 @@ def _call(args: argparse.Namespace, config: WorkerConfig, values: npt.NDArray[An
                 _Progress(args.worker) if args.progress else None
             timeline = _Timeline(progress) if args.timeline else None
             if args.wait_go:
-                common.wait_for_go()
+                wait_for_go()
             started = time.monotonic()
             op = Op[args.op.upper()] if args.op else None
             worker = Worker(config, transport, timeout=args.timeout,
