@@ -25,9 +25,8 @@ The response, per worker, in packets (chunks) outstanding:
   emulation's round trips through switches that share two cores jitter by more
   than their base (a tighter target cut the window on most results under loss).
 - **Losses**: a loss seen while the recent round trips are above the target is
-  congestion
-  (the queue overflowed): the window is halved, once per round trip; a loss on a
-  path without queueing is corruption, and shrinking would only slow the
+  congestion (the queue overflowed): the window is halved, once per round trip; a
+  loss on a path without queueing is corruption, and shrinking would only slow the
   recovery (the loss benchmark). A retransmission timeout is a loss too, but
   after a second (SILENCE) without any result timeouts halve the window whatever
   the delay.
