@@ -9,7 +9,8 @@ and w1's results: both flows meet at s5's port to s1 first, the bottleneck.
 
 What is measured, every second: each flow's rate on the wire (INA from its calls,
 each call's bytes spread over its duration; TCP from iperf3's own intervals, with
-the frames' headers added), the workers' congestion window, the queue at the
+the frames' headers added: the sender's, bytes handed to its socket, which over a
+run of a few seconds get ahead of the wire by the socket's buffer), the workers' congestion window, the queue at the
 bottleneck (the htb byte FIFO, sampled), and the marks of the bottleneck's port.
 Every call's result is checked against the exact sum.
 """
@@ -78,15 +79,19 @@ class CongestionRun:
     packets: dict[str, int]  # packets it sent, per phase
     bmv2: str = ""
 
+    @property
+    def one_worker(self) -> list[Call]:
+        """One worker's calls: every worker's results cross the bottleneck as one
+        stream, and their windows take the same steps."""
+        return next(iter(self.calls.values()))
+
     # --- rates -------------------------------------------------------------------
 
     def ina_bits(self, a: float, b: float) -> float:
-        """INA's bits on the bottleneck's wire between ``a`` and ``b`` (one worker's
-        calls: every worker's results cross it once as one stream)."""
-        calls = next(iter(self.calls.values()))
+        """INA's bits on the bottleneck's wire between ``a`` and ``b``."""
         per_call = self.values_per_call * INA_WIRE_PER_VALUE * 8
         return sum(per_call * _overlap(c.start, c.end, a, b) / max(c.end - c.start, 1e-9)
-                   for c in calls)
+                   for c in self.one_worker)
 
     def tcp_bits(self, a: float, b: float) -> float:
         return sum(n * 8 * TCP_WIRE_PER_BYTE * _overlap(s, e, a, b) / max(e - s, 1e-9)
@@ -150,7 +155,7 @@ class CongestionRun:
 
     def render(self) -> str:
         end = self.shared
-        calls = next(iter(self.calls.values()))
+        calls = self.one_worker
         shared_cwnd = [c.cwnd for c in calls if c.start < end]
         cuts: dict[str, int] = {}
         for c in calls:
@@ -187,7 +192,7 @@ class CongestionRun:
         rates.set_ylabel("Mbit/s on the wire")
         rates.legend(loc="upper left", fontsize=8)
         rates.set_title(f"INA and TCP on a {link:g} Mbit/s bottleneck, then INA alone")
-        calls = next(iter(self.calls.values()))
+        calls = self.one_worker
         window.step([c.end for c in calls], [c.cwnd for c in calls], where="post",
                     label="window (packets)")
         window.plot([c.end for c in calls], [c.marked for c in calls], ".",
@@ -287,21 +292,13 @@ def _loops(bench: Bench, settings: Settings) -> Procs:
 
 def _port_counts(bench: Bench) -> tuple[int, int]:
     """(packets sent, packets marked) by the bottleneck's port so far."""
-    import asyncio
-
-    from ina.control.controller import Controller
-    from ina.control.p4runtime import connect
+    from ina.lab.deploy import controller_call
 
     lab, (switch, neighbour) = bench.lab, BOTTLENECK
     port = next(e.port for e in lab.topology.link_ends(switch, neighbour) if e.node == switch)
     assert port is not None  # a switch's end of a link has a port
-
-    async def read() -> tuple[int, int]:
-        async with connect(lab.topology, lab.p4info, lab.p4blob, access=lab.access) as clients:
-            status = (await Controller(lab.topology, clients).status())[switch]
-        return status.port_packets[port].packets, status.port_marks[port].packets
-
-    return asyncio.run(read())
+    status = controller_call(lab, lambda ctl: ctl.status(), write=False)[switch]
+    return status.port_packets[port].packets, status.port_marks[port].packets
 
 
 @dataclass

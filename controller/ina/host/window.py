@@ -325,8 +325,7 @@ class ReductionWindow:
         self.base = 0  # lowest chunk without a result
         self.outstanding: dict[int, _Outstanding] = {}
         self.lost: list[int] = []  # chunks to send again now (early retransmission)
-        self.progress_at = 0.0  # when the last new result arrived
-        self.first_sent_at: float | None = None
+        self.progress_at = 0.0  # when the last new result arrived, or the first send
         self.joined = joined  # every worker is in: round trips measure the path
         self.send_at = float("-inf")  # the pacer's time for the next send
         self.sends = 0
@@ -358,8 +357,8 @@ class ReductionWindow:
     def _send(self, chunk: int, now: float) -> bytes:
         state = self.outstanding.get(chunk)
         deadline = now + self.rto.rto
-        if self.first_sent_at is None:
-            self.first_sent_at = now
+        if self.sends == 0:
+            self.progress_at = now  # no result yet: silent since the first send
         if state is None:
             state = self.outstanding[chunk] = _Outstanding(
                 now, deadline, self.sends, self.joined or self.results > 0)
@@ -393,8 +392,7 @@ class ReductionWindow:
         oldest = self.outstanding.get(self.base)
         if oldest is not None and oldest.deadline <= now:
             if oldest.sample:
-                silent = now - max(self.progress_at, self.first_sent_at or now)
-                self.cc.on_timeout(now, self.rto.srtt, silent)
+                self.cc.on_timeout(now, self.rto.srtt, now - self.progress_at)
             self.rto.timed_out(now)
             out.append(self._send(self.base, now))
         elif oldest is not None and self._probe_due(now):
