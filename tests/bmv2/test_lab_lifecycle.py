@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ import pytest
 from ina.errors import LabError
 from ina.lab import sandbox
 from ina.lab.labstate import LabRecord, SandboxProcess
-from ina.lab.mininet import Lab, LabOptions, wait_until
+from ina.lab.mininet import Lab, LabOptions, port_free, wait_until
 from ina.spec.topology import Topology
 
 from bmv2.bmv2lab import Labs
@@ -178,6 +180,80 @@ def test_a_lab_that_fails_to_start_ends_its_switches_and_removes_its_credentials
         assert not lab.record.tls_dir.exists()
     finally:
         lab.stop()
+
+
+def test_a_lab_whose_grpc_address_stays_taken_says_which_and_starts_nothing(
+        compiled_alone: Path, tmp_path: Path) -> None:
+    topology = Topology.load(FIGURE1)
+    s3 = topology.switches["s3"]
+    before = set(_switch_processes())
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", s3.grpc_port))
+        holder.listen()
+        lab = Lab(topology, LabOptions(build_dir=compiled_alone, run_dir=tmp_path / "run",
+                                       startup_timeout=3))
+        try:
+            with pytest.raises(LabError, match=rf"still in use.*: s3 \({s3.grpc}\)"):
+                lab.start()
+            assert set(_switch_processes()) <= before
+        finally:
+            lab.stop()
+
+
+def test_a_lab_waits_for_a_connection_that_holds_a_grpc_port_to_end(
+        compiled_alone: Path, tmp_path: Path) -> None:
+    # CI: a connection whose local port happened to be 50013 kept that switch of the
+    # next lab from listening (simple_switch_grpc runs on without its gRPC server).
+    topology = Topology.load(FIGURE1)
+    s3 = topology.switches["s3"]
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.socket()
+    client.bind(("127.0.0.1", s3.grpc_port))
+    client.connect(server.getsockname())
+    accepted, _ = server.accept()
+
+    def end_the_connection() -> None:  # the server's end first: no TIME_WAIT on the port
+        accepted.close()
+        client.recv(1)
+        client.close()
+        server.close()
+
+    timer = threading.Timer(1.0, end_the_connection)
+    timer.start()
+    lab = Lab(topology, LabOptions(build_dir=compiled_alone, run_dir=tmp_path / "run"))
+    try:
+        lab.start()
+        assert not port_free(s3.grpc)  # s3's server listens there
+        lab.init_switches_sync()  # and answers
+    finally:
+        timer.join()
+        lab.stop()
+
+
+def test_connections_in_the_lab_never_take_a_switchs_grpc_port(
+        compiled_alone: Path, tmp_path: Path) -> None:
+    # With the ephemeral range narrowed to the switches' ports and a few more, every
+    # connection made while the switches start takes one of the few more.
+    topology = Topology.load(FIGURE1)
+    grpc_ports = {spec.grpc_port for spec in topology.switches.values()}
+    port_range = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    saved = port_range.read_text()
+    lab = Lab(topology, LabOptions(build_dir=compiled_alone, run_dir=tmp_path / "run"))
+    used = set()
+    try:
+        lab.start()
+        lab.stop()  # the ports are free again, and still the switches'
+        port_range.write_text(f"{min(grpc_ports)} {max(grpc_ports) + 8}")
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            for _ in range(16):
+                with socket.create_connection(server.getsockname()) as client:
+                    used.add(client.getsockname()[1])
+                    server.accept()[0].close()  # first: no TIME_WAIT left on the ports
+                    client.recv(1)
+    finally:
+        port_range.write_text(saved)
+        lab.stop()
+    assert used and not used & grpc_ports
 
 
 def _switch_processes() -> list[int]:

@@ -10,8 +10,9 @@ and w1's results: both flows meet at s5's port to s1 first, the bottleneck.
 What is measured, every second: each flow's rate on the wire (INA from its calls,
 each call's bytes spread over its duration; TCP from iperf3's own intervals, with
 the frames' headers added: the sender's, bytes handed to its socket, which over a
-run of a few seconds get ahead of the wire by the socket's buffer), the workers' congestion window, the queue at the
-bottleneck (the htb byte FIFO, sampled), and the marks of the bottleneck's port.
+run of a few seconds get ahead of the wire by the socket's buffer), the workers'
+congestion window, the queue at the bottleneck (the htb byte FIFO, sampled), and
+the marks of the bottleneck's port.
 Every call's result is checked against the exact sum.
 """
 

@@ -88,8 +88,7 @@ def recover_switch(init: int, topology: Topology, name: str, tls_dir: Path | Non
            *bmv2_command(spec.device_id, spec.grpc, ports, tls_args=tls)]
     subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True)
-    grpc_port = int(spec.grpc.rsplit(":", 1)[1])
-    wait_until(lambda: _listening(init, grpc_port), SWITCH_TIMEOUT,
+    wait_until(lambda: _listening(init, spec.grpc_port), SWITCH_TIMEOUT,
                f"{name} to open its gRPC port")
 
 

@@ -17,7 +17,9 @@ and their gRPC servers listen on the topology's addresses there: only processes 
 that namespace (the lab's, ``inalab exec``'s) reach them, never the hosts, which
 have namespaces of their own. BMv2's Thrift server (built in, listening on every
 address of that namespace, with no option to bind one) is refused by an nftables
-rule in the namespace: nothing can configure a switch around P4Runtime.
+rule in the namespace: nothing can configure a switch around P4Runtime. Their
+ports are reserved in that namespace (``reserve_ports``): no connection there takes
+one as its local port, which would keep a switch from listening.
 
 Links and queues. With the topology's ``queues`` (``Lab.set_queues`` changes them on
 a running lab), every link end's egress is an htb class at the link's rate whose
@@ -39,6 +41,7 @@ import logging
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -135,10 +138,39 @@ def port_open(address: str) -> bool:
     """Whether something listens at ``host:port``."""
     host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=0.2):
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=0.2) as conn:
+            # Closed with a reset: polling leaves no TIME_WAIT on an ephemeral port.
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             return True
     except OSError:
         return False
+
+
+def port_free(address: str) -> bool:
+    """Whether a server could listen at ``host:port`` (as BMv2's gRPC server binds it,
+    with SO_REUSEADDR): no socket holds the port."""
+    host, _, port = address.rpartition(":")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]"), int(port)))
+        except OSError:
+            return False
+    return True
+
+
+#: Ports the kernel never picks as a connection's local port in this namespace.
+RESERVED_PORTS = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
+
+
+def reserve_ports(ports: Sequence[int]) -> None:
+    """Keep ``ports`` out of the namespace's ephemeral range (the switches' servers'
+    ports lie inside it, 32768-60999): a connection whose local port is a switch's
+    gRPC port would keep that switch from listening (simple_switch_grpc runs on
+    without its server), for as long as the connection or its TIME_WAIT lasts."""
+    held = RESERVED_PORTS.read_text().strip()
+    RESERVED_PORTS.write_text(",".join([*([held] if held else []),
+                                        *(str(p) for p in sorted(set(ports)))]))
 
 
 def thrift_port(device_id: int) -> int:
@@ -404,6 +436,19 @@ class Lab:
         subprocess.run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
                         "net.ipv6.conf.default.disable_ipv6=1"], check=False)
         self._secure_control()
+        switches = self.topology.switches.values()
+        reserve_ports([port for spec in switches
+                       for port in (spec.grpc_port, thrift_port(spec.device_id))])
+        # A connection made before the reservation may still hold one (its TIME_WAIT
+        # lasts a minute): wait it out rather than start a switch that cannot listen.
+        try:
+            wait_until(lambda: all(port_free(spec.grpc) for spec in switches),
+                       self.options.startup_timeout, "the switches' gRPC addresses to be free")
+        except LabError as e:
+            taken = [f"{spec.name} ({spec.grpc})" for spec in switches
+                     if not port_free(spec.grpc)]
+            raise LabError(f"{e}: still in use in the lab's namespace: {', '.join(taken)} "
+                           "(another lab running in this sandbox?)") from None
         switch_cls = _bmv2_switch_class()
         net = Mininet(topo=None, switch=switch_cls, host=Host, controller=None, build=False,
                       autoSetMacs=False, autoStaticArp=False, waitConnected=False)
@@ -422,8 +467,13 @@ class Lab:
             self._configure_host(name)
         if self.topology.queues is not None:
             self._apply_queues()
-        wait_until(lambda: all(sw.connected() for sw in net.switches),
-                   self.options.startup_timeout, "every BMv2 switch to open its gRPC port")
+        try:
+            wait_until(lambda: all(sw.connected() for sw in net.switches),
+                       self.options.startup_timeout, "every BMv2 switch to open its gRPC port")
+        except LabError as e:
+            closed = ", ".join(f"{sw.name} ({sw.grpc})" for sw in net.switches
+                               if not port_open(sw.grpc))
+            raise LabError(f"{e}: no server at {closed}") from None
         self._start_job_service()
 
     def _start_job_service(self) -> None:

@@ -60,6 +60,11 @@ class SwitchSpec:
     loopback: str
     mac: str
 
+    @property
+    def grpc_port(self) -> int:
+        """The TCP port of the switch's gRPC server."""
+        return int(self.grpc.rpartition(":")[2])
+
 
 @dataclass(frozen=True)
 class HostSpec:
