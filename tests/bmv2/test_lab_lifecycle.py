@@ -232,8 +232,8 @@ def test_a_lab_waits_for_a_connection_that_holds_a_grpc_port_to_end(
 
 def test_connections_in_the_lab_never_take_a_switchs_grpc_port(
         compiled_alone: Path, tmp_path: Path) -> None:
-    # With the ephemeral range narrowed to the switches' ports and a few more, every
-    # connection made while the switches start takes one of the few more.
+    # With the ephemeral range narrowed to the switches' ports and a few others, every
+    # connection takes one of the others.
     topology = Topology.load(FIGURE1)
     grpc_ports = {spec.grpc_port for spec in topology.switches.values()}
     port_range = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -243,8 +243,12 @@ def test_connections_in_the_lab_never_take_a_switchs_grpc_port(
     try:
         lab.start()
         lab.stop()  # the ports are free again, and still the switches'
-        port_range.write_text(f"{min(grpc_ports)} {max(grpc_ports) + 8}")
+        # Others: the next few ports no lab of this run has reserved.
+        reserved = _reserved_ports()
+        others = [p for p in range(max(grpc_ports) + 1, max(grpc_ports) + 200)
+                  if p not in reserved][:8]
         with socket.create_server(("127.0.0.1", 0)) as server:
+            port_range.write_text(f"{min(grpc_ports)} {max(others)}")
             for _ in range(16):
                 with socket.create_connection(server.getsockname()) as client:
                     used.add(client.getsockname()[1])
@@ -254,6 +258,15 @@ def test_connections_in_the_lab_never_take_a_switchs_grpc_port(
         port_range.write_text(saved)
         lab.stop()
     assert used and not used & grpc_ports
+
+
+def _reserved_ports() -> set[int]:
+    ports: set[int] = set()
+    for part in Path("/proc/sys/net/ipv4/ip_local_reserved_ports").read_text().split(","):
+        if part.strip():
+            low, _, high = part.strip().partition("-")
+            ports.update(range(int(low), int(high or low) + 1))
+    return ports
 
 
 def _switch_processes() -> list[int]:
