@@ -111,6 +111,25 @@ def test_a_worker_that_gives_up_tells_the_root_how_far_it_went(model_lab: ModelL
     assert _starts(model_workers(model_lab, job)) == {0 + 2 * job.slots + 1}  # past the barrier
 
 
+def test_a_call_after_one_whose_workers_were_killed_before_all_joined_is_exact(
+        model_lab: ModelLab, monkeypatch: pytest.MonkeyPatch) -> None:
+    # w1..w3 start a call that w4 never joins, and die without an ABORT (SIGKILL).
+    # New processes then make a call of the same shape from the same start: none of
+    # the dead call's array may be in the cells they use (the window sends a call's
+    # array only once its descriptor's result shows every worker joined).
+    job = figure1_job(model_lab.topology)
+    model_lab.deploy(job)
+    workers = model_workers(model_lab, job, timeout=0.3)
+    for w in workers.values():
+        monkeypatch.setattr(w, "_abort", lambda: None)  # killed: no ABORT
+    dead = int_arrays(job, P * 5, seed=30)
+    del dead["w4"]
+    assert all(isinstance(o, AllreduceTimeout)
+               for o in _call(model_lab, job, dead, workers=workers).values())
+    arrays = int_arrays(job, P * 5, seed=31)
+    _exact(_call(model_lab, job, arrays), job, arrays)
+
+
 def test_a_call_after_one_interrupted_mid_array_is_exact(
         model_lab: ModelLab, monkeypatch: pytest.MonkeyPatch) -> None:
     job = figure1_job(model_lab.topology)
