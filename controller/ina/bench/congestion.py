@@ -38,6 +38,9 @@ from ina.bench.timing import Procs, start_together, wait_all, wait_for_go
 TCP_FROM, TCP_TO = "w5", "w1"
 BOTTLENECK = ("s5", "s1")
 IPERF_PORT = 5201
+#: The TCP flow's congestion control: Linux's default (the machine's own default may
+#: be another: this one's is BBR, which does not respond to ECN marks at all).
+TCP_ALGORITHM = "cubic"
 #: iperf3's reporting interval (s): a stop of a second is four empty intervals.
 IPERF_INTERVAL = 0.25
 #: A TCP segment's frame on the wire per payload byte (1448 bytes of payload with
@@ -79,6 +82,7 @@ class CongestionRun:
     marks: dict[str, int]  # packets the bottleneck's port marked, per phase
     packets: dict[str, int]  # packets it sent, per phase
     bmv2: str = ""
+    tcp_algorithm: str = ""  # the TCP flow's congestion control ("": not recorded)
 
     @property
     def one_worker(self) -> list[Call]:
@@ -166,7 +170,8 @@ class CongestionRun:
         queued = [q for t, q in self.queue if t < end]
         lines = [
             f"INA (Figure 1's job, {self.values_per_call} values per call) and a TCP bulk "
-            f"flow ({TCP_FROM} -> {TCP_TO}, iperf3, ECN on) on links of {self.rate_mbit:g} "
+            f"flow ({TCP_FROM} -> {TCP_TO}, iperf3, {self.tcp_algorithm or 'TCP unnamed'}, "
+            f"ECN on) on links of {self.rate_mbit:g} "
             f"Mbit/s; the bottleneck {BOTTLENECK[0]} -> {BOTTLENECK[1]}. {self.bmv2}",
             f"  shared, {self.shared:g} s: INA {self.share('ina', 0, end):.0%} of the link, "
             f"TCP {self.share('tcp', 0, end):.0%}; INA's window median "
@@ -187,7 +192,8 @@ class CongestionRun:
         t = self.seconds()
         link = self.rate_mbit
         rates.plot(t, [self.share("ina", s, s + 1) * link for s in t], label="INA")
-        rates.plot(t, [self.share("tcp", s, s + 1) * link for s in t], label="TCP (iperf3)")
+        rates.plot(t, [self.share("tcp", s, s + 1) * link for s in t],
+                   label=f"TCP (iperf3, {self.tcp_algorithm or 'unnamed'})")
         rates.axhline(link, color="grey", linestyle=":", label="link")
         rates.axvline(self.shared, color="black", linewidth=0.8)
         rates.set_ylabel("Mbit/s on the wire")
@@ -219,6 +225,7 @@ class Settings:
     shared: float = 60.0
     alone: float = 20.0
     values_per_call: int = CALL_VALUES
+    tcp_algorithm: str = TCP_ALGORITHM
 
 
 def run(build_dir: Path, settings: Settings) -> CongestionRun:
@@ -245,7 +252,8 @@ def _measure(bench: Bench, settings: Settings, build: str) -> CongestionRun:
     zero = time.time()
     client = bench.lab.host(TCP_FROM).popen(
         ["iperf3", "-c", bench.topology.hosts[TCP_TO].ip, "-p", str(IPERF_PORT), "-J",
-         "-t", f"{settings.shared:g}", "-i", f"{IPERF_INTERVAL:g}"],
+         "-t", f"{settings.shared:g}", "-i", f"{IPERF_INTERVAL:g}",
+         "-C", settings.tcp_algorithm],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     sampler = _QueueSampler(bench, zero)
     sampler.start()
@@ -266,7 +274,7 @@ def _measure(bench: Bench, settings: Settings, build: str) -> CongestionRun:
                          settings.values_per_call,
                          {w: [_call(c, zero) for c in r["calls"]] for w, r in reports.items()},
                          _tcp_intervals(json.loads(out)), sampler.samples, marks, packets,
-                         build)
+                         build, settings.tcp_algorithm)
 
 
 def _call(c: dict[str, Any], zero: float) -> Call:

@@ -13,7 +13,8 @@
     inabench soak [--case leaf-spine --case fat-tree] [--minutes 2] [--seed 1] [--json-out F]
     inabench collectives [--case figure1 --case fat-tree] [--rate R] [--size N] [--json-out F]
         [--png F]
-    inabench congestion [--rate 4] [--seconds 60] [--alone 20] [--json-out F] [--png F]
+    inabench congestion [--rate 4] [--seconds 60] [--alone 20] [--tcp cubic] [--json-out F]
+                        [--png F]
 
 Each command is a module of ina.bench: allreduce (and host), loss, deploy;
 dataplane: what one BMv2 switch running the program does per second; failover: a
@@ -168,6 +169,9 @@ def _congestion_options(sub: common.SubParsers) -> None:
                    help="seconds both flows run")
     c.add_argument("--alone", type=float, default=Settings.alone,
                    help="seconds INA runs alone after")
+    c.add_argument("--tcp", default=Settings.tcp_algorithm, metavar="ALGORITHM",
+                   help="the TCP flow's congestion control (iperf3 -C; see "
+                        "/proc/sys/net/ipv4/tcp_available_congestion_control)")
     _outputs(c, "each flow's rate, INA's window and the queue over time")
 
 
@@ -414,7 +418,8 @@ def _soak(args: argparse.Namespace) -> Any:
 def _congestion(args: argparse.Namespace) -> Any:
     from ina.bench import congestion
 
-    settings = congestion.Settings(rate_mbit=args.rate, shared=args.seconds, alone=args.alone)
+    settings = congestion.Settings(rate_mbit=args.rate, shared=args.seconds, alone=args.alone,
+                                   tcp_algorithm=args.tcp)
     return congestion.run(args.build, settings).figures()
 
 

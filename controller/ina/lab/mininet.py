@@ -30,7 +30,9 @@ a congested queue does not make a link look dead. The switches mark congestion
 from phantom queues at the same rate (``port_queues``, which the controller writes
 from the same ``queues``), and every switch has PRIORITY_QUEUES egress queues per
 port, probes in the higher one. Hosts take ECN on TCP (``net.ipv4.tcp_ecn=1``), so
-TCP flows sharing the links see the same marks.
+TCP flows sharing the links see the same marks; whether they slow down is their
+congestion control's choice (cubic does, BBR does not), which the lab leaves as the
+machine has it.
 """
 
 from __future__ import annotations
