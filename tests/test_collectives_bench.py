@@ -22,6 +22,7 @@ from ina.bench.collectives import (
     CollectivesFigures,
     CollectivesRegime,
     commands,
+    cpu_goals,
     goals,
 )
 from ina.bench.onlab import INA_WIRE_PER_VALUE
@@ -35,11 +36,13 @@ needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is 
 
 def run(collective: str, method: str, seconds: float, *, dtype: str = "float32",
         width: int | None = None, up: float = 4.4, down: float = 4.4, busiest: float = 4.5,
-        correct: bool = True) -> CollectiveRun:
+        correct: bool = True, cpu: tuple[float, float] = (0.0, 0.0)) -> CollectiveRun:
+    """``cpu``: CPU seconds of the switches and of the ranks (none: not measured)."""
     return CollectiveRun(collective, method, dtype, width, seconds,
                          0.0 if collective == "barrier" else SIZE / seconds, ("s1", "s5"),
                          busiest, busiest * 6, dict.fromkeys(WORKERS, up),
-                         dict.fromkeys(WORKERS, down), correct, 1e-6)
+                         dict.fromkeys(WORKERS, down), correct, 1e-6,
+                         switch_cpu_s=cpu[0], rank_cpu_s=cpu[1], values=SIZE)
 
 
 def regime(rate: float | None, *, reduce_ina: float = 1.0) -> CollectivesRegime:
@@ -241,3 +244,42 @@ def test_an_unknown_regime_exits_2_before_anything_runs(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert inabench.main(["collectives", "--regimes", "cpu,fast"]) == 2
     assert "--regimes takes cpu, link or both" in capsys.readouterr().err
+
+
+# --- CPU per value (issue 24) -------------------------------------------------------------
+
+
+def _with_cpu(ina: tuple[float, float], gloo: tuple[float, float]) -> CollectivesCase:
+    c = case()
+    cpu = c.regimes[0]
+    cpu.runs = [dataclasses.replace(r, switch_cpu_s=ina[0], rank_cpu_s=ina[1])
+                if r.method == "INA" else
+                dataclasses.replace(r, switch_cpu_s=gloo[0], rank_cpu_s=gloo[1])
+                if r.method == "gloo" else r for r in cpu.runs]
+    return c
+
+
+def test_cpu_per_value_is_each_kind_of_process_over_the_values_moved() -> None:
+    r = run("allreduce", "INA", 1.0, cpu=(0.5, 0.25))
+    assert r.cpu_us_per_value() == pytest.approx((0.5 / SIZE * 1e6, 0.25 / SIZE * 1e6))
+
+
+def test_the_report_prints_cpu_per_value_by_kind_of_process() -> None:
+    text = CollectivesFigures([_with_cpu((1.31072, 0.131072), (1.31072, 0.0))],
+                              "BMv2", "2.14.1").render()
+    assert "AllReduce      INA 10.00 + 1.00 = 11.00   gloo 10.00 + 0.00 = 10.00" in text
+
+
+def test_ina_using_less_cpu_per_value_than_gloo_passes_issue_24s_goal() -> None:
+    judged = {g.goal.split(",")[0]: g.passed for g in cpu_goals(_with_cpu((1.0, 0.1), (1.0, 0.2)))}
+    assert judged == {"Reduce": True, "Reduce-scatter": True, "AllReduce": True}
+
+
+def test_ina_using_more_cpu_per_value_misses_issue_24s_goal() -> None:
+    goals_ = cpu_goals(_with_cpu((1.2, 0.2), (1.0, 0.2)))
+    assert [g.passed for g in goals_] == [False, False, False]
+    assert "(1.17x)" in goals_[0].measured
+
+
+def test_figures_without_cpu_times_leave_issue_24s_goal_not_measured() -> None:
+    assert [g.passed for g in cpu_goals(case())] == [None, None, None]

@@ -32,7 +32,7 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -49,7 +49,7 @@ from ina.bench.output import (
     regime_title,
     save,
 )
-from ina.bench.timing import Link, Traffic, busiest, start_together
+from ina.bench.timing import CpuTime, Link, Traffic, busiest, start_together
 from ina.protocol.constants import BIER_HEADER_BYTES, ELEMS16_PER_PACKET, ELEMS_PER_PACKET
 
 #: The collectives with an array, in the order they are run and shown.
@@ -94,6 +94,10 @@ class CollectiveRun:
     retransmissions: int = 0
     on_hosts: int = 0  # ranks whose call through the switches ran on hosts instead
     errors: list[str] = field(default_factory=list)
+    #: CPU seconds over the measurement: every BMv2 switch's process, every rank's.
+    switch_cpu_s: float = 0.0
+    rank_cpu_s: float = 0.0
+    values: int = 0  # values the measurement moved: S per repetition
 
     @property
     def label(self) -> str:
@@ -106,6 +110,12 @@ class CollectiveRun:
     @property
     def ok(self) -> bool:
         return self.correct and not self.errors and self.on_hosts == 0
+
+    def cpu_us_per_value(self) -> tuple[float, float] | None:
+        """(BMv2 switches, ranks) CPU microseconds per value of S (None: not measured)."""
+        if not self.values or not (self.switch_cpu_s or self.rank_cpu_s):
+            return None
+        return (self.switch_cpu_s / self.values * 1e6, self.rank_cpu_s / self.values * 1e6)
 
     def busiest_line_rate(self, rate_mbit: float) -> float:
         """The busiest link's bytes per second over its line rate."""
@@ -203,9 +213,14 @@ class Ranks:
             proc.stdin.write(payload)
             proc.stdin.flush()
         traffic = Traffic(topology)
-        start_together(self.procs)
+        pids: dict[str, Sequence[int]] = {
+            "switches": list(self.bench.lab.switch_pids().values()),
+            "ranks": [proc.pid for proc in self.procs.values()]}
+        counted: list[CpuTime] = []
+        start_together(self.procs, on_ready=lambda: counted.append(CpuTime(pids)))
         reports = {w: json.loads(self._line(w)) for w in self.workers}
         link_bytes = traffic.since()
+        used = counted[0].since()
         per = command.size * command.repeat
         top = busiest(link_bytes)
         edges = {w: topology.host_attachment(w)[0] for w in self.workers}
@@ -222,7 +237,7 @@ class Ranks:
             max((r["max_error"] for r in reports.values() if not r["error"]), default=0.0),
             sum(r["retransmissions"] for r in reports.values()),
             sum(1 for r in reports.values() if r["on_hosts"] and command.method == "INA"),
-            errors)
+            errors, used["switches"], used["ranks"], per)
 
     def close(self) -> None:
         for w, proc in self.procs.items():
@@ -292,6 +307,33 @@ def goals(case: CollectivesCase) -> list[Goal]:
     judged.add("... under 1% and 5% loss per link, nothing at non-members",
                "not measured by this benchmark (tests/bmv2/test_collectives.py)", None)
     return judged.goals
+
+
+#: The collectives that reduce values, whose CPU per value issue 24 compares.
+REDUCING_COLLECTIVES = ("reduce", "reduce_scatter", "allreduce")
+
+
+def cpu_goals(case: CollectivesCase) -> list[Goal]:
+    """Issue 24's goal on this case's CPU-bound regime (links unlimited): per value
+    reduced, INA's CPU (its switches' and ranks') below gloo's."""
+    cpu = next((r for r in case.regimes if r.regime == "cpu"), None)
+    judged = Goals[CollectiveRun](case.case, _why_not)
+    for c in REDUCING_COLLECTIVES:
+        goal = f"{NAMES[c]}, links unlimited: CPU per value, INA's total below gloo's"
+        ina, gloo = (None, None) if cpu is None else (cpu.run(c, "INA"), cpu.run(c, "gloo"))
+        if ina is None or gloo is None:
+            judged.add(goal, "the CPU-bound regime was not run", None)
+        elif ina.cpu_us_per_value() is None or gloo.cpu_us_per_value() is None:
+            judged.add(goal, "no CPU time in these figures (measured before it was counted)",
+                       None)
+        else:
+            judged.judge(goal, [("INA", ina), ("gloo", gloo)], _less_cpu)
+    return judged.goals
+
+
+def _less_cpu(runs: list[CollectiveRun]) -> tuple[str, bool]:
+    ina, gloo = (sum(r.cpu_us_per_value() or (0.0, 0.0)) for r in runs)
+    return f"INA {ina:.2f} us, gloo {gloo:.2f} us ({ina / gloo:.2f}x)", ina < gloo
 
 
 def _traffic_goals(judged: Goals[CollectiveRun], link: CollectivesRegime, n: int) -> None:
@@ -387,7 +429,7 @@ class CollectivesFigures:
         """As JSON-ready data (docs/collectives.json); the goals are derived, for readers."""
         return {"bmv2": self.bmv2, "torch": self.torch,
                 "cases": [asdict(c) for c in self.cases],
-                "goals": [asdict(x) for c in self.cases for x in goals(c)]}
+                "goals": [asdict(x) for c in self.cases for x in (*goals(c), *cpu_goals(c))]}
 
     @classmethod
     def from_figures(cls, doc: Any) -> CollectivesFigures:
@@ -420,6 +462,8 @@ class CollectivesFigures:
                      "the fallback uses, which moves the whole array whatever the collective.")
         lines += ["", *render_goals("Goals of issue 17 (rate-limited links), against this run:",
                                     (x for c in self.cases for x in goals(c)))]
+        lines += ["", *render_goals("Goal of issue 24 (CPU per value), against this run:",
+                                    (x for c in self.cases for x in cpu_goals(c)))]
         return "\n".join(lines)
 
     def _regime(self, c: CollectivesCase, g: CollectivesRegime) -> list[str]:
@@ -452,10 +496,27 @@ class CollectivesFigures:
         gloo16 = g.run("allreduce", "gloo", "float16")
         lines.append(f"    ratios (same run): 16-bit/32-bit {_ratio(g.ratio(sixteen, thirty_two))}"
                      f", 16-bit/gloo float16 {_ratio(g.ratio(sixteen, gloo16))}")
+        lines += self._cpu(g)
         barriers = [r for r in g.runs if r.collective == "barrier"]
         lines.append(f"    Barrier, mean of {BARRIER_REPEAT} in a row: " + ", ".join(
             f"{r.label} {r.seconds * 1000:.1f} ms" + ("" if r.ok else " (FAILED)")
             for r in barriers))
+        return lines
+
+    @staticmethod
+    def _cpu(g: CollectivesRegime) -> list[str]:
+        """CPU microseconds per value of S, by kind of process, INA against gloo."""
+        if not any(r.cpu_us_per_value() for r in g.runs):
+            return []
+        lines = ["    CPU per value of S (us: BMv2 switches + ranks = total):"]
+        for k in ARRAY_COLLECTIVES:
+            parts = []
+            for m in ("INA", "gloo"):
+                r = g.run(k, m)
+                us = None if r is None else r.cpu_us_per_value()
+                parts.append(f"{m} " + ("not measured" if us is None else
+                                        f"{us[0]:.2f} + {us[1]:.2f} = {sum(us):.2f}"))
+            lines.append(f"      {NAMES[k]:<15}" + "   ".join(parts))
         return lines
 
     @staticmethod

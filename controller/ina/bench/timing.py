@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +34,12 @@ def wait_for_go() -> None:
     sys.stdin.readline()
 
 
-def start_together(workers: Procs, timeout: float = 120.0) -> None:
+def start_together(workers: Procs, timeout: float = 120.0,
+                   on_ready: Callable[[], None] = lambda: None) -> None:
     """Once every worker says it is set up (``ready``: its imports done, its
     connections up), tell them all to go at once, so that no worker's time includes
-    waiting for another process to start."""
+    waiting for another process to start; ``on_ready`` is called just before (what
+    is counted from the start: the processes' CPU time)."""
     deadline = time.monotonic() + timeout
     for name, proc in workers.items():
         assert proc.stdout is not None
@@ -46,6 +49,7 @@ def start_together(workers: Procs, timeout: float = 120.0) -> None:
             raise RuntimeError(f"{name} did not get ready (said {line!r}): {err.strip()}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"{name} took more than {timeout:g}s to get ready")
+    on_ready()
     for proc in workers.values():
         assert proc.stdin is not None
         proc.stdin.write(b"go\n")
@@ -98,6 +102,39 @@ class Traffic:
         """Bytes on each link direction since then."""
         after = link_bytes(self.topology)
         return {k: after[k] - self.before.get(k, 0) for k in after}
+
+
+#: The kernel's clock ticks per second, the unit of /proc/PID/stat's CPU times.
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system, every thread) process ``pid`` has used so far;
+    0 if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rpartition(")")[2].split()  # after the command's name: field 3 on
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: 14, 15
+
+
+class CpuTime:
+    """The CPU seconds groups of processes used from when it is made, by group (a
+    lab's BMv2 switches, the measured processes on its hosts). Kernel work done in no
+    process's name (softirqs between other processes' packets) is in no group."""
+
+    def __init__(self, pids: dict[str, Sequence[int]]):
+        self.pids = {kind: list(group) for kind, group in pids.items()}
+        self.before = self._now()
+
+    def _now(self) -> dict[str, float]:
+        return {kind: sum(map(cpu_seconds, group)) for kind, group in self.pids.items()}
+
+    def since(self) -> dict[str, float]:
+        """CPU seconds of each group since then."""
+        now = self._now()
+        return {kind: now[kind] - self.before[kind] for kind in now}
 
 
 def busiest(bytes_by_link: dict[Link, int]) -> Link:

@@ -557,6 +557,11 @@ class Lab:
     def host(self, name: str) -> Any:
         return self.net[name]
 
+    def switch_pids(self) -> dict[str, int]:
+        """The PID of each running switch's BMv2 process."""
+        return {sw.name: sw.proc.pid for sw in self.net.switches
+                if sw.proc is not None and sw.proc.poll() is None}
+
     # --- failures ------------------------------------------------------------------
 
     def fail_switch(self, name: str) -> None:
