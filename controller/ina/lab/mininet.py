@@ -113,7 +113,12 @@ def bmv2_build() -> str:
     except (OSError, subprocess.TimeoutExpired):
         version = "unknown version"
     options = []
-    for path in (Path("/usr/local/include/bm/config.h"), Path("/usr/include/bm/config.h")):
+    # The config.h installed with the binary that runs (a second build in a prefix of
+    # its own, first on PATH, is named as that build).
+    found = shutil.which(SWITCH_BINARY)
+    beside = [Path(found).resolve().parent.parent / "include/bm/config.h"] if found else []
+    for path in (*beside, Path("/usr/local/include/bm/config.h"),
+                 Path("/usr/include/bm/config.h")):
         if path.exists():
             text = path.read_text()
             logging_on = bool(re.search(r"^#define BM_LOG_(DEBUG|TRACE)_ON\b", text, re.M))
@@ -123,7 +128,9 @@ def bmv2_build() -> str:
                            f"logging macros {'on' if logging_on else 'off'}, "
                            f"event logger {'on' if elog_on else 'off'}")
             break
-    return f"{SWITCH_BINARY} {version}" + (f", {options[0]}" if options else "")
+    usual = (Path("/usr/local/bin"), Path("/usr/bin"))
+    where = "" if found is None or Path(found).parent in usual else f" ({found})"
+    return f"{SWITCH_BINARY} {version}{where}" + (f", {options[0]}" if options else "")
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str,
