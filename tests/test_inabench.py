@@ -44,6 +44,13 @@ def test_loss_from_json_reports_the_committed_figures(
     assert "INA AllReduce of 262144 values per worker" in out and "5%" in out
 
 
+def test_the_performance_builds_figures_name_that_build(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert inabench.main(["collectives", "--from-json",
+                          str(DOCS / "collectives-bmv2-perf.json")]) == 0
+    assert "logging macros off, event logger off" in capsys.readouterr().out
+
+
 def test_figures_of_another_benchmark_are_refused_with_exit_2(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert inabench.main(["failover", "--from-json", str(DOCS / "loss.json")]) == 2
