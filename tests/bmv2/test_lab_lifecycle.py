@@ -170,11 +170,17 @@ def test_a_lab_that_fails_to_start_ends_its_switches_and_removes_its_credentials
         raise LabError("no job service")
 
     monkeypatch.setattr(Lab, "_start_job_service", no_job_service)
-    lab = Lab(Topology.load(FIGURE1), LabOptions(build_dir=compiled_alone,
-                                                 run_dir=tmp_path / "run"))
+    _start_fails_leaving_nothing(
+        Lab(Topology.load(FIGURE1), LabOptions(build_dir=compiled_alone,
+                                               run_dir=tmp_path / "run")), "no job service")
+
+
+def _start_fails_leaving_nothing(lab: Lab, match: str) -> None:
+    """``lab.start()`` fails saying ``match``, with no switch of its own left running
+    and its credentials removed."""
     before = set(_switch_processes())
     try:
-        with pytest.raises(LabError, match="no job service"):
+        with pytest.raises(LabError, match=match):
             lab.start()
         assert set(_switch_processes()) <= before
         assert not lab.record.tls_dir.exists()
@@ -186,18 +192,13 @@ def test_a_lab_whose_grpc_address_stays_taken_says_which_and_starts_nothing(
         compiled_alone: Path, tmp_path: Path) -> None:
     topology = Topology.load(FIGURE1)
     s3 = topology.switches["s3"]
-    before = set(_switch_processes())
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", s3.grpc_port))
         holder.listen()
-        lab = Lab(topology, LabOptions(build_dir=compiled_alone, run_dir=tmp_path / "run",
-                                       startup_timeout=3))
-        try:
-            with pytest.raises(LabError, match=rf"still in use.*: s3 \({s3.grpc}\)"):
-                lab.start()
-            assert set(_switch_processes()) <= before
-        finally:
-            lab.stop()
+        _start_fails_leaving_nothing(
+            Lab(topology, LabOptions(build_dir=compiled_alone, run_dir=tmp_path / "run",
+                                     startup_timeout=3)),
+            rf"still in use.*: s3 \({s3.grpc}\)")
 
 
 def test_a_lab_waits_for_a_connection_that_holds_a_grpc_port_to_end(
