@@ -104,6 +104,7 @@ class NetLab:
             out, err = proc.communicate(timeout=300)
             assert proc.returncode == 0, f"{w}: {err.decode()}"
             self.reports[w] = json.loads(out.decode().strip().splitlines()[-1])
+            self.reports[w]["log"] = err.decode(errors="replace")[-2000:]  # its warnings
             results[w] = np.load(self.workdir / f"{w}-{job.job_id}.npy")
         return results
 

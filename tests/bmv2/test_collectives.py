@@ -110,6 +110,17 @@ DIFFERENTIAL: dict[str, tuple[str, int | None, bool]] = {
     "barrier": ("barrier", None, False),
 }
 SIZE = 5 * P + 9
+#: What each worker's report says of its packets, shown when the counters differ.
+WORKER_COUNTS = ("elapsed", "packets", "retransmissions", "early_retransmissions", "rto",
+                 "log")
+
+
+def _differences(bmv2: dict[str, dict[str, int]], model: dict[str, dict[str, int]]) -> str:
+    """The counters that differ, switch by switch: BMv2's, then the model's."""
+    return ", ".join(f"{sw} {k}: {bmv2.get(sw, {}).get(k)} != {model.get(sw, {}).get(k)}"
+                     for sw in sorted({*bmv2, *model})
+                     for k in sorted({*bmv2.get(sw, {}), *model.get(sw, {})})
+                     if bmv2.get(sw, {}).get(k) != model.get(sw, {}).get(k))
 
 
 def _model(job: Job, lab: NetLab, collective: str, arrays: Sequence[npt.NDArray[Any]],
@@ -149,8 +160,11 @@ def test_bmv2_and_the_model_agree_on_each_collective(labs: Labs, name: str) -> N
     model_results, model = _model(job, lab, collective, arrays, width)
     for w in job.workers:
         assert np.array_equal(bmv2_results[w], model_results[w].values), w
-    assert {sw: {k: p for k, (p, _) in c.items()} for sw, c in bmv2.items()} == \
-        {sw: {k: p for k, (p, _) in c.items()} for sw, c in model.items()}
+    packets = {sw: {k: p for k, (p, _) in c.items()} for sw, c in bmv2.items()}
+    expected = {sw: {k: p for k, (p, _) in c.items()} for sw, c in model.items()}
+    assert packets == expected, _differences(packets, expected) + "; " + "; ".join(
+        f"{w}: " + ", ".join(f"{k} {lab.reports[w][k]}" for k in WORKER_COUNTS)
+        for w in job.workers)  # what the workers counted
     assert any(f"job.{JobStat.ABSORBED.name}" in c for c in model.values())
     assert any(f"switch.{SwitchStat.BIER_COPY_DELIVERED.name}" in c for c in model.values())
     assert bmv2 == model, "byte counts differ"
