@@ -143,11 +143,16 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str,
         time.sleep(interval)
 
 
+def _host_port(address: str) -> tuple[str, int]:
+    """``host:port`` (an IPv6 host in brackets) as (host, port)."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
 def port_open(address: str) -> bool:
     """Whether something listens at ``host:port``."""
-    host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=0.2) as conn:
+        with socket.create_connection(_host_port(address), timeout=0.2) as conn:
             # Closed with a reset: polling leaves no TIME_WAIT on an ephemeral port.
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             return True
@@ -158,11 +163,11 @@ def port_open(address: str) -> bool:
 def port_free(address: str) -> bool:
     """Whether a server could listen at ``host:port`` (as BMv2's gRPC server binds it,
     with SO_REUSEADDR): no socket holds the port."""
-    host, _, port = address.rpartition(":")
+    host, port = _host_port(address)
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((host.strip("[]"), int(port)))
+            probe.bind((host, port))
         except OSError:
             return False
     return True
@@ -446,8 +451,8 @@ class Lab:
                         "net.ipv6.conf.default.disable_ipv6=1"], check=False)
         self._secure_control()
         switches = self.topology.switches.values()
-        reserve_ports([port for spec in switches
-                       for port in (spec.grpc_port, thrift_port(spec.device_id))])
+        # (Their Thrift ports, 9090 + device id % 20000, lie below the range.)
+        reserve_ports([spec.grpc_port for spec in switches])
         # A connection made before the reservation may still hold one (its TIME_WAIT
         # lasts a minute): wait it out rather than start a switch that cannot listen.
         try:
