@@ -212,6 +212,7 @@ class Rig:
             thrift_guard_command,
             thrift_port,
             wait_until,
+            without_offloads,
         )
 
         if not sandbox.inside():
@@ -224,6 +225,7 @@ class Rig:
             _ip("link", "add", sw_if, "type", "veth", "peer", "name", host_if)
             for intf in (sw_if, host_if):
                 _ip("link", "set", intf, "up")
+            without_offloads(sw_if)
             interfaces[i] = sw_if
         spec = self.topology.switches[SWITCH]
         self.tls_dir = Path(tempfile.mkdtemp(prefix="ina-rig-")) / "tls"

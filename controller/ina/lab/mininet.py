@@ -204,6 +204,25 @@ def thrift_guard_command(ports: Sequence[int], on: bool) -> str:
             f"add rule inet ina_thrift input tcp dport {{ {listed} }} reject with tcp reset'")
 
 
+#: The segmentation and receive offloads a veth may have. BMv2 reads each port
+#: through libpcap, whose ring (2 MB) is cut into frames of the largest packet the
+#: interface may hand it: 64 KB if any of these is on (veth's defaults: TSO and GSO),
+#: the MTU if none is. With them on, the ring holds 31 packets, and a burst of more
+#: (a window of chunks from every worker, meeting at one switch) was dropped there
+#: uncounted: a lost chunk on a lossless link.
+OFFLOADS = ("tso", "gso", "gro", "lro")
+
+
+def without_offloads(intf: str) -> None:
+    """Turn ``intf``'s OFFLOADS off (before a switch opens it); LabError if it keeps one."""
+    args = ["ethtool", "-K", intf]
+    for feature in OFFLOADS:
+        args += [feature, "off"]
+    out = subprocess.run(args, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise LabError(f"{intf}: `{' '.join(args)}` failed: {out.stderr.strip()}")
+
+
 def bmv2_command(device_id: int, grpc: str, interfaces: dict[int, str],
                  log_file: Path | None = None, pcap_dir: Path | None = None,
                  tls_args: Sequence[str] = ()) -> list[str]:
@@ -273,10 +292,11 @@ def _bmv2_switch_class() -> type:
                 out = self.output.open("wb")
             if self.options.pcap_dir is not None:
                 self.options.pcap_dir.mkdir(parents=True, exist_ok=True)
-            args = bmv2_command(
-                self.device_id, self.grpc,
-                {port: intf.name for port, intf in self.intfs.items() if intf.name != "lo"},
-                log_file, self.options.pcap_dir, self.tls_args)
+            ports = {port: intf.name for port, intf in self.intfs.items() if intf.name != "lo"}
+            for intf in ports.values():
+                without_offloads(intf)
+            args = bmv2_command(self.device_id, self.grpc, ports, log_file,
+                                self.options.pcap_dir, self.tls_args)
             LOG.info("%s: %s", self.name, " ".join(args))
             # Its own session: a Ctrl-C typed in the Mininet CLI is for the CLI, not
             # for the switches (they stop when the Lab stops, or with the sandbox).
