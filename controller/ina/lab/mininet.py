@@ -21,7 +21,10 @@ rule in the namespace: nothing can configure a switch around P4Runtime. Their
 ports are reserved in that namespace (``reserve_ports``): no connection there takes
 one as its local port, which would keep a switch from listening.
 
-Links and queues. With the topology's ``queues`` (``Lab.set_queues`` changes them on
+Links and queues. Every switch port has its segmentation and receive offloads off
+(``without_offloads``) before BMv2 opens it: BMv2 reads a port through libpcap, whose
+ring held only 31 packets with veth's defaults and dropped the rest of a burst, uncounted.
+With the topology's ``queues`` (``Lab.set_queues`` changes them on
 a running lab), every link end's egress is an htb class at the link's rate whose
 queue is a byte FIFO of ``buffer`` bytes (a shallow switch buffer, instead of the
 interface's 1,000 packets: seconds at a few Mbit/s), and the controller's link
