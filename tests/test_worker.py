@@ -204,22 +204,6 @@ def test_at_a_timeout_every_chunk_a_later_result_overtook_is_sent_again() -> Non
     assert session.packets_to_send(now=10.01) == []  # 7: nothing overtook it
 
 
-def test_a_result_of_a_resent_chunk_a_round_trip_after_its_send_counts_as_overtaking() -> None:
-    config = WorkerConfig(4, Op.SUM, bit_of(2), "10.0.100.1", window=8, root="10.0.100.6")
-    session = ReductionWindow(config, np.zeros(8 * ELEMS_PER_PACKET, dtype=np.int32),
-                               rto=RtoEstimator(initial=1.0, floor=0.1), joined=True)
-    first = session.packets_to_send(now=0.0)
-    session.accept(_result(0, [0] * ELEMS_PER_PACKET), now=0.02)  # a 20 ms round trip
-    session.lost = [1, 2, 3]  # found lost: sent again from 0.5, as the pacer lets them
-    for now in (0.5, 0.505, 0.51):
-        session.packets_to_send(now)
-    assert session.retransmissions == 3
-    for seq in (1, 2, 3):
-        session.accept(_result(seq, [0] * ELEMS_PER_PACKET), now=0.53)
-    assert session.lost == [4, 5, 6, 7]  # each overtaken three times
-    assert session.packets_to_send(now=0.53)[0] == first[4]
-
-
 def test_a_stalled_window_probes_its_oldest_chunk_before_the_rto() -> None:
     # Window 2, both sent, chunk 1 answered: nothing more can be sent, so no later
     # result can reveal chunk 0's loss. It is sent again after two round trips.

@@ -239,8 +239,7 @@ class ReductionWindow:
     contribution to it, was lost), or, if it is the oldest outstanding, when its
     result is ``rto`` late (a timeout doubles the RTO until a round trip is
     measured again, up to its cap), and with it every chunk a later result
-    already overtook. A result of a chunk sent more than once overtakes too once
-    it comes a round trip after the last send.
+    already overtook.
 
     ``flow`` (ina.host.flow) says, per chunk, whether the worker sends its values
     or NODATA, and whether it gets the chunk's data back or a completion (it gets
@@ -489,8 +488,11 @@ class ReductionWindow:
                 self.rto.sample(rtt)
             if chunk != first:  # else every other one was sent after it: none overtaken
                 self._overtaken(state.order, now)
-        elif state is not None and self._answers_last_send(state, now):
-            self._overtaken(state.order, now)
+        # A chunk sent more than once overtakes nothing: its result may answer an
+        # earlier send that waited in a queue. (Taking a result a least round trip
+        # after the last send as its answer, as RACK does, was tried: on the fat-tree
+        # with links unlimited, CPU-bound queues made it send hundreds of copies a
+        # call where 2 to 9 are lost.)
         self.cc.on_result(now, marked, rtt, self.rto.srtt)
         self.progress_at = now
         self.rto.progress()
@@ -503,12 +505,6 @@ class ReductionWindow:
             if oldest is not None:
                 oldest.deadline = max(oldest.deadline, now + self.rto.rto)
         return True
-
-    def _answers_last_send(self, state: _Outstanding, now: float) -> bool:
-        """Whether a chunk sent more than once got its result from its last send, as
-        far as one can tell: not sooner than the least recent round trip after it
-        (RACK, RFC 8985 6.2); never before any round trip is measured."""
-        return bool(self.rto.recent) and now - state.sent_at >= min(self.rto.recent)
 
     def _overtaken(self, order: int, now: float) -> None:
         """A result of the send ``order`` arrived: each chunk sent before it and
