@@ -217,7 +217,7 @@ OFFLOADS = ("tso", "gso", "gro", "lro")
 
 
 def without_offloads(intf: str) -> None:
-    """Turn ``intf``'s OFFLOADS off (before a switch opens it); LabError if it keeps one."""
+    """Turn ``intf``'s OFFLOADS off (before a switch opens it); LabError if ethtool fails."""
     args = ["ethtool", "-K", intf]
     for feature in OFFLOADS:
         args += [feature, "off"]
