@@ -108,6 +108,7 @@ class Detector:
     _by_device: dict[int, str] = field(default_factory=dict)
     _marks: dict[tuple[str, int], int] = field(default_factory=dict)  # last count read
     _marked_at: dict[tuple[str, int], float] = field(default_factory=dict)  # when it grew
+    _read_again_at: float = float("-inf")  # no link judged on probes heard before this
 
     def __post_init__(self) -> None:
         topo = self.topology
@@ -165,6 +166,15 @@ class Detector:
         heard.since_down = True
         return True
 
+    def reading_again(self, now: float) -> None:
+        """The controller read no probe for a while and reads them again from ``now``
+        (its loop ran a repair, which opens every switch's connection and writes its
+        state): judge no link on probes older than ``now``. Probes that waited to be
+        read meanwhile are read one switch after another, and a link whose turn had
+        not come looked dead beside the others (make soak's false verdicts at the
+        instant a repair returned)."""
+        self._read_again_at = now
+
     def port_marks(self, switch: str, marks: Mapping[int, int], now: float) -> None:
         """``switch``'s ports' counts of packets marked as congested so far (the
         port_marks counter), by port: a count that grew since the last reading
@@ -216,7 +226,8 @@ class Detector:
                     links.add(link.nodes)
                 continue
             # Each end hears its neighbour's probes; judge only while both send them.
-            judged_since = max(self._probing_since[link.a], self._probing_since[link.b])
+            judged_since = max(self._probing_since[link.a], self._probing_since[link.b],
+                               self._read_again_at)
             if not (self._can_probe[link.a] and self._can_probe[link.b]):
                 continue
             late_ab = self._late(ends[1], judged_since, passed_up[link.b], sent[link.a], now,

@@ -363,7 +363,7 @@ class Watcher:
             self._links[name] = _Link(spec, opts, ports, self.switch_factory)
         #: Probes heard, by receiving (switch, port): what a test or a status shows.
         self.heard: dict[tuple[str, int], int] = {}
-        self._notifier = Notifier(self.on_change, self.options.retry_delay,
+        self._notifier = Notifier(self._repair, self.options.retry_delay,
                                   self._repair_failed)
         self._events_file: IO[str] | None = None
 
@@ -568,6 +568,14 @@ class Watcher:
             if self._events_file is not None:
                 self._events_file.write(event.to_json() + "\n")
         self._notifier.post(new)
+
+    async def _repair(self, failures: Failures) -> None:
+        """``on_change``, after which probes are read again: links are judged only on
+        the probes read since (Detector.reading_again)."""
+        try:
+            await self.on_change(failures)
+        finally:
+            self.detector.reading_again(self._now())
 
     def _repair_failed(self, failures: Failures, attempt: int, delay: float,
                        exc: BaseException) -> None:
