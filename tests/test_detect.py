@@ -165,22 +165,25 @@ def test_links_are_not_judged_while_their_probes_cannot_be_sent() -> None:
     assert not w.run(2.0)
 
 
-def test_a_link_whose_probes_are_read_last_after_a_repair_is_not_down() -> None:
-    # The watcher's loop ran a repair for a second, reading no probe; then the probes
-    # that waited are read one switch after another, and the verdict came between.
+def _after_a_repair() -> Watched:
+    """The watcher's loop ran a repair for a second, reading no probe, and reads
+    them again now."""
     w = Watched()
     w.run(1.0)
     w.now += 1.0
     w.det.reading_again(w.now)
+    return w
+
+
+def test_a_link_whose_probes_are_read_last_after_a_repair_is_not_down() -> None:
+    # The probes that waited are read one switch after another, the verdict between.
+    w = _after_a_repair()
     late = frozenset({"leaf1", "spine1"})
     assert w.step(lambda a, b: frozenset({a, b}) != late) == Failures()
 
 
 def test_a_link_silent_since_a_repair_returned_is_down_after_the_detection_time() -> None:
-    w = Watched()
-    w.run(1.0)
-    w.now += 1.0
-    w.det.reading_again(w.now)
+    w = _after_a_repair()
     dead = frozenset({"leaf1", "spine1"})
     for _ in range(round(DETECT / STEP) + 1):
         verdict = w.step(lambda a, b: frozenset({a, b}) != dead)
