@@ -416,8 +416,7 @@ class ReductionWindow:
         missing, RFC 6675). Without this a burst that lost many chunks recovered one
         per RTO: 11 lost of 16, 11 RTOs (110 s at a least RTO of 10 s)."""
         for chunk, state in self.outstanding.items():
-            if state.later and chunk not in self.lost and now - state.sent_at >= self.rto.floor:
-                self.lost.append(chunk)
+            self._found_lost(chunk, state, 1, now)
 
     def _probe_at(self) -> float | None:
         """When the window can take no new chunk (it is full, the congestion window
@@ -512,14 +511,20 @@ class ReductionWindow:
         for other_chunk, other in self.outstanding.items():
             if other.order < order:
                 other.later += 1
-                # No copy sooner than the least RTO after the last: results of a
-                # call's first rounds overtake each other by a few milliseconds (a
-                # round waits for its slowest worker), and with a least RTO of
-                # seconds nothing at all is sent twice.
-                if (other.later >= DUPLICATE_RESULTS and other_chunk not in self.lost
-                        and now - other.sent_at >= self.rto.floor):
-                    self.lost.append(other_chunk)
+                if self._found_lost(other_chunk, other, DUPLICATE_RESULTS, now):
                     self.cc.on_loss(now, self.rto.srtt)
+
+    def _found_lost(self, chunk: int, state: _Outstanding, overtaken: int, now: float) -> bool:
+        """Queue ``chunk`` to be sent again if results of later sends overtook it
+        ``overtaken`` times or more; True if it was queued now. No copy sooner than the
+        least RTO after the last: results of a call's first rounds overtake each other
+        by a few milliseconds (a round waits for its slowest worker), and with a least
+        RTO of seconds nothing at all is sent twice."""
+        if (state.later >= overtaken and chunk not in self.lost
+                and now - state.sent_at >= self.rto.floor):
+            self.lost.append(chunk)
+            return True
+        return False
 
     def _take(self, chunk: int, flags: int, payload: bytes, n: int) -> bool:
         """Keep what the result of ``chunk`` brings (its values, if they are this
