@@ -19,11 +19,12 @@ MAC = bytes(6)
 
 class Watched:
     """A detector fed as the watcher feeds it: every STEP, each switch that is up
-    answers and each link that is up carries a probe both ways."""
+    answers, sends its next probes, and each link that is up carries them both ways."""
 
-    def __init__(self) -> None:
-        self.det = Detector(TOPO, DETECT)
+    def __init__(self, startup: float = 0.0) -> None:
+        self.det = Detector(TOPO, DETECT, now=startup)  # no verdict before startup
         self.now = 0.0
+        self.seq = 0  # of the probes sent last, by every switch
         self.dead_switches: set[str] = set()  # their process is gone: no connection
         self.hung: set[str] = set()  # connected, answering nothing
         self.dead_links: set[frozenset[str]] = set()
@@ -34,7 +35,7 @@ class Watched:
     def run(self, seconds: float) -> Failures:
         end = self.now + seconds
         while self.now < end - 1e-9:
-            self.now += STEP
+            self.advance(STEP)
             for sw in TOPO.switches:
                 self.det.probing(sw, sw not in self.mute, self.now)
                 if sw in self.dead_switches:
@@ -56,7 +57,7 @@ class Watched:
     def step(self, carries: Callable[[str, str], bool]) -> Failures:
         """One STEP: every switch primary and answering, a probe on every direction
         of every link that ``carries(sender, receiver)``; the verdict."""
-        self.now += STEP
+        self.advance(STEP)
         for sw in TOPO.switches:
             self.det.probing(sw, True, self.now)
             self.det.switch_answered(sw, self.now)
@@ -69,9 +70,16 @@ class Watched:
                                         self.now)
         return self.det.verdict(self.now)
 
-    @staticmethod
-    def probe(switch: str, port: int) -> Probe:
-        return Probe(TOPO.switches[switch].device_id, port, 1)
+    def advance(self, seconds: float) -> None:
+        """Time passes; every switch sends its next probes."""
+        self.now += seconds
+        self.seq += 1
+        for sw in TOPO.switches:
+            self.det.probes_sent(sw, self.seq, self.now)
+
+    def probe(self, switch: str, port: int, seq: int | None = None) -> Probe:
+        """``switch``'s probe out of ``port``: the newest, or number ``seq``."""
+        return Probe(TOPO.switches[switch].device_id, port, self.seq if seq is None else seq)
 
 
 def test_nothing_is_down_while_everything_answers() -> None:
@@ -125,12 +133,21 @@ def test_a_link_that_stops_carrying_probes_is_down() -> None:
     assert w.run(DETECT + 2 * STEP) == Failures(links=frozenset({frozenset({"leaf1", "spine1"})}))
 
 
+def test_a_link_that_dies_while_switches_start_up_is_down_after_the_detection_time() -> None:
+    """The watcher gives switches a startup (5 s) to answer first: that holds no
+    link's verdict back once probes cross the other links."""
+    w = Watched(startup=5.0)
+    w.run(0.5)
+    w.dead_links.add(frozenset({"leaf1", "spine1"}))
+    assert w.run(DETECT + 2 * STEP) == Failures(links=frozenset({frozenset({"leaf1", "spine1"})}))
+
+
 def test_a_link_is_down_when_one_direction_fails() -> None:
     w = Watched()
     w.run(1.0)
     link = next(lk for lk in w.det.links if lk.nodes == {"leaf2", "spine2"})
     for _ in range(10):  # only spine2 -> leaf2 is heard
-        w.now += STEP
+        w.advance(STEP)
         for sw in TOPO.switches:
             w.det.switch_answered(sw, w.now)
         for other in w.det.links:
@@ -145,7 +162,7 @@ def test_late_probes_are_not_a_failure() -> None:
     """A busy switch delays probes, by less than the detection time."""
     w = Watched()
     for _ in range(20):
-        w.now += DETECT * 0.9
+        w.advance(DETECT * 0.9)
         for sw in TOPO.switches:
             w.det.switch_answered(sw, w.now)
         for link in w.det.links:
@@ -256,6 +273,26 @@ def test_several_switches_late_with_their_probes_at_once_break_no_link() -> None
     slow = {"spine2", "leaf1", "leaf3"}
     for _ in range(20):
         assert not w.step(lambda sender, _: sender not in slow)
+
+
+def test_a_switch_that_stalled_breaks_no_link_while_its_queued_probes_come_out() -> None:
+    """The policing test's false verdicts: spine1 stalled 0.5 s under a flood, then
+    passed up the probes that had waited in its queue, oldest first, from one port
+    after another; the first of them, heard before the rest, made its other links
+    look dead beside it."""
+    w = Watched()
+    w.run(1.0)
+    stalled_from = w.seq + 1
+    for _ in range(8):  # spine1 passes up nothing and sends nothing; the rest flows
+        assert not w.step(lambda s, r: "spine1" not in (s, r))
+    for seq in range(stalled_from, w.seq + 1):  # its queue, in the order it filled
+        for link in w.det.links:
+            if "spine1" not in link.nodes:
+                continue
+            for sender, port, receiver, in_port in ((link.a, link.a_port, link.b, link.b_port),
+                                                    (link.b, link.b_port, link.a, link.a_port)):
+                w.det.probe_received(receiver, in_port, w.probe(sender, port, seq), w.now)
+                assert not w.det.verdict(w.now), (seq, sender, receiver)
 
 
 def test_a_switch_whose_probes_reach_nobody_for_the_hang_time_breaks_its_links() -> None:

@@ -19,9 +19,12 @@ Two kinds of evidence, both timed by the caller's clock:
   meanwhile and the sending switch's probes crossed its other links meanwhile (a
   switch too busy to pass probes up, or to send them out, at once is late on all
   of its links, a dead link only on its own; after ``hang_after`` the link is
-  down whatever the other links do). A switch whose own probes cannot be sent
-  (another controller is primary for a moment, or the write times out) pauses
-  the verdict on its links.
+  down whatever the other links do). "Meanwhile" is judged by when the probes
+  were sent (``probes_sent``), not when they were heard: a switch that stalled
+  passes up the probes that waited one after another, and the newest of them,
+  from one port, is no evidence against the older ones still queued behind it
+  from another. A switch whose own probes cannot be sent (another controller is
+  primary for a moment, or the write times out) pauses the verdict on its links.
 - **Congestion marks** (``port_marks``): each switch port's count of packets it
   marked as congested (congestion.p4). A probe late on a direction whose sending
   port marked packets lately (since ``detect_after`` before the last probe heard
@@ -40,6 +43,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ina.protocol.constants import ETHERTYPE_PROBE
 from ina.spec.topology import Failures, Topology
@@ -57,9 +61,11 @@ class Probe:
     port: int  # the port it was sent out of
     seq: int
 
+    SEQ_MASK: ClassVar[int] = 0xFFFFFFFF  # the frame carries 32 bits of seq
+
     def frame(self, src_mac: bytes) -> bytes:
         return (_BROADCAST + src_mac + ETHERTYPE_PROBE.to_bytes(2, "big")
-                + _PROBE.pack(_MAGIC, self.device_id, self.port, self.seq & 0xFFFFFFFF))
+                + _PROBE.pack(_MAGIC, self.device_id, self.port, self.seq & self.SEQ_MASK))
 
     @classmethod
     def parse(cls, frame: bytes) -> Probe | None:
@@ -87,7 +93,13 @@ class LinkEnds:
 @dataclass
 class _Heard:
     at: float  # last probe heard (or when watching began)
+    sent: float = float("-inf")  # when the newest probe heard was sent
     since_down: bool = False  # heard since the link was declared down
+
+
+#: Send times kept per switch: probes older than this many of its rounds count as
+#: sent when heard (only a stall of minutes would keep one that long).
+_SENT_KEPT = 1024
 
 
 @dataclass
@@ -109,6 +121,7 @@ class Detector:
     _marks: dict[tuple[str, int], int] = field(default_factory=dict)  # last count read
     _marked_at: dict[tuple[str, int], float] = field(default_factory=dict)  # when it grew
     _read_again_at: float = float("-inf")  # no link judged on probes heard before this
+    _sent_at: dict[str, dict[int, float]] = field(default_factory=dict)  # by seq
 
     def __post_init__(self) -> None:
         topo = self.topology
@@ -153,9 +166,17 @@ class Detector:
             self._probing_since[switch] = now
         self._can_probe[switch] = can
 
+    def probes_sent(self, switch: str, seq: int, now: float) -> None:
+        """``switch``'s probes numbered ``seq`` go out of every port of it now."""
+        sent = self._sent_at.setdefault(switch, {})
+        seq &= Probe.SEQ_MASK
+        sent[seq] = now
+        sent.pop((seq - _SENT_KEPT) & Probe.SEQ_MASK, None)
+
     def probe_received(self, switch: str, in_port: int, probe: Probe, now: float) -> bool:
         """A probe passed up by ``switch`` from ``in_port``; False if it does not fit
-        the topology (a stray, or a miswired lab)."""
+        the topology (a stray, or a miswired lab). One whose sending was not recorded
+        (another controller's) counts as sent when heard."""
         sender = self._by_device.get(probe.device_id)
         nb = self.topology.ports(switch).get(in_port) if switch in self.topology.switches \
             else None
@@ -163,6 +184,7 @@ class Detector:
             return False
         heard = self._heard[(switch, in_port)]
         heard.at = now
+        heard.sent = max(heard.sent, self._sent_at.get(sender, {}).get(probe.seq, now))
         heard.since_down = True
         return True
 
@@ -203,19 +225,20 @@ class Detector:
             elif (not self._connected[sw] and now - self._lost_at[sw] > self.detect_after
                   or now - answered > self.hang_after):
                 switches.add(sw)
-        # What each switch passed up last, on any port: a switch too busy to pass up
-        # probes at once is late on every port, a dead link only on its own. And the
-        # last of each switch's probes heard anywhere: a switch too busy to send its
-        # probes out at once (packet-outs wait in its queues, or in our connection to
-        # it) is late on every link, a dead link only on its own.
+        # The newest probe (by when it was sent) each switch passed up, on any port: a
+        # switch too busy to pass up probes at once is late on every port, a dead link
+        # only on its own. And the newest of each switch's probes heard anywhere: a
+        # switch too busy to send its probes out at once (packet-outs wait in its
+        # queues, or in our connection to it) is late on every link, a dead link only
+        # on its own.
         passed_up: dict[str, float] = {}
         sent: dict[str, float] = {}
         for link in self._links:
             for receiver, port, sender in ((link.a, link.a_port, link.b),
                                            (link.b, link.b_port, link.a)):
-                at = self._heard[(receiver, port)].at
-                passed_up[receiver] = max(passed_up.get(receiver, at), at)
-                sent[sender] = max(sent.get(sender, at), at)
+                newest = self._heard[(receiver, port)].sent
+                passed_up[receiver] = max(passed_up.get(receiver, newest), newest)
+                sent[sender] = max(sent.get(sender, newest), newest)
         links = set()
         for link in self._links:
             if link.a in switches or link.b in switches:
@@ -248,9 +271,10 @@ class Detector:
     def _late(self, heard: _Heard, since: float, passed_up: float, sent: float,
               now: float, sending_port: tuple[str, int]) -> bool:
         """No probe on this direction of a link for detect_after, while its receiver
-        passed up probes from its other ports and its sender's probes crossed its other
-        links, and its sending port was not congested (or for hang_after, whatever the
-        others do and whatever the port marked)."""
+        passed up probes sent detect_after later from its other ports and its sender's
+        probes sent detect_after later crossed its other links, and its sending port
+        was not congested (or for hang_after, whatever the others do and whatever the
+        port marked)."""
         last = max(heard.at, since)
         if now - last <= self.detect_after:
             return False
@@ -258,4 +282,6 @@ class Detector:
             return True
         if self.congested(*sending_port, last - self.detect_after):
             return False  # it waits in a congested queue
-        return passed_up - last > self.detect_after and sent - last > self.detect_after
+        last_sent = max(heard.sent, since)
+        return (passed_up - last_sent > self.detect_after
+                and sent - last_sent > self.detect_after)

@@ -545,6 +545,7 @@ class Watcher:
         if not can:
             return
         link.seq += 1
+        self.detector.probes_sent(name, link.seq, self._now())
         packets = [fy.P4PacketOut(Probe(link.spec.device_id, port, link.seq).frame(link.mac),
                                   egress_port=port, pad=0)
                    for port in link.probe_ports]
