@@ -19,12 +19,12 @@ Two kinds of evidence, both timed by the caller's clock:
   meanwhile and the sending switch's probes crossed its other links meanwhile (a
   switch too busy to pass probes up, or to send them out, at once is late on all
   of its links, a dead link only on its own; after ``hang_after`` the link is
-  down whatever the other links do). "Meanwhile" is judged by when the probes
-  were sent (``probes_sent``), not when they were heard: a switch that stalled
-  passes up the probes that waited one after another, and the newest of them,
-  from one port, is no evidence against the older ones still queued behind it
-  from another. A switch whose own probes cannot be sent (another controller is
-  primary for a moment, or the write times out) pauses the verdict on its links.
+  down whatever the other links do). "Meanwhile" holds both by when the probes
+  were heard and by when they were sent (``probes_sent``): a switch that stalled
+  passes up the probes that waited one after another, and the first of them, from
+  one port, is no evidence against the ones still queued behind it from another.
+  A switch whose own probes cannot be sent (another controller is primary for a
+  moment, or the write times out) pauses the verdict on its links.
 - **Congestion marks** (``port_marks``): each switch port's count of packets it
   marked as congested (congestion.p4). A probe late on a direction whose sending
   port marked packets lately (since ``detect_after`` before the last probe heard
@@ -225,20 +225,22 @@ class Detector:
             elif (not self._connected[sw] and now - self._lost_at[sw] > self.detect_after
                   or now - answered > self.hang_after):
                 switches.add(sw)
-        # The newest probe (by when it was sent) each switch passed up, on any port: a
+        # The newest probe (when heard, when sent) each switch passed up, on any port: a
         # switch too busy to pass up probes at once is late on every port, a dead link
         # only on its own. And the newest of each switch's probes heard anywhere: a
         # switch too busy to send its probes out at once (packet-outs wait in its
         # queues, or in our connection to it) is late on every link, a dead link only
         # on its own.
-        passed_up: dict[str, float] = {}
-        sent: dict[str, float] = {}
+        passed_up: dict[str, _Heard] = {}
+        sent: dict[str, _Heard] = {}
         for link in self._links:
             for receiver, port, sender in ((link.a, link.a_port, link.b),
                                            (link.b, link.b_port, link.a)):
-                newest = self._heard[(receiver, port)].sent
-                passed_up[receiver] = max(passed_up.get(receiver, newest), newest)
-                sent[sender] = max(sent.get(sender, newest), newest)
+                heard = self._heard[(receiver, port)]
+                for newest in (passed_up.setdefault(receiver, _Heard(heard.at, heard.sent)),
+                               sent.setdefault(sender, _Heard(heard.at, heard.sent))):
+                    newest.at = max(newest.at, heard.at)
+                    newest.sent = max(newest.sent, heard.sent)
         links = set()
         for link in self._links:
             if link.a in switches or link.b in switches:
@@ -268,13 +270,15 @@ class Detector:
         self.down = Failures(frozenset(switches), frozenset(links))
         return self.down
 
-    def _late(self, heard: _Heard, since: float, passed_up: float, sent: float,
+    def _late(self, heard: _Heard, since: float, passed_up: _Heard, sent: _Heard,
               now: float, sending_port: tuple[str, int]) -> bool:
         """No probe on this direction of a link for detect_after, while its receiver
-        passed up probes sent detect_after later from its other ports and its sender's
-        probes sent detect_after later crossed its other links, and its sending port
-        was not congested (or for hang_after, whatever the others do and whatever the
-        port marked)."""
+        passed up probes from its other ports and its sender's probes crossed its other
+        links, heard detect_after later and sent detect_after later, and its sending
+        port was not congested (or for hang_after, whatever the others do and whatever
+        the port marked). Heard later alone is no evidence: a switch that stalled
+        passes up its queued probes one port after another. Sent later alone is none
+        either: the last probe heard on this port may have waited in a queue."""
         last = max(heard.at, since)
         if now - last <= self.detect_after:
             return False
@@ -283,5 +287,5 @@ class Detector:
         if self.congested(*sending_port, last - self.detect_after):
             return False  # it waits in a congested queue
         last_sent = max(heard.sent, since)
-        return (passed_up - last_sent > self.detect_after
-                and sent - last_sent > self.detect_after)
+        return all(later.at - last > self.detect_after
+                   and later.sent - last_sent > self.detect_after for later in (passed_up, sent))
