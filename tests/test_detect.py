@@ -25,6 +25,8 @@ class Watched:
         self.det = Detector(TOPO, DETECT, now=startup)  # no verdict before startup
         self.now = 0.0
         self.seq = 0  # of the probes sent last, by every switch
+        self.sent_counts: dict[int, int] = {}  # one switch's port counts
+        self.queued = 0  # probes waiting in one port's egress
         self.dead_switches: set[str] = set()  # their process is gone: no connection
         self.hung: set[str] = set()  # connected, answering nothing
         self.dead_links: set[frozenset[str]] = set()
@@ -295,6 +297,26 @@ def test_a_switch_that_stalled_breaks_no_link_while_its_queued_probes_come_out()
                 assert not w.det.verdict(w.now), (seq, sender, receiver)
 
 
+def test_a_probe_of_an_earlier_watcher_is_no_evidence_of_when() -> None:
+    """A watcher started again gets the last one's probes that waited in a busy
+    switch, first in its queue: numbers it never sent (it starts them anywhere),
+    heard but not dated by when they came (which would make the probes queued
+    behind them look lost)."""
+    w = Watched()
+    w.run(1.0)
+    stalled_from = w.seq + 1
+    for _ in range(8):
+        w.step(lambda s, r: "spine1" not in (s, r))
+    stray = Probe(TOPO.switches["leaf1"].device_id, _port_to("leaf1", "spine1"), w.seq + 10_000)
+    assert w.det.probe_received("spine1", _port_to("spine1", "leaf1"), stray, w.now)
+    assert not w.det.verdict(w.now)
+    for seq in range(stalled_from, w.seq + 1):
+        for link in (lk for lk in w.det.links if "spine1" in lk.nodes):
+            w.det.probe_received(link.b, link.b_port, w.probe(link.a, link.a_port, seq), w.now)
+            w.det.probe_received(link.a, link.a_port, w.probe(link.b, link.b_port, seq), w.now)
+            assert not w.det.verdict(w.now), seq
+
+
 def test_a_switch_whose_probes_reach_nobody_for_the_hang_time_breaks_its_links() -> None:
     w = Watched()
     w.run(1.0)
@@ -384,3 +406,110 @@ def test_the_first_reading_of_a_mark_counter_is_only_a_baseline() -> None:
     assert det.congested("leaf1", 1, 1.1) and not det.congested("leaf1", 1, 1.2)
     det.port_marks("leaf1", {1: 3}, 1.3)  # the switch restarted: a new baseline
     assert not det.congested("leaf1", 1, 1.2)
+
+
+# --- a sender's egress that stalls: its probes wait in the switch ----------------------
+
+
+def _egress_steps(w: Watched, sender: str, receiver: str, seconds: float, *, leaves: bool,
+                  heard: bool) -> list[Failures]:
+    """Every probe flows but sender -> receiver's (unless ``heard``), for ``seconds``;
+    the sender's port toward the receiver lets its probes out if its egress
+    ``leaves`` (those that waited too), else keeps them: its count of packets out,
+    read after every step. The verdict after each step."""
+    port = _port_to(sender, receiver)
+    verdicts = []
+    end = w.now + seconds
+    while w.now < end - 1e-9:
+        w.step(lambda s, r: heard or (s, r) != (sender, receiver))
+        w.queued += 1
+        if leaves:
+            w.sent_counts[port] = w.sent_counts.get(port, 0) + w.queued
+            w.queued = 0
+        w.det.port_sent(sender, {port: w.sent_counts.get(port, 0)}, w.now)
+        verdicts.append(w.det.verdict(w.now))
+    return verdicts
+
+
+def _moving(sender: str = "leaf1", receiver: str = "spine1") -> Watched:
+    w = Watched()
+    w.run(1.0)
+    _egress_steps(w, sender, receiver, 1.0, leaves=True, heard=True)
+    return w
+
+
+LEAF1_SPINE1 = Failures(links=frozenset({frozenset({"leaf1", "spine1"})}))
+
+
+def test_a_probe_late_behind_a_stalled_egress_is_no_failure() -> None:
+    """The policing test's false verdicts: spine1's egress toward leaf1 let nothing
+    out for half a second, then a second, under a flood (its port count stood still:
+    the controller's packets wait in BMv2's ingress queue with the data), while the
+    other ports' probes flowed."""
+    w = _moving()
+    assert not any(_egress_steps(w, "leaf1", "spine1", 2.0, leaves=False, heard=False))
+
+
+def test_a_link_is_judged_once_what_its_egress_let_out_had_time_to_arrive() -> None:
+    w = _moving()
+    _egress_steps(w, "leaf1", "spine1", 1.0, leaves=False, heard=False)
+    verdicts = _egress_steps(w, "leaf1", "spine1", DETECT, leaves=True, heard=False)
+    assert not verdicts[0]  # on its way, may still arrive
+    assert verdicts[-1] == LEAF1_SPINE1  # out for a while, and nothing arrived: the link
+
+
+def test_a_dead_link_whose_egress_keeps_sending_is_down_after_the_detection_time() -> None:
+    w = _moving()
+    verdicts = _egress_steps(w, "leaf1", "spine1", DETECT + 2 * STEP, leaves=True,
+                             heard=False)
+    assert verdicts[-1] == LEAF1_SPINE1
+
+
+# --- a receiver's backlog: the link delivers, the probe waits behind it ---------------
+
+
+def _ingress_steps(w: Watched, sender: str, receiver: str, seconds: float, *,
+                   delivers: bool) -> list[Failures]:
+    """Every probe flows but sender -> receiver's, for ``seconds``; the receiver's
+    count of packets in by its port from the sender grows at every reading if the
+    link ``delivers``. The verdict after each step."""
+    port = _port_to(receiver, sender)
+    verdicts = []
+    end = w.now + seconds
+    while w.now < end - 1e-9:
+        w.step(lambda s, r: (s, r) != (sender, receiver))
+        w.sent_counts[port] = w.sent_counts.get(port, 0) + (1 if delivers else 0)
+        w.det.port_received(receiver, {port: w.sent_counts[port]}, w.now)
+        verdicts.append(w.det.verdict(w.now))
+    return verdicts
+
+
+def _delivering() -> Watched:
+    w = Watched()
+    w.run(1.0)
+    port = _port_to("spine1", "leaf1")
+    for count in range(10):  # the port's count read a while, growing
+        w.run(STEP)
+        w.det.port_received("spine1", {port: count}, w.now)
+    return w
+
+
+def test_a_probe_late_behind_a_receivers_backlog_is_no_failure() -> None:
+    """The policing test's other false verdict: leaf1 passed spine1 a host's flood
+    at its policed rate, more than spine1 could take on a starved core; leaf1's
+    probes waited half a second behind it in spine1's port, which kept reading."""
+    w = _delivering()
+    assert not any(_ingress_steps(w, "leaf1", "spine1", 2.0, delivers=True))
+
+
+def test_a_link_that_delivers_nothing_is_down_after_the_detection_time() -> None:
+    w = _delivering()
+    verdicts = _ingress_steps(w, "leaf1", "spine1", DETECT + 2 * STEP, delivers=False)
+    assert verdicts[-1] == LEAF1_SPINE1
+
+
+def test_a_link_that_delivers_but_carries_no_probe_for_the_hang_time_is_down() -> None:
+    w = _delivering()
+    verdicts = _ingress_steps(w, "leaf1", "spine1", w.det.hang_after + 2 * STEP,
+                              delivers=True)
+    assert verdicts[-1] == LEAF1_SPINE1

@@ -361,7 +361,7 @@ def test_a_root_spanning_bier_sets_carries_a_mark() -> None:
     assert stats[JobStat.MULTICAST].packets == 1
 
 
-def test_status_shows_each_ports_packets_and_marks(model_lab: ModelLab) -> None:
+def test_status_shows_each_ports_packets_in_and_out_and_marks(model_lab: ModelLab) -> None:
     from ina.control.report import render_status
 
     job, seq = _deploy(model_lab)
@@ -369,5 +369,6 @@ def test_status_shows_each_ports_packets_and_marks(model_lab: ModelLab) -> None:
     _contributions(model_lab, job, seq)
     status = asyncio.run(model_lab.ctl.status())
     assert status["s1"].port_marks[S1_TO_W1] == CounterValue(1, INA_FRAME + 44)
-    assert "ports: 1 sent 2 marked 0, 2 sent 2 marked 1 (50.0%), 3 sent 1 marked 0" in \
-        render_status(status)
+    # Each worker's SYNC and contribution in, the root's result in by port 3.
+    assert ("ports: 1 received 2 sent 2 marked 0, 2 received 2 sent 2 marked 1 (50.0%), "
+            "3 received 1 sent 1 marked 0") in render_status(status)

@@ -8,6 +8,10 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                    inout standard_metadata_t std) {
     counter(MAX_JOBS * JOB_STAT_STRIDE, CounterType.packets_and_bytes) job_stats;
     counter(SWITCH_STATS, CounterType.packets_and_bytes) switch_stats;
+    // Per port: packets that came in by it (not the CPU port's packet-outs), as
+    // they are read, before any check: the link delivers even when the watcher's
+    // probes wait behind a backlog (watch.py tells a queue from a dead link by it).
+    counter(MAX_PORTS, CounterType.packets_and_bytes) port_received;
 
     Edge() edge;
     Addresses() addresses;
@@ -81,6 +85,9 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         if (hdr.packet_out.isValid()) {
             controller_out();
             return;
+        }
+        if (std.ingress_port < MAX_PORTS) {
+            port_received.count((bit<32>)std.ingress_port);
         }
         init_metadata();
         edge.apply(hdr, std.ingress_port, meta);  // may refuse: undeclared port, policed

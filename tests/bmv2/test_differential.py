@@ -61,6 +61,7 @@ def _counters(status: dict[str, SwitchStatus], job_id: int
         # BMv2's own egress queue may hold MARK_QDEPTH packets in a burst (an Allgather's
         # results at s5 did), and when is a matter of timing.
         cells.update({f"port{p}.sent": v for p, v in s.port_packets.items()})
+        cells.update({f"port{p}.received": v for p, v in s.port_received.items()})
         out[sw] = cells
     return out
 
@@ -153,7 +154,8 @@ async def _raw_counters(clients: Mapping[str, SwitchClient]
     out = {}
     for sw, client in clients.items():
         cells = {}
-        for name in (*n.JOB_STAT_COUNTERS, *n.SWITCH_STAT_COUNTERS, n.PORT_PACKETS):
+        for name in (*n.JOB_STAT_COUNTERS, *n.SWITCH_STAT_COUNTERS, n.PORT_PACKETS,
+                     n.PORT_RECEIVED):
             for i, v in (await client.read_counter(name)).items():
                 cells[f"{name}[{i}]"] = v
         out[sw] = cells
@@ -364,5 +366,7 @@ def test_bmv2_and_the_model_agree_on_the_window(labs: Labs) -> None:
 def test_bmv2_and_the_model_agree_on_an_undeclared_port(labs: Labs) -> None:
     got, counters = _crafted_on_both(labs, WINDOW_SPEC, _undeclared_batches, _forget_w8)
     assert _switch_cell(counters["s4"], SwitchStat.DROP_UNDECLARED_PORT) == 3
-    assert sum(p for c in counters.values() for p, _ in c.values()) == 3
+    # Counted as received by the port (before any check), and nothing else anywhere.
+    assert counters["s4"][f"{n.PORT_RECEIVED}[3]"][0] == 3
+    assert sum(p for c in counters.values() for p, _ in c.values()) == 3 + 3
     assert not any(got.values())

@@ -311,7 +311,8 @@ def _status_json(status: dict[str, SwitchStatus], job_id: int | None) -> dict[st
             },
             "switch": {stat.name.lower(): {"packets": v.packets, "bytes": v.bytes}
                        for stat, v in s.switch_stats.items()},
-            "ports": {str(port): {"sent": _counts(v),
+            "ports": {str(port): {"received": _counts(s.port_received.get(port, CounterValue())),
+                                  "sent": _counts(v),
                                   "marked": _counts(s.port_marks.get(port, CounterValue()))}
                       for port, v in s.port_packets.items()},
         }

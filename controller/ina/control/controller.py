@@ -137,9 +137,11 @@ class SwitchStatus:
     switch_stats: dict[SwitchStat, CounterValue]
     base_entries: int
     problems: list[str] = field(default_factory=list)
-    #: Per port of the topology: packets sent out of it, and those marked as congested.
+    #: Per port of the topology: packets sent out of it, those marked as congested,
+    #: and packets received by it.
     port_packets: dict[int, CounterValue] = field(default_factory=dict)
     port_marks: dict[int, CounterValue] = field(default_factory=dict)
+    port_received: dict[int, CounterValue] = field(default_factory=dict)
 
 
 class Controller:
@@ -511,13 +513,15 @@ class Controller:
             ports = sorted(self.topology.declared_ports(sw))
             sent = await client.read_counter(n.PORT_PACKETS)
             marked = await client.read_counter(n.PORT_MARKS)
+            received = await client.read_counter(n.PORT_RECEIVED)
             problems = []
             if base == 0:
                 problems.append("no base state: run `inactl init`")
             return SwitchStatus(sw, sorted(jobs, key=lambda j: j.job_id), job_stats,
                                 switch_stats, base, problems,
                                 {p: sent.get(p, CounterValue()) for p in ports},
-                                {p: marked.get(p, CounterValue()) for p in ports})
+                                {p: marked.get(p, CounterValue()) for p in ports},
+                                {p: received.get(p, CounterValue()) for p in ports})
 
         results = await self._each(read)
         self._raise_failures("reading status", results)

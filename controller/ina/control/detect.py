@@ -1,7 +1,7 @@
 """Failure detection without I/O: which switches and links are down, from what the
 controller observed.
 
-Two kinds of evidence, both timed by the caller's clock:
+The evidence, all timed by the caller's clock:
 
 - **Switch liveness**: the P4Runtime connection (``switch_connected``) and requests
   answered (``switch_answered``). A switch whose connection is lost and not made
@@ -31,6 +31,20 @@ Two kinds of evidence, both timed by the caller's clock:
   there) waited in a congested queue: that is congestion, not the link's loss,
   and the link is down only after ``hang_after`` (a dead link that keeps being
   sent to also keeps marking).
+- **Egress counts** (``port_sent``): each switch port's count of packets that
+  left it (congestion.p4's port_packets). A port that had let out fewer packets,
+  ``detect_after / 4`` ago, than the watcher had sent probes out of it by then
+  since the last one heard has an egress that stalls (a switch whose ingress
+  queue, which the controller's packets share with the data, is full, or whose
+  threads are starved of CPU): its probes wait in the switch, not on the link,
+  and the direction is not late, until ``hang_after``. A dead link's egress
+  counts every probe sent to it.
+- **Ingress counts** (``port_received``): each switch port's count of packets
+  that came in by it (ingress.p4's port_received). A port that counted packets
+  in the last ``detect_after / 2`` is on a link that delivers: a probe late there
+  waits behind a backlog the receiver reads (a flood's, at a switch that cannot
+  keep up), and the direction is not late, until ``hang_after``. A dead link
+  delivers nothing.
 
 A switch or link that was down is up again once it has answered (switch) or
 carried probes both ways (link) since it went down. Verdicts never change
@@ -41,6 +55,7 @@ by milliseconds, far below ``detect_after``.
 from __future__ import annotations
 
 import struct
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -94,12 +109,16 @@ class LinkEnds:
 class _Heard:
     at: float  # last probe heard (or when watching began)
     sent: float = float("-inf")  # when the newest probe heard was sent
+    seq: int | None = None  # its number
+    egress_base: int | None = None  # its sender's port count read last before it came
     since_down: bool = False  # heard since the link was declared down
 
 
 #: Send times kept per switch: probes older than this many of its rounds count as
 #: sent when heard (only a stall of minutes would keep one that long).
 _SENT_KEPT = 1024
+#: Readings of a port's egress count kept (at 10 a second, longer than hang_after).
+_EGRESS_KEPT = 64
 
 
 @dataclass
@@ -122,6 +141,10 @@ class Detector:
     _marked_at: dict[tuple[str, int], float] = field(default_factory=dict)  # when it grew
     _read_again_at: float = float("-inf")  # no link judged on probes heard before this
     _sent_at: dict[str, dict[int, float]] = field(default_factory=dict)  # by seq
+    _egress: dict[tuple[str, int], deque[tuple[float, int]]] = field(
+        default_factory=dict)  # (when read, count) of a port's packets out
+    _received_counts: dict[tuple[str, int], int] = field(default_factory=dict)  # last read
+    _ingress_at: dict[tuple[str, int], float] = field(default_factory=dict)  # when it grew
 
     def __post_init__(self) -> None:
         topo = self.topology
@@ -176,7 +199,8 @@ class Detector:
     def probe_received(self, switch: str, in_port: int, probe: Probe, now: float) -> bool:
         """A probe passed up by ``switch`` from ``in_port``; False if it does not fit
         the topology (a stray, or a miswired lab). One whose sending was not recorded
-        (another controller's) counts as sent when heard."""
+        (another watcher's, or one before this one's restart, that waited in a
+        switch) is heard, with no send time."""
         sender = self._by_device.get(probe.device_id)
         nb = self.topology.ports(switch).get(in_port) if switch in self.topology.switches \
             else None
@@ -184,7 +208,11 @@ class Detector:
             return False
         heard = self._heard[(switch, in_port)]
         heard.at = now
-        heard.sent = max(heard.sent, self._sent_at.get(sender, {}).get(probe.seq, now))
+        sent = self._sent_at.get(sender, {}).get(probe.seq)
+        if sent is not None and sent >= heard.sent:
+            heard.sent, heard.seq = sent, probe.seq
+            readings = self._egress.get((sender, probe.port))
+            heard.egress_base = readings[-1][1] if readings else None
         heard.since_down = True
         return True
 
@@ -208,6 +236,58 @@ class Detector:
             if last is not None and count > last:
                 self._marked_at[key] = now
             self._marks[key] = count
+
+    def port_sent(self, switch: str, counts: Mapping[int, int], now: float) -> None:
+        """``switch``'s ports' counts of packets that left them so far (the
+        port_packets counter, counted in egress), by port. (A count that went back,
+        as after a restart, starts the port's readings again.)"""
+        for port, count in counts.items():
+            readings = self._egress.setdefault((switch, port), deque(maxlen=_EGRESS_KEPT))
+            if readings and count < readings[-1][1]:
+                readings.clear()
+            readings.append((now, count))
+
+    def port_received(self, switch: str, counts: Mapping[int, int], now: float) -> None:
+        """``switch``'s ports' counts of packets that came in by them so far (the
+        port_received counter), by port: a count that grew since the last reading
+        says the link delivers. (A first reading, or a count that went back, is
+        only a new baseline.)"""
+        for port, count in counts.items():
+            key = (switch, port)
+            last = self._received_counts.get(key)
+            if last is not None and count > last:
+                self._ingress_at[key] = now
+            self._received_counts[key] = count
+
+    def delivers(self, switch: str, port: int, now: float) -> bool:
+        """Whether packets came in by ``switch``'s ``port`` in the last two readings
+        (detect_after / 2): the link works, and a probe late on it waits behind them
+        (a backlog the switch reads)."""
+        return now - self._ingress_at.get((switch, port), float("-inf")) <= self.detect_after / 2
+
+    def egress_stalled(self, sending_port: tuple[str, int], heard: _Heard, now: float
+                       ) -> bool:
+        """Whether the sending port's egress had let out fewer packets, a reading
+        ago (detect_after / 4), than the probes the watcher had sent out of it by
+        then since the last one heard (one less, for a reading's lag): the rest wait
+        in the switch, not on the link. True while too few were sent to tell; False
+        without readings to tell by."""
+        readings = self._egress.get(sending_port)
+        sent_at = self._sent_at.get(sending_port[0], {})
+        if heard.seq is None or heard.egress_base is None or not readings:
+            return False
+        then = now - self.detect_after / 4  # what left since is on its way
+        left = next((count for at, count in reversed(readings) if at <= then), None)
+        if left is None or left < heard.egress_base:
+            return False
+        expected = 0
+        seq = heard.seq + 1
+        while (at := sent_at.get(seq & Probe.SEQ_MASK)) is not None and at <= then:
+            expected += 1
+            seq += 1
+        # The count since may hold the probe heard, and miss the last one sent: a
+        # stalled port shows at most 1, a moving one at least expected - 1.
+        return expected < 3 or left - heard.egress_base < expected - 1
 
     def congested(self, switch: str, port: int, since: float) -> bool:
         """Whether ``switch`` marked packets out of ``port`` after ``since``."""
@@ -256,9 +336,9 @@ class Detector:
             if not (self._can_probe[link.a] and self._can_probe[link.b]):
                 continue
             late_ab = self._late(ends[1], judged_since, passed_up[link.b], sent[link.a], now,
-                                 (link.a, link.a_port))
+                                 (link.a, link.a_port), (link.b, link.b_port))
             late_ba = self._late(ends[0], judged_since, passed_up[link.a], sent[link.b], now,
-                                 (link.b, link.b_port))
+                                 (link.b, link.b_port), (link.a, link.a_port))
             if late_ab or late_ba:
                 links.add(link.nodes)
         for sw in switches - self.down.switches:
@@ -271,7 +351,8 @@ class Detector:
         return self.down
 
     def _late(self, heard: _Heard, since: float, passed_up: _Heard, sent: _Heard,
-              now: float, sending_port: tuple[str, int]) -> bool:
+              now: float, sending_port: tuple[str, int], receiving_port: tuple[str, int]
+              ) -> bool:
         """No probe on this direction of a link for detect_after, while its receiver
         passed up probes from its other ports and its sender's probes crossed its other
         links, heard detect_after later and sent detect_after later, and its sending
@@ -286,6 +367,10 @@ class Detector:
             return True
         if self.congested(*sending_port, last - self.detect_after):
             return False  # it waits in a congested queue
+        if self.egress_stalled(sending_port, heard, now):
+            return False  # it waits in its sender, whose egress there stalled
+        if self.delivers(*receiving_port, now):
+            return False  # the link delivers: it waits in its receiver's backlog
         last_sent = max(heard.sent, since)
         return all(later.at - last > self.detect_after
                    and later.sent - last_sent > self.detect_after for later in (passed_up, sent))

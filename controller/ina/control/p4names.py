@@ -148,11 +148,12 @@ INGRESS_SWITCH_STATS = "InaIngress.switch_stats"
 EGRESS_SWITCH_STATS = "InaEgress.switch_stats"
 JOB_STAT_COUNTERS = (INGRESS_JOB_STATS, EGRESS_JOB_STATS)
 SWITCH_STAT_COUNTERS = (INGRESS_SWITCH_STATS, EGRESS_SWITCH_STATS)
-# Per egress port (index: the port; not the CPU port): packets sent, and those of
-# them marked as congested (congestion.p4).
+# Per port (index: the port; not the CPU port): packets sent, those of them marked
+# as congested (congestion.p4), and packets received (ingress.p4).
 PORT_PACKETS = "InaEgress.congestion.port_packets"
 PORT_MARKS = "InaEgress.congestion.port_marks"
-PORT_COUNTERS = (PORT_PACKETS, PORT_MARKS)
+PORT_RECEIVED = "InaIngress.port_received"
+PORT_COUNTERS = (PORT_PACKETS, PORT_MARKS, PORT_RECEIVED)
 COUNTERS = JOB_STAT_COUNTERS + SWITCH_STAT_COUNTERS + PORT_COUNTERS
 
 TABLE_BY_NAME = {t.name: t for t in TABLES}

@@ -24,9 +24,11 @@ def render_status(status: dict[str, SwitchStatus], job_id: int | None = None) ->
         ports = []
         for port, sent in s.port_packets.items():
             marked = s.port_marks.get(port, CounterValue()).packets
-            if sent.packets:
+            received = s.port_received.get(port, CounterValue()).packets
+            if sent.packets or received:
                 share = f" ({100 * marked / sent.packets:.1f}%)" if marked else ""
-                ports.append(f"{port} sent {sent.packets} marked {marked}{share}")
-        if ports:  # congestion marks (congestion.p4)
+                ports.append(f"{port} received {received} sent {sent.packets} "
+                             f"marked {marked}{share}")
+        if ports:  # what came in, went out, was marked (ingress.p4, congestion.p4)
             lines.append(f"  ports: {', '.join(ports)}")
     return "\n".join(lines)

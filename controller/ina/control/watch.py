@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -322,7 +323,9 @@ class _Link:
         self.mac = mac_bytes(spec.mac)  # the probes' source
         self.connected = False
         self.ready = False  # primary or backup, the pipeline as it will be
-        self.seq = 0
+        # Probes' numbers start anywhere: a watcher started again must not take the
+        # last one's probes, still queued in a busy switch, for its own.
+        self.seq = random.getrandbits(31)
 
     @property
     def can_probe(self) -> bool:
@@ -509,21 +512,24 @@ class Watcher:
         each answer arriving after its read was given up)."""
         link = self._links[name]
         cells = [fy.P4CounterEntry(_LIVENESS_COUNTER, index=0)]
-        cells += [fy.P4CounterEntry(n.PORT_MARKS, index=port) for port in link.probe_ports]
+        cells += [fy.P4CounterEntry(counter, index=port)
+                  for counter in n.PORT_COUNTERS for port in link.probe_ports]
         while True:
             started = self.clock()
             if link.connected:
                 try:
-                    marks: dict[int, int] = {}
+                    counts: dict[str, dict[int, int]] = {c: {} for c in n.PORT_COUNTERS}
                     async with _calls_below(), asyncio.timeout(self.options.hang_after):
                         async for c in link.switch.read(cells):  # type: ignore[attr-defined]
                             # (finsy names a counter by its P4Info alias)
                             counter = link.switch.p4info.counters[c.counter_id].name
-                            if counter == n.PORT_MARKS and c.index is not None:
-                                marks[c.index] = c.packet_count
+                            if counter in counts and c.index is not None:
+                                counts[counter][c.index] = c.packet_count
                     now = self._now()
                     self.detector.switch_answered(name, now)
-                    self.detector.port_marks(name, marks, now)
+                    self.detector.port_marks(name, counts[n.PORT_MARKS], now)
+                    self.detector.port_sent(name, counts[n.PORT_PACKETS], now)
+                    self.detector.port_received(name, counts[n.PORT_RECEIVED], now)
                 except (TimeoutError, fy.P4ClientError, AssertionError, ConnectionLost) as exc:
                     # AssertionError, ConnectionLost: the connection ended under the read.
                     LOG.debug("%s: liveness read failed: %r", name, exc)

@@ -191,6 +191,8 @@ class ModelSwitch:
         if in_port == CPU_PORT and len(raw) >= CONTROLLER_HEADER_BYTES:
             return [(port, self._leave(port, out, len(raw)))
                     for port, out in self._packet_out(raw)]
+        if in_port < MAX_PORTS:
+            self.store.count(n.PORT_RECEIVED, in_port, len(raw))
         if len(raw) < ETHERNET_BYTES:
             # BMv2's parser stops at the Ethernet header: a parser error, counted.
             self.store.count(n.INGRESS_SWITCH_STATS, SwitchStat.DROP_PARSER_ERROR, len(raw))
