@@ -228,14 +228,8 @@ class Detector:
     def port_marks(self, switch: str, marks: Mapping[int, int], now: float) -> None:
         """``switch``'s ports' counts of packets marked as congested so far (the
         port_marks counter), by port: a count that grew since the last reading
-        says the port is congested now. (A first reading, or a count that went
-        back, as after a restart, is only a new baseline.)"""
-        for port, count in marks.items():
-            key = (switch, port)
-            last = self._marks.get(key)
-            if last is not None and count > last:
-                self._marked_at[key] = now
-            self._marks[key] = count
+        says the port is congested now."""
+        _note_growth(switch, marks, now, self._marks, self._marked_at)
 
     def port_sent(self, switch: str, counts: Mapping[int, int], now: float) -> None:
         """``switch``'s ports' counts of packets that left them so far (the
@@ -250,14 +244,8 @@ class Detector:
     def port_received(self, switch: str, counts: Mapping[int, int], now: float) -> None:
         """``switch``'s ports' counts of packets that came in by them so far (the
         port_received counter), by port: a count that grew since the last reading
-        says the link delivers. (A first reading, or a count that went back, is
-        only a new baseline.)"""
-        for port, count in counts.items():
-            key = (switch, port)
-            last = self._received_counts.get(key)
-            if last is not None and count > last:
-                self._ingress_at[key] = now
-            self._received_counts[key] = count
+        says the link delivers."""
+        _note_growth(switch, counts, now, self._received_counts, self._ingress_at)
 
     def delivers(self, switch: str, port: int, now: float) -> bool:
         """Whether packets came in by ``switch``'s ``port`` in the last two readings
@@ -374,3 +362,17 @@ class Detector:
         last_sent = max(heard.sent, since)
         return all(later.at - last > self.detect_after
                    and later.sent - last_sent > self.detect_after for later in (passed_up, sent))
+
+
+def _note_growth(switch: str, counts: Mapping[int, int], now: float,
+                 last: dict[tuple[str, int], int], grew_at: dict[tuple[str, int], float]
+                 ) -> None:
+    """Keep each of ``switch``'s ports' count in ``last``, and in ``grew_at`` when it
+    last grew. (A first reading, or a count that went back, as after a restart, is
+    only a new baseline.)"""
+    for port, count in counts.items():
+        key = (switch, port)
+        before = last.get(key)
+        if before is not None and count > before:
+            grew_at[key] = now
+        last[key] = count
