@@ -114,8 +114,8 @@ class _Heard:
     since_down: bool = False  # heard since the link was declared down
 
 
-#: Send times kept per switch: probes older than this many of its rounds count as
-#: sent when heard (only a stall of minutes would keep one that long).
+#: Send times kept per switch: a probe older than this many of its rounds is heard
+#: with no send time (only a stall of minutes would keep one that long).
 _SENT_KEPT = 1024
 #: Readings of a port's egress count kept (at 10 a second, longer than hang_after).
 _EGRESS_KEPT = 64
