@@ -255,22 +255,23 @@ class Detector:
 
     def egress_stalled(self, sending_port: tuple[str, int], heard: _Heard, now: float
                        ) -> bool:
-        """Whether the sending port's egress had let out fewer packets, a reading
-        ago (detect_after / 4), than the probes the watcher had sent out of it by
-        then since the last one heard (one less, for a reading's lag): the rest wait
-        in the switch, not on the link. True while too few were sent to tell; False
-        without readings to tell by."""
+        """Whether the sending port's egress had let out fewer packets, by a reading
+        at least detect_after / 4 old, than the probes the watcher had sent out of it
+        by then since the last one heard (one less, for the reading's lag): the rest
+        wait in the switch, not on the link. True while too few were sent to tell;
+        False without readings to tell by."""
         readings = self._egress.get(sending_port)
         sent_at = self._sent_at.get(sending_port[0], {})
         if heard.seq is None or heard.egress_base is None or not readings:
             return False
         then = now - self.detect_after / 4  # what left since is on its way
-        left = next((count for at, count in reversed(readings) if at <= then), None)
-        if left is None or left < heard.egress_base:
+        read_at, left = next(((at, count) for at, count in reversed(readings) if at <= then),
+                             (None, None))
+        if read_at is None or left is None or left < heard.egress_base:
             return False
-        expected = 0
+        expected = 0  # sent since the probe heard, by that reading
         seq = heard.seq + 1
-        while (at := sent_at.get(seq & Probe.SEQ_MASK)) is not None and at <= then:
+        while (at := sent_at.get(seq & Probe.SEQ_MASK)) is not None and at <= read_at:
             expected += 1
             seq += 1
         # The count since may hold the probe heard, and miss the last one sent: a
