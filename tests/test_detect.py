@@ -25,7 +25,7 @@ class Watched:
         self.det = Detector(TOPO, DETECT, now=startup)  # no verdict before startup
         self.now = 0.0
         self.seq = 0  # of the probes sent last, by every switch
-        self.sent_counts: dict[int, int] = {}  # one switch's port counts
+        self.counts: dict[int, int] = {}  # one switch's port counter, by port
         self.queued = 0  # probes waiting in one port's egress
         self.dead_switches: set[str] = set()  # their process is gone: no connection
         self.hung: set[str] = set()  # connected, answering nothing
@@ -277,6 +277,28 @@ def test_several_switches_late_with_their_probes_at_once_break_no_link() -> None
         assert not w.step(lambda sender, _: sender not in slow)
 
 
+def _spine1_stalls(w: Watched) -> int:
+    """spine1 passes up nothing and sends nothing for 0.8 s, the rest flows (no
+    verdict meanwhile); the first of the probes that wait in its queue."""
+    stalled_from = w.seq + 1
+    for _ in range(8):
+        assert not w.step(lambda s, r: "spine1" not in (s, r))
+    return stalled_from
+
+
+def _spine1_drains(w: Watched, stalled_from: int) -> list[Failures]:
+    """spine1's queue comes out in the order it filled, one probe of one port after
+    another, with no time passing; the verdict after each."""
+    verdicts = []
+    for seq in range(stalled_from, w.seq + 1):
+        for link in (lk for lk in w.det.links if "spine1" in lk.nodes):
+            for sender, port, receiver, in_port in ((link.a, link.a_port, link.b, link.b_port),
+                                                    (link.b, link.b_port, link.a, link.a_port)):
+                w.det.probe_received(receiver, in_port, w.probe(sender, port, seq), w.now)
+                verdicts.append(w.det.verdict(w.now))
+    return verdicts
+
+
 def test_a_switch_that_stalled_breaks_no_link_while_its_queued_probes_come_out() -> None:
     """The policing test's false verdicts: spine1 stalled 0.5 s under a flood, then
     passed up the probes that had waited in its queue, oldest first, from one port
@@ -284,17 +306,8 @@ def test_a_switch_that_stalled_breaks_no_link_while_its_queued_probes_come_out()
     look dead beside it."""
     w = Watched()
     w.run(1.0)
-    stalled_from = w.seq + 1
-    for _ in range(8):  # spine1 passes up nothing and sends nothing; the rest flows
-        assert not w.step(lambda s, r: "spine1" not in (s, r))
-    for seq in range(stalled_from, w.seq + 1):  # its queue, in the order it filled
-        for link in w.det.links:
-            if "spine1" not in link.nodes:
-                continue
-            for sender, port, receiver, in_port in ((link.a, link.a_port, link.b, link.b_port),
-                                                    (link.b, link.b_port, link.a, link.a_port)):
-                w.det.probe_received(receiver, in_port, w.probe(sender, port, seq), w.now)
-                assert not w.det.verdict(w.now), (seq, sender, receiver)
+    stalled_from = _spine1_stalls(w)
+    assert not any(_spine1_drains(w, stalled_from))
 
 
 def test_a_probe_of_an_earlier_watcher_is_no_evidence_of_when() -> None:
@@ -304,17 +317,11 @@ def test_a_probe_of_an_earlier_watcher_is_no_evidence_of_when() -> None:
     behind them look lost)."""
     w = Watched()
     w.run(1.0)
-    stalled_from = w.seq + 1
-    for _ in range(8):
-        w.step(lambda s, r: "spine1" not in (s, r))
+    stalled_from = _spine1_stalls(w)
     stray = Probe(TOPO.switches["leaf1"].device_id, _port_to("leaf1", "spine1"), w.seq + 10_000)
     assert w.det.probe_received("spine1", _port_to("spine1", "leaf1"), stray, w.now)
     assert not w.det.verdict(w.now)
-    for seq in range(stalled_from, w.seq + 1):
-        for link in (lk for lk in w.det.links if "spine1" in lk.nodes):
-            w.det.probe_received(link.b, link.b_port, w.probe(link.a, link.a_port, seq), w.now)
-            w.det.probe_received(link.a, link.a_port, w.probe(link.b, link.b_port, seq), w.now)
-            assert not w.det.verdict(w.now), seq
+    assert not any(_spine1_drains(w, stalled_from))
 
 
 def test_a_switch_whose_probes_reach_nobody_for_the_hang_time_breaks_its_links() -> None:
@@ -333,19 +340,27 @@ def _port_to(switch: str, neighbour: str) -> int:
     return next(p for p, nb in TOPO.ports(switch).items() if nb.node == neighbour)
 
 
+def _steps(w: Watched, sender: str, receiver: str, seconds: float, read: Callable[[], None],
+           heard: bool = False) -> list[Failures]:
+    """Every probe flows but sender -> receiver's (unless ``heard``), for ``seconds``;
+    after every step the watcher's liveness read (``read``), then the verdict."""
+    verdicts = []
+    end = w.now + seconds
+    while w.now < end - 1e-9:
+        w.step(lambda s, r: heard or (s, r) != (sender, receiver))
+        read()
+        verdicts.append(w.det.verdict(w.now))
+    return verdicts
+
+
 def _one_direction_late(w: Watched, sender: str, receiver: str, seconds: float,
                         marks: Callable[[float], int] | None) -> Failures:
     """Every probe flows but sender -> receiver's, for ``seconds``; meanwhile the
     sender's port toward the receiver has marked ``marks(now)`` packets so far (its
     counter, as the watcher reads it with every liveness read), or nothing."""
     port = _port_to(sender, receiver)
-    verdict = Failures()
-    end = w.now + seconds
-    while w.now < end - 1e-9:
-        verdict = w.step(lambda s, r: (s, r) != (sender, receiver))
-        w.det.port_marks(sender, {port: marks(w.now) if marks else 0}, w.now)
-        verdict = w.det.verdict(w.now)
-    return verdict
+    return _steps(w, sender, receiver, seconds, lambda: w.det.port_marks(
+        sender, {port: marks(w.now) if marks else 0}, w.now))[-1]
 
 
 def test_a_probe_late_behind_a_congested_queue_is_no_failure() -> None:
@@ -418,17 +433,14 @@ def _egress_steps(w: Watched, sender: str, receiver: str, seconds: float, *, lea
     ``leaves`` (those that waited too), else keeps them: its count of packets out,
     read after every step. The verdict after each step."""
     port = _port_to(sender, receiver)
-    verdicts = []
-    end = w.now + seconds
-    while w.now < end - 1e-9:
-        w.step(lambda s, r: heard or (s, r) != (sender, receiver))
+
+    def read() -> None:
         w.queued += 1
         if leaves:
-            w.sent_counts[port] = w.sent_counts.get(port, 0) + w.queued
+            w.counts[port] = w.counts.get(port, 0) + w.queued
             w.queued = 0
-        w.det.port_sent(sender, {port: w.sent_counts.get(port, 0)}, w.now)
-        verdicts.append(w.det.verdict(w.now))
-    return verdicts
+        w.det.port_sent(sender, {port: w.counts.get(port, 0)}, w.now)
+    return _steps(w, sender, receiver, seconds, read, heard)
 
 
 def _moving(sender: str = "leaf1", receiver: str = "spine1") -> Watched:
@@ -474,14 +486,11 @@ def _ingress_steps(w: Watched, sender: str, receiver: str, seconds: float, *,
     count of packets in by its port from the sender grows at every reading if the
     link ``delivers``. The verdict after each step."""
     port = _port_to(receiver, sender)
-    verdicts = []
-    end = w.now + seconds
-    while w.now < end - 1e-9:
-        w.step(lambda s, r: (s, r) != (sender, receiver))
-        w.sent_counts[port] = w.sent_counts.get(port, 0) + (1 if delivers else 0)
-        w.det.port_received(receiver, {port: w.sent_counts[port]}, w.now)
-        verdicts.append(w.det.verdict(w.now))
-    return verdicts
+
+    def read() -> None:
+        w.counts[port] = w.counts.get(port, 0) + (1 if delivers else 0)
+        w.det.port_received(receiver, {port: w.counts[port]}, w.now)
+    return _steps(w, sender, receiver, seconds, read)
 
 
 def _delivering() -> Watched:

@@ -253,7 +253,7 @@ class Detector:
         (a backlog the switch reads)."""
         return now - self._ingress_at.get((switch, port), float("-inf")) <= self.detect_after / 2
 
-    def egress_stalled(self, sending_port: tuple[str, int], heard: _Heard, now: float
+    def _egress_stalled(self, sending_port: tuple[str, int], heard: _Heard, now: float
                        ) -> bool:
         """Whether the sending port's egress had let out fewer packets, by a reading
         at least detect_after / 4 old, than the probes the watcher had sent out of it
@@ -356,7 +356,7 @@ class Detector:
             return True
         if self.congested(*sending_port, last - self.detect_after):
             return False  # it waits in a congested queue
-        if self.egress_stalled(sending_port, heard, now):
+        if self._egress_stalled(sending_port, heard, now):
             return False  # it waits in its sender, whose egress there stalled
         if self.delivers(*receiving_port, now):
             return False  # the link delivers: it waits in its receiver's backlog
