@@ -511,17 +511,16 @@ class Controller:
             }
             switch_stats = {stat: switch_cells.get(stat, CounterValue()) for stat in SwitchStat}
             ports = sorted(self.topology.declared_ports(sw))
-            sent = await client.read_counter(n.PORT_PACKETS)
-            marked = await client.read_counter(n.PORT_MARKS)
-            received = await client.read_counter(n.PORT_RECEIVED)
+            by_port = {}
+            for name in n.PORT_COUNTERS:
+                cells = await client.read_counter(name)
+                by_port[name] = {p: cells.get(p, CounterValue()) for p in ports}
             problems = []
             if base == 0:
                 problems.append("no base state: run `inactl init`")
             return SwitchStatus(sw, sorted(jobs, key=lambda j: j.job_id), job_stats,
-                                switch_stats, base, problems,
-                                {p: sent.get(p, CounterValue()) for p in ports},
-                                {p: marked.get(p, CounterValue()) for p in ports},
-                                {p: received.get(p, CounterValue()) for p in ports})
+                                switch_stats, base, problems, by_port[n.PORT_PACKETS],
+                                by_port[n.PORT_MARKS], by_port[n.PORT_RECEIVED])
 
         results = await self._each(read)
         self._raise_failures("reading status", results)
