@@ -295,6 +295,19 @@ def test_a_server_root_finishes_the_aggregation_and_starts_bier(model_lab: Model
     assert all(not model_lab.net.inbox[h] for h in ("w6", "w7", "w8"))
 
 
+def test_a_result_is_replicated_byte_for_byte_and_one_cut_short_is_dropped(
+        model_lab: ModelLab) -> None:
+    job = model_lab.deploy_figure1(root="w5")
+    w5 = model_lab.topology.hosts["w5"]
+    payload = ina_payload(1, 7, job.abm, list(range(-P // 2, P // 2)), flags=Flag.RESULT)
+    whole = bier_frame(w5.mac, "02:00:00:00:00:03", w5.ip, Bier(bitstring=job.abm), payload)
+    model_lab.net.send("w5", whole[:-4])
+    model_lab.net.send("w5", whole)
+    assert switch_stat(model_lab, "s3", SwitchStat.DROP_PARSER_ERROR) == 1
+    assert {w: model_lab.net.received_payloads(w) for w in job.workers} == {
+        w: [payload] for w in job.workers}
+
+
 def test_bier_from_a_host_that_is_no_server_root_is_dropped(model_lab: ModelLab) -> None:
     job = model_lab.deploy_figure1(root="w5")
     w6 = model_lab.topology.hosts["w6"]

@@ -7,11 +7,15 @@ import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
+from ina.lab.mininet import wait_until
+from ina.protocol.codec import ina_payload
 from ina.protocol.constants import ELEMS_PER_PACKET as P
-from ina.protocol.constants import JobStat
+from ina.protocol.constants import Flag, JobStat, SwitchStat
+from ina.protocol.frames import Bier, bier_frame
 
 from bmv2.bmv2lab import NetLab
 from inatest import FIGURE1
@@ -48,3 +52,38 @@ def test_a_server_rooted_job_is_exact_at_every_worker(figure1_lab: NetLab) -> No
         lab.teardown(21)
     stats = json.loads(out.decode().strip().splitlines()[-1])
     assert stats["multicast"] == 12 and stats["absorbed"] == 24 and stats["synced"] == 4
+
+
+def test_a_result_cut_short_is_dropped_and_a_whole_one_arrives_byte_for_byte(
+        figure1_lab: NetLab, tmp_path: Path) -> None:
+    # Switches replicate a result to every worker without parsing its array
+    # (parser.p4): the array must still arrive as sent, and a frame too short to
+    # hold one must still be refused.
+    lab = figure1_lab
+    path = lab.write_job(**SPEC)
+    job = lab.deploy(path)
+    w5, s3 = lab.topology.hosts["w5"], lab.topology.switches["s3"]
+    payload = ina_payload(21, 7, job.abm, list(range(-P // 2, P // 2)), flags=Flag.RESULT)
+    whole = bier_frame(w5.mac, s3.mac, w5.ip, Bier(bitstring=job.abm), payload)
+
+    def delivered() -> int:
+        status = lab.controller_call(lambda ctl: ctl.status())
+        return sum(s.job_stats[21][JobStat.DELIVERED].packets for s in status.values()
+                   if 21 in s.job_stats)
+
+    def parser_errors() -> int:
+        status = lab.controller_call(lambda ctl: ctl.status())
+        return status["s3"].switch_stats[SwitchStat.DROP_PARSER_ERROR].packets
+
+    record = tmp_path / "w1.hex"
+    listener = lab.listen("w1", record)
+    try:
+        before, errors = delivered(), parser_errors()
+        lab.send_frames("w5", [whole[:-4], whole])
+        wait_until(lambda: delivered() >= before + 4, 10, "the result at every worker")
+    finally:
+        got = lab.stop_listening(listener)
+        lab.teardown(21)
+    assert parser_errors() == errors + 1
+    assert got == 1
+    assert bytes.fromhex(record.read_text()) == payload

@@ -14,7 +14,11 @@ comes out:
   completes it and leaves toward the parent;
 - ``root``: the VAT root (job 2: s1 is the root of h1 and h2): the second
   contribution of each sequence number leaves as a BIER result to both workers
-  (after a SYNC, as a call starts: a root takes contributions within its window).
+  (after a SYNC, as a call starts: a root takes contributions within its window);
+- ``transit``: a worker's contribution that s1 only steers, as its edge switch,
+  toward a parent elsewhere (job 3: a server root on h4, no switch aggregates);
+- ``bier``: a result that s1 only replicates (job 3's server root on h4 sends it
+  in BIER to h1 and h2): one packet in, two copies out, decapsulated.
 
 Each host's contributions are policed, at a rate far above what the loop sends:
 the meter costs what it costs, and drops nothing.
@@ -49,7 +53,7 @@ from ina.lab.mininet import bmv2_build
 from ina.lab.pki import make_lab_pki, switch_tls_args
 from ina.protocol.codec import InaHeader, ina_payload
 from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, INA_UDP_PORT, Flag
-from ina.protocol.frames import ina_frame, udp_frame
+from ina.protocol.frames import Bier, bier_frame, ina_frame, udp_frame
 from ina.spec.job import JobSpec, validate_job
 from ina.spec.topology import Topology
 
@@ -88,6 +92,11 @@ ABSORB_JOB = {"job_id": 1, "op": "sum", "workers": ["h1", "h2", "h3"], "root": "
 #: Job 2: s1 is the root of h1 and h2 and multicasts each result to both.
 ROOT_JOB = {"job_id": 2, "op": "sum", "workers": ["h1", "h2"], "root": SWITCH, "slots": 64,
             "aggregators": {}}
+#: Job 3: no switch aggregates; s1 steers h1's contributions to the server root on
+#: h4 and replicates h4's BIER results to h1 and h2.
+PASS_JOB_ID = 3
+PASS_JOB = {"job_id": PASS_JOB_ID, "op": "sum", "workers": ["h1", "h2"], "root": "h4",
+            "slots": 64, "aggregators": {}}
 
 
 @dataclass
@@ -110,6 +119,8 @@ PATH_NAMES = {
     "forward": "plain IPv4 forwarding\n(no aggregation)",
     "absorb": "aggregation at a VAT node\nbelow the root (\"absorb\")",
     "root": "aggregation at the root,\nthen the BIER result (\"root\")",
+    "transit": "a contribution steered\ntoward its parent (\"transit\")",
+    "bier": "a BIER result replicated\nto two hosts (\"bier\")",
 }
 
 
@@ -153,7 +164,9 @@ class DataplaneReport:
                  f"{'CPU/pkt':>8} {'busiest thread':>14} {'capacity':>9} {'vs fwd':>7}"]
         names = {"forward": "forward: plain IPv4, same program",
                  "absorb": "absorb: VAT node below the root",
-                 "root": "root: absorb, then BIER result"}
+                 "root": "root: absorb, then BIER result",
+                 "transit": "transit: a contribution steered on",
+                 "bier": "bier: a result replicated to two"}
         for p in self.paths:
             values = f"{p.values_per_s / 1e6:8.2f}M" if p.values_per_s else f"{'-':>9}"
             lines.append(f"{names[p.path]:<36} {p.packets_per_s:>9,.0f} {values:>9} "
@@ -177,7 +190,7 @@ class DataplaneReport:
         fig, ax = plt.subplots(figsize=(7.2, 4.2))
         names = [PATH_NAMES.get(p.path, p.path) for p in self.paths]
         rates = [p.packets_per_s for p in self.paths]
-        bars = ax.bar(names, rates, color=["#888888", "#2a7ab0", "#1b5e20"])
+        bars = ax.bar(names, rates, color=["#888888", "#2a7ab0", "#1b5e20", "#b0892a", "#8e24aa"])
         for bar, p in zip(bars, self.paths, strict=True):
             values = (f"\n{p.values_per_s / 1e6:.2f} million values/s" if p.values_per_s else "")
             ax.annotate(f"{p.packets_per_s:,.0f} packets/s{values}\n"
@@ -248,7 +261,7 @@ class Rig:
                            push=True) as clients:
             ctl = Controller(self.topology, clients)
             await ctl.init()
-            for spec in (ABSORB_JOB, ROOT_JOB):
+            for spec in (ABSORB_JOB, ROOT_JOB, PASS_JOB):
                 await ctl.deploy(validate_job(JobSpec.from_dict(spec), self.topology))
 
     def __exit__(self, *exc: object) -> None:
@@ -385,10 +398,24 @@ def _loops(topology: Topology) -> dict[str, Loop]:
 
         return send
 
+    send_h4 = _raw("h4-eth0")
+    result = bytearray(bier_frame(
+        hosts["h4"].mac, s1.mac, hosts["h4"].ip,
+        Bier.for_set(0, hosts["h1"].bit | hosts["h2"].bit),
+        ina_payload(PASS_JOB_ID, 0, hosts["h1"].bit | hosts["h2"].bit,
+                    list(range(ELEMS_PER_PACKET)), flags=Flag.RESULT)))
+    result_seq = len(result) - INA_PAYLOAD_BYTES + 4
+
+    def results(unit: int) -> None:
+        result[result_seq:result_seq + 4] = (unit & 0xFFFFFFFF).to_bytes(4, "big")
+        send_h4.send(result)
+
     return {
         "forward": Loop(forward, 1, out_h2, udp_to(5001)),
         "absorb": Loop(contributions(1), 2, out_h4, udp_to(INA_UDP_PORT)),
         "root": Loop(contributions(2), 2, out_h1, udp_to(INA_UDP_PORT)),
+        "transit": Loop(contributions(PASS_JOB_ID), 2, out_h4, udp_to(INA_UDP_PORT)),
+        "bier": Loop(results, 1, out_h1, udp_to(INA_UDP_PORT)),
     }
 
 
@@ -417,7 +444,8 @@ def run(build_dir: Path, rounds: int, seconds: float, window: int) -> DataplaneR
     for name, rates in samples.items():
         pps = statistics.median(rates)
         bottleneck = statistics.median(busiest[name])
-        paths.append(PathRate(name, pps, 0.0 if name == "forward" else pps * ELEMS_PER_PACKET,
+        aggregates = name in ("absorb", "root")
+        paths.append(PathRate(name, pps, pps * ELEMS_PER_PACKET if aggregates else 0.0,
                               rates, loops[name].lost, statistics.median(cpu[name]) * 1e6,
                               bottleneck * 1e6, 1 / bottleneck if bottleneck else 0.0))
     return DataplaneReport(bmv2_build(), FRAME_BYTES, ELEMS_PER_PACKET, window, seconds, paths)
