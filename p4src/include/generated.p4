@@ -20,7 +20,6 @@ const bit<16> ELEMS16_PER_PACKET = 512;  // of width 16
 const bit<8> WIDTH32 = 32;
 const bit<8> WIDTH16 = 16;
 const bit<16> ARRAY_BYTES = 1024;  // the array, of either width
-const bit<32> BIER_RESULT_FRAME_BYTES = 1158;  // in BIER
 const bit<16> MAX_BFR_ID = 4096;  // dest: 0 or a BFR-id up to this
 const bit<4> BIER_NIBBLE = 5;
 const bit<4> BIER_VERSION = 0;

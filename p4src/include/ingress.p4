@@ -110,11 +110,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         }
         if (meta.drop_reason != SWITCH_STAT_NONE) {
             // Refused at the edge: an undeclared port, or a host over its rate.
-        } else if (std.parser_error != error.NoError
-                   || (hdr.bier.isValid() && hdr.ina.isValid() && !hdr.data.isValid()
-                       && (hdr.ina.flags & (FLAG_SYNC | FLAG_NODATA)) == 0
-                       && std.packet_length < BIER_RESULT_FRAME_BYTES)) {
-            // Cut short; a result's array, left unparsed (parser.p4), counts too.
+        } else if (std.parser_error != error.NoError) {
             meta.drop_reason = SWITCH_STAT_DROP_PARSER_ERROR;
         } else if (hdr.ipv4.isValid() && std.checksum_error == 1) {
             meta.drop_reason = SWITCH_STAT_DROP_IP_CHECKSUM;

@@ -51,16 +51,11 @@ parser InaParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
 
     // A call's SYNC and its REPLY carry no array (their count is the worker's nonce),
     // nor does a NODATA packet (a worker's bit alone, a cell without data, a completion).
-    // A result to every worker (dest 0) is only replicated from here on: its array
-    // stays payload, not parsed into lanes nor deparsed per copy (a fifth of what a
-    // BIER copy costs BMv2); ingress drops one too short to hold it. A result with a
-    // dest is parsed: egress cuts the array off the copies not toward it.
     state parse_ina {
         packet.extract(hdr.ina);
-        transition select(hdr.ina.flags, hdr.ina.dest) {
-            (FLAG_SYNC &&& FLAG_SYNC, _): accept;
-            (FLAG_NODATA &&& FLAG_NODATA, _): accept;
-            (FLAG_RESULT &&& FLAG_RESULT, 0): accept;
+        transition select(hdr.ina.flags) {
+            FLAG_SYNC &&& FLAG_SYNC: accept;
+            FLAG_NODATA &&& FLAG_NODATA: accept;
             default: parse_data;
         }
     }

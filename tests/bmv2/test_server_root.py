@@ -56,9 +56,6 @@ def test_a_server_rooted_job_is_exact_at_every_worker(figure1_lab: NetLab) -> No
 
 def test_a_result_cut_short_is_dropped_and_a_whole_one_arrives_byte_for_byte(
         figure1_lab: NetLab, tmp_path: Path) -> None:
-    # Switches replicate a result to every worker without parsing its array
-    # (parser.p4): the array must still arrive as sent, and a frame too short to
-    # hold one must still be refused.
     lab = figure1_lab
     path = lab.write_job(**SPEC)
     job = lab.deploy(path)

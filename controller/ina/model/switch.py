@@ -37,7 +37,6 @@ from ina.protocol.constants import (
     BIER_HEADER_BYTES,
     BIER_MCAST_GROUP,
     BIER_NIBBLE,
-    BIER_RESULT_FRAME_BYTES,
     BIER_SETS,
     BIER_VERSION,
     BITSTRING_BITS,
@@ -198,9 +197,9 @@ class ModelSwitch:
             # BMv2's parser stops at the Ethernet header: a parser error, counted.
             self.store.count(n.INGRESS_SWITCH_STATS, SwitchStat.DROP_PARSER_ERROR, len(raw))
             return []
-        frame = parse_frame(raw, result_lanes=False)
+        frame = parse_frame(raw)
         meta = _Meta()
-        self._ingress(frame, meta, in_port, len(raw))
+        self._ingress(frame, meta, in_port)
         if meta.job_events:
             # Without a job entry here (a TOLD at an edge), BMv2's zeroed metadata
             # gives job index 0.
@@ -236,7 +235,7 @@ class ModelSwitch:
             return []
         if len(rest) < ETHERNET_BYTES:
             return [(port, rest)]  # a parser error, which only ingress would count
-        frame = parse_frame(rest, result_lanes=False)
+        frame = parse_frame(rest)
         if frame.bier is None and (frame.ipv4 is None or frame.ipv4.ver_ihl & 0xF != 5):
             return [(port, rest)]  # nothing to rewrite, no IPv4 checksum to update
         if frame.bier is not None:
@@ -250,7 +249,7 @@ class ModelSwitch:
                 frame.bier.bift_id = bift_id
         return [(port, frame)]
 
-    def _ingress(self, frame: Frame, meta: _Meta, in_port: int, length: int) -> None:
+    def _ingress(self, frame: Frame, meta: _Meta, in_port: int) -> None:
         edge = self._exact(n.HOST_PORTS, ingress_port=in_port)
         if edge is None:  # a port the controller did not declare carries nothing
             meta.drop = SwitchStat.DROP_UNDECLARED_PORT
@@ -284,7 +283,7 @@ class ModelSwitch:
             # goes into its INA header (ingress.p4).
             if frame.ipv4 is not None and frame.ipv4.tos & IPV4_ECN_MASK == IPV4_ECN_CE:
                 frame.ina = replace(frame.ina, ecn=frame.ina.ecn | Ecn.CE)
-        if frame.error is not None or _unparsed_result_cut_short(frame, length):
+        if frame.error is not None:
             meta.drop = SwitchStat.DROP_PARSER_ERROR
         elif frame.ipv4 is not None and not frame.ipv4.checksum_ok:
             meta.drop = SwitchStat.DROP_IP_CHECKSUM
@@ -702,14 +701,6 @@ class ModelSwitch:
                 meta.job.param("job_index") * JOB_STAT_STRIDE + JobStat.DELIVERED, nbytes,
             )
         return True
-
-
-def _unparsed_result_cut_short(frame: Frame, length: int) -> bool:
-    """A result whose array the parser left as payload, in a frame too short to
-    hold it (ingress.p4 drops it as a parser error)."""
-    ina = frame.ina
-    return (frame.bier is not None and ina is not None and frame.lanes is None
-            and not ina.flags & (Flag.SYNC | Flag.NODATA) and length < BIER_RESULT_FRAME_BYTES)
 
 
 def _holds(dest: int, si: int, bitstring: int) -> bool:

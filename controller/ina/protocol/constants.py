@@ -274,9 +274,6 @@ assert ARRAY_BYTES == 2 * ELEMS16_PER_PACKET == LANES * LANE_BITS // 8
 INA_PAYLOAD_BYTES = INA_HEADER_BYTES + ARRAY_BYTES
 #: Bytes of the RFC 8296 header with its BitString.
 BIER_HEADER_BYTES = 12 + BITSTRING_BYTES
-#: Bytes of a result with its array, in BIER (Ethernet, BIER, IPv4 without options,
-#: UDP, INA): the least a switch takes without parsing the array (parser.p4).
-BIER_RESULT_FRAME_BYTES = ETHERNET_BYTES + BIER_HEADER_BYTES + 20 + 8 + INA_PAYLOAD_BYTES
 
 #: The INA header's fields in wire order, (name, bits), most significant bit first
 #: (ina.protocol.codec.InaHeader packs them; the Wireshark dissector's field table,

@@ -215,12 +215,11 @@ class Frame:
         return bytes(out)
 
 
-def parse_frame(raw: bytes, result_lanes: bool = True) -> Frame:
+def parse_frame(raw: bytes) -> Frame:
     """Parse like p4src's parser: Ethernet, then BIER or IPv4, UDP, INA and its lanes.
 
     A header cut short stops the parse with ``error = "PacketTooShort"``; the
-    headers before it stay valid, as in P4. ``result_lanes=False`` parses as the
-    switch does: a result to every worker (dest 0) keeps its array as payload.
+    headers before it stay valid, as in P4.
     """
     if len(raw) < ETHERNET_BYTES:
         raise WireError("frame shorter than an Ethernet header")
@@ -274,9 +273,6 @@ def parse_frame(raw: bytes, result_lanes: bool = True) -> Frame:
     frame.ina = InaHeader.unpack(rest)
     rest = rest[INA_HEADER_BYTES:]
     if frame.ina.flags & (Flag.SYNC | Flag.NODATA):  # a SYNC, its REPLY, NODATA: no array
-        frame.payload = rest
-        return frame
-    if not result_lanes and frame.ina.flags & Flag.RESULT and frame.ina.dest == 0:
         frame.payload = rest
         return frame
     if len(rest) < ARRAY_BYTES:

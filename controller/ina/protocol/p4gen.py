@@ -106,7 +106,6 @@ def render_constants() -> str:
         f"const bit<8> WIDTH32 = {c.WIDTH32};",
         f"const bit<8> WIDTH16 = {c.WIDTH16};",
         f"const bit<16> ARRAY_BYTES = {c.ARRAY_BYTES};  // the array, of either width",
-        f"const bit<32> BIER_RESULT_FRAME_BYTES = {c.BIER_RESULT_FRAME_BYTES};  // in BIER",
         f"const bit<16> MAX_BFR_ID = {c.MAX_BFR_ID};  // dest: 0 or a BFR-id up to this",
         f"const bit<4> BIER_NIBBLE = {c.BIER_NIBBLE};",
         f"const bit<4> BIER_VERSION = {c.BIER_VERSION};",
