@@ -181,6 +181,11 @@ class UdpTransport:
 _JOB_ID = slice(2, 4)
 
 
+def _owner(payload: bytes) -> int:
+    """The job a received payload is of (-1: too short to say)."""
+    return int.from_bytes(payload[_JOB_ID], "big") if len(payload) >= 4 else -1
+
+
 class RawTransport(Transport, Protocol):
     def close(self) -> None: ...
 
@@ -199,6 +204,7 @@ class SharedTransport:
 
     def __init__(self, raw: RawTransport):
         self.raw = raw
+        self._batched = batched(raw)
         self._cond = threading.Condition()
         self._queues: dict[int, deque[bytes]] = {}
         self._reading = False
@@ -222,55 +228,77 @@ class SharedTransport:
             return sorted(self._queues)
 
     def _recv(self, job_id: int, timeout: float) -> bytes | None:
+        got = self._recv_many(job_id, timeout, one=True)
+        return got[0] if got else None
+
+    def _recv_many(self, job_id: int, timeout: float, one: bool = False) -> list[bytes]:
+        """``job_id``'s queued packets (``one``: the first), else what the socket
+        brings for it within ``timeout`` (as the reader), else none."""
         deadline = time.monotonic() + max(timeout, 0.0)
         with self._cond:
             while True:
                 queue = self._queues.get(job_id)
                 if queue is None:
-                    return None  # the view is closed
+                    return []  # the view is closed
                 if queue:
-                    return queue.popleft()
+                    if one:
+                        return [queue.popleft()]
+                    got = list(queue)
+                    queue.clear()
+                    return got
                 if not self._reading:
                     self._reading = True
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return None
+                    return []
                 self._cond.wait(left)
         try:
-            return self._read(job_id, deadline)
+            return self._read(job_id, deadline, one)
         finally:
             with self._cond:
                 self._reading = False
                 self._cond.notify_all()  # another view may read now
 
-    def _read(self, job_id: int, deadline: float) -> bytes | None:
-        """As the reader: packets from the socket until one of ``job_id``'s, handing
-        the others' to their queues; None at ``deadline``."""
+    def _read(self, job_id: int, deadline: float, one: bool) -> list[bytes]:
+        """As the reader: packets from the socket (a batch at a time, one if ``one``)
+        until some are ``job_id``'s, handing the others' to their queues; none at
+        ``deadline``."""
         while True:
-            payload = self.raw.recv(max(deadline - time.monotonic(), 0.0))
-            if payload is None:
-                return None
-            owner = int.from_bytes(payload[_JOB_ID], "big") if len(payload) >= 4 else -1
-            if owner == job_id:
-                return payload
-            with self._cond:
-                queue = self._queues.get(owner)
-                if queue is None:
-                    self.strays += 1
-                else:
-                    queue.append(payload)
+            left = max(deadline - time.monotonic(), 0.0)
+            if one:
+                payload = self.raw.recv(left)
+                batch = [] if payload is None else [payload]
+            else:
+                batch = self._batched.recv_many(left)
+            if not batch:
+                return []
+            owners = [_owner(payload) for payload in batch]
+            mine = [p for p, owner in zip(batch, owners, strict=True) if owner == job_id]
+            if len(mine) < len(batch):
+                with self._cond:
+                    for payload, owner in zip(batch, owners, strict=True):
+                        if owner == job_id:
+                            continue
+                        queue = self._queues.get(owner)
+                        if queue is None:
+                            self.strays += 1
+                        else:
+                            queue.append(payload)
                     self._cond.notify_all()
+            if mine:
+                return mine
             if time.monotonic() >= deadline:
-                return None
+                return []
 
     def close(self) -> None:
         self.raw.close()
 
 
 class JobView:
-    """One job's side of a ``SharedTransport``: a ``BatchTransport`` that sends in
-    batches if the shared transport does, and receives one payload at a time."""
+    """One job's side of a ``SharedTransport``: a ``BatchTransport`` that sends and
+    receives in batches if the shared transport does (the job's packets of one
+    batch, or all that wait in its queue)."""
 
     def __init__(self, shared: SharedTransport, job_id: int):
         self.shared = shared
@@ -287,8 +315,7 @@ class JobView:
         self._raw.send_many(payloads, dst)
 
     def recv_many(self, timeout: float) -> list[bytes]:
-        payload = self.shared._recv(self.job_id, timeout)
-        return [] if payload is None else [payload]
+        return self.shared._recv_many(self.job_id, timeout)
 
     def close(self) -> None:
         """No more packets for this job (the shared transport stays open)."""
