@@ -160,12 +160,14 @@ def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...]) -> CaseResul
 # --- The host side -----------------------------------------------------------------
 
 
-def host_rate(size: int = 1 << 20) -> HostRate:
+def host_rate(size: int = 1 << 20, shared: bool = False) -> HostRate:
     """One worker's AllReduce against a loopback reflector in another process, which
-    answers every packet at once as the root would: the worker library's own rate."""
+    answers every packet at once as the root would: the worker library's own rate.
+    ``shared``: through one job's view of a shared socket, as a torch rank's process
+    group sends and receives (ina.host.transport.SharedTransport)."""
     from ina.host.arrays import random_array
     from ina.host.config import WorkerConfig
-    from ina.host.transport import UdpTransport
+    from ina.host.transport import SharedTransport, UdpTransport
     from ina.host.window import RtoEstimator
     from ina.host.worker import Worker
 
@@ -178,7 +180,8 @@ def host_rate(size: int = 1 << 20) -> HostRate:
         config = WorkerConfig(job_id=1, op=Op.SUM, pbm=1, target="127.0.0.2", window=16,
                               root="127.0.0.2")
         with UdpTransport(config.target, bind="127.0.0.1") as transport:
-            worker = Worker(config, transport, timeout=10, rto=RtoEstimator(initial=0.05))
+            through = SharedTransport(transport).view(config.job_id) if shared else transport
+            worker = Worker(config, through, timeout=10, rto=RtoEstimator(initial=0.05))
             values = random_array(size, 0)
             worker.allreduce(values[:ELEMS_PER_PACKET])  # warm up
             started, cpu = time.perf_counter(), time.process_time()

@@ -336,9 +336,12 @@ def _bench(args: argparse.Namespace) -> int:
     if args.cmd == "host":
         from ina.bench.allreduce import host_rate
 
-        rate = host_rate()
-        print(f"one worker against a loopback reflector: {rate.packets_per_s:,.0f} "
-              f"packets/s, {rate.values_per_s:,.0f} values/s{rate.cpu()}")
+        for shared, how in ((False, "its own socket"),
+                            (True, "a job's view of a shared socket, as a torch rank's")):
+            rate = host_rate(shared=shared)
+            print(f"one worker against a loopback reflector, through {how}: "
+                  f"{rate.packets_per_s:,.0f} packets/s, {rate.values_per_s:,.0f} "
+                  f"values/s{rate.cpu()}")
     elif args.cmd == "deploy":
         from ina.bench import deploy
 
