@@ -137,7 +137,7 @@ def main() -> None:
         return loss.item()
 
     dist.barrier()
-    started = time.perf_counter()
+    started, wall_start = time.perf_counter(), time.time()
     times, losses, clock = [], [], []
     for i in range(args.steps):
         t0 = time.perf_counter()
@@ -148,7 +148,7 @@ def main() -> None:
             recent = statistics.median(times[-args.log_every:])
             print(f"step {i + 1:4d}  loss {losses[-1]:.4f}  {recent * 1000:.1f} ms/step",
                   flush=True)
-    total = time.perf_counter() - started
+    total, wall_end = time.perf_counter() - started, time.time()
     # Steps' compute alone (forward and backward, no gradient exchange, no update):
     # what a step costs without communication.
     compute = []
@@ -173,6 +173,8 @@ def main() -> None:
             "world": world, "steps": args.steps, "batch": args.batch, "hidden": args.hidden,
             "parameters": sum(p.numel() for p in params), "hsdp": args.hsdp,
             "seconds": total, "step_median": median, "steps_per_second": args.steps / total,
+            # The steps' wall-clock span, for what other processes used meanwhile.
+            "wall_start": wall_start, "wall_end": wall_end,
             "compute_median": statistics.median(compute) if compute else None,
             "comm_share": max(0.0, 1 - statistics.median(compute) / median) if compute else None,
             "final_loss": statistics.mean(losses[-20:]), "test_accuracy": accuracy,

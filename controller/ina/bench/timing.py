@@ -9,12 +9,14 @@ another one to start; its last line on stdout is its JSON report.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -135,6 +137,51 @@ class CpuTime:
         """CPU seconds of each group since then."""
         now = self._now()
         return {kind: now[kind] - self.before[kind] for kind in now}
+
+
+class CpuSampler:
+    """The CPU seconds groups of processes have used, sampled every ``interval``
+    seconds on a thread of its own with the wall clock (``time.time``), so that what
+    they used between two instants another process reported (a training run's first
+    and last step) can be read afterwards (``between``, interpolated)."""
+
+    def __init__(self, pids: dict[str, Sequence[int]], interval: float = 0.25):
+        self.pids = {kind: list(group) for kind, group in pids.items()}
+        self.interval = interval
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+
+    def _sample(self) -> None:
+        self.samples.append((time.time(), {kind: sum(map(cpu_seconds, group))
+                                           for kind, group in self.pids.items()}))
+
+    def _run(self) -> None:
+        self._sample()
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def between(self, start: float, end: float) -> dict[str, float] | None:
+        """CPU seconds of each group from ``start`` to ``end`` (wall clock), or None if
+        the samples do not span them."""
+        if len(self.samples) < 2 or not self.samples[0][0] <= start < end <= self.samples[-1][0]:
+            return None
+        return {kind: self._at(end, kind) - self._at(start, kind) for kind in self.pids}
+
+    def _at(self, when: float, kind: str) -> float:
+        for (t0, c0), (t1, c1) in itertools.pairwise(self.samples):
+            if t0 <= when <= t1:
+                share = (when - t0) / (t1 - t0) if t1 > t0 else 1.0
+                return c0[kind] + share * (c1[kind] - c0[kind])
+        raise ValueError(f"{when} is outside the samples")
 
 
 def busiest(bytes_by_link: dict[Link, int]) -> Link:
