@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from ina.errors import AllreduceTimeout
+from ina.host.call import COALESCE_IN_FLIGHT, COALESCE_LEAST, COALESCE_SHARE
 from ina.host.config import WorkerConfig
+from ina.host.congestion import PACING_QUANTUM
 from ina.host.window import ReductionWindow, RtoEstimator
 from ina.host.worker import Worker
 from ina.protocol.bitmaps import bit_of
@@ -226,3 +228,32 @@ def test_the_probe_waits_at_least_a_typical_round_trip_when_the_least_is_short()
         rto.sample(rtt)
     assert rto.probe is not None and rto.srtt is not None
     assert rto.probe >= rto.srtt > 0.3
+
+
+def _window_with(outstanding: int, srtt: float) -> tuple[Worker, ReductionWindow]:
+    config = WorkerConfig(job_id=4, op=Op.SUM, pbm=bit_of(2), target="10.0.100.1", window=16)
+    worker = Worker(config, _SilentTransport(), rto=RtoEstimator(srtt=srtt))
+    window = ReductionWindow(config, np.zeros(outstanding * P, dtype=np.int32))
+    assert len(window.packets_to_send()) == outstanding
+    return worker, window
+
+
+def test_a_full_window_lets_results_gather_for_a_share_of_the_round_trip() -> None:
+    worker, window = _window_with(16, srtt=0.002)
+    assert worker._pause(window, left=10.0) == pytest.approx(0.002 / COALESCE_SHARE)
+
+
+def test_a_window_with_few_packets_out_looks_for_results_at_once() -> None:
+    worker, window = _window_with(COALESCE_IN_FLIGHT - 1, srtt=0.002)
+    assert worker._pause(window, left=10.0) == 0.0
+
+
+def test_results_gather_no_longer_than_the_pacers_quantum_nor_the_time_left() -> None:
+    worker, window = _window_with(16, srtt=1.0)
+    assert worker._pause(window, left=10.0) == PACING_QUANTUM
+    assert worker._pause(window, left=0.0005) == 0.0005
+
+
+def test_a_pause_shorter_than_a_sleeps_slack_is_not_taken() -> None:
+    worker, window = _window_with(16, srtt=COALESCE_LEAST)
+    assert worker._pause(window, left=10.0) == 0.0
