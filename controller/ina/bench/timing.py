@@ -121,6 +121,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: 14, 15
 
 
+def cpu_by_kind(pids: dict[str, list[int]]) -> dict[str, float]:
+    """The CPU seconds each group of processes has used so far."""
+    return {kind: sum(map(cpu_seconds, group)) for kind, group in pids.items()}
+
+
 class CpuTime:
     """The CPU seconds groups of processes used from when it is made, by group (a
     lab's BMv2 switches, the measured processes on its hosts). Kernel work done in no
@@ -131,7 +136,7 @@ class CpuTime:
         self.before = self._now()
 
     def _now(self) -> dict[str, float]:
-        return {kind: sum(map(cpu_seconds, group)) for kind, group in self.pids.items()}
+        return cpu_by_kind(self.pids)
 
     def since(self) -> dict[str, float]:
         """CPU seconds of each group since then."""
@@ -153,8 +158,7 @@ class CpuSampler:
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
 
     def _sample(self) -> None:
-        self.samples.append((time.time(), {kind: sum(map(cpu_seconds, group))
-                                           for kind, group in self.pids.items()}))
+        self.samples.append((time.time(), cpu_by_kind(self.pids)))
 
     def _run(self) -> None:
         self._sample()
