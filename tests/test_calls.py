@@ -113,10 +113,25 @@ def test_a_worker_that_gives_up_tells_the_root_how_far_it_went(model_lab: ModelL
     assert _starts(model_workers(model_lab, job)) == {0 + 2 * job.slots + 1}  # past the barrier
 
 
+def _dead_call(lab: ModelLab, monkeypatch: pytest.MonkeyPatch) -> Job:
+    """Figure 1's job deployed, and a call of it that w1..w3 start, w4 never joins,
+    and whose workers die without an ABORT (SIGKILL): their descriptors stay in the
+    barrier's cells."""
+    job = figure1_job(lab.topology)
+    lab.deploy(job)
+    workers = model_workers(lab, job, timeout=0.3)
+    for w in workers.values():
+        monkeypatch.setattr(w, "_abort", lambda: None)  # killed: no ABORT
+    dead = int_arrays(job, P * 5, seed=30)
+    del dead["w4"]
+    assert all(isinstance(o, AllreduceTimeout)
+               for o in _call(lab, job, dead, workers=workers).values())
+    return job
+
+
 def test_a_call_after_one_whose_workers_were_killed_before_all_joined_never_mixes_in_its_array(
         model_lab: ModelLab, monkeypatch: pytest.MonkeyPatch) -> None:
-    # w1..w3 start a call that w4 never joins, and die without an ABORT (SIGKILL).
-    # New processes then make a call of the same shape from the same start: none of
+    # New processes make a call of the dead call's shape from the same start: none of
     # the dead call's array may be in the cells they use (the window sends a call's
     # array only once its descriptor's result shows every worker joined).
     # The dead call's descriptors may also complete the new call's barrier before
@@ -124,15 +139,7 @@ def test_a_call_after_one_whose_workers_were_killed_before_all_joined_never_mixe
     # later start, and the call fails at every worker, which gives it up with an
     # ABORT (docs/limits.md, "Workers and calls": one run in 15 to 25 here). Never a
     # wrong value, and the call after it is exact.
-    job = figure1_job(model_lab.topology)
-    model_lab.deploy(job)
-    workers = model_workers(model_lab, job, timeout=0.3)
-    for w in workers.values():
-        monkeypatch.setattr(w, "_abort", lambda: None)  # killed: no ABORT
-    dead = int_arrays(job, P * 5, seed=30)
-    del dead["w4"]
-    assert all(isinstance(o, AllreduceTimeout)
-               for o in _call(model_lab, job, dead, workers=workers).values())
+    job = _dead_call(model_lab, monkeypatch)
     arrays = int_arrays(job, P * 5, seed=31)
     outcomes = _call(model_lab, job, arrays)
     if not all(isinstance(o, AllreduceResult) for o in outcomes.values()):
@@ -148,14 +155,7 @@ def test_a_worker_that_asks_for_the_start_after_a_dead_calls_barrier_completed_f
     # The race of the test above, made certain: w3 asks where the new call starts
     # only once w1 sends its array (the barrier at seq 0 completed with the dead
     # call's descriptors of w1..w3 and the new one of w4).
-    job = figure1_job(model_lab.topology)
-    model_lab.deploy(job)
-    dying = model_workers(model_lab, job, timeout=0.3)
-    for w in dying.values():
-        monkeypatch.setattr(w, "_abort", lambda: None)  # killed: no ABORT
-    dead = int_arrays(job, P * 5, seed=30)
-    del dead["w4"]
-    _call(model_lab, job, dead, workers=dying)
+    job = _dead_call(model_lab, monkeypatch)
     workers = model_workers(model_lab, job, timeout=1.0)
     array_sent = threading.Event()
     send = workers["w1"].transport.send
