@@ -133,14 +133,11 @@ class CpuTime:
 
     def __init__(self, pids: dict[str, Sequence[int]]):
         self.pids = {kind: list(group) for kind, group in pids.items()}
-        self.before = self._now()
-
-    def _now(self) -> dict[str, float]:
-        return cpu_by_kind(self.pids)
+        self.before = cpu_by_kind(self.pids)
 
     def since(self) -> dict[str, float]:
         """CPU seconds of each group since then."""
-        now = self._now()
+        now = cpu_by_kind(self.pids)
         return {kind: now[kind] - self.before[kind] for kind in now}
 
 
