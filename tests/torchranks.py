@@ -512,12 +512,15 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
                                    ina.torch.allreduce_hook)
         else:
             ddp = DDP(model(), bucket_cap_mb=bucket_cap_mb)
+        worker = (hooks["state"] if hook else ina.torch.backend_of()).member.worker
         before = counts()
+        guessed_before = worker.guesses.guessed if worker.guesses is not None else 0
         through_switches, loss = run(ddp)
         made = since(before, counts())
+        guessed = (worker.guesses.guessed if worker.guesses is not None else 0) - guessed_before
         reference, loss_gloo = run(DDP(model(), process_group=gloo()))
         return {"max_param_diff": largest_difference(through_switches, reference),
-                "loss": loss, "loss_gloo": loss_gloo, "stats": made}
+                "loss": loss, "loss_gloo": loss_gloo, "stats": made, "guessed": guessed}
 
     def collectives(names: list[str], dtypes: list[str], root: int = 1) -> dict[str, Any]:
         """``collective`` of each name for each type, in one run: {"name/dtype": report}."""

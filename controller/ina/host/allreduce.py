@@ -17,20 +17,23 @@ from ina.host.call import Collective, agreeing
 from ina.host.collective import describe, reducible, reduction, reduction_kind
 from ina.host.config import WorkerConfig
 from ina.host.flow import Layout
+from ina.host.guesses import Guesses
 from ina.host.results import AllreduceResult, CallBody, Reduce
 from ina.protocol.constants import Op
 
 
 def allreduce(config: WorkerConfig, values: npt.ArrayLike, op: Op,
-              width: int | None = None) -> CallBody:
-    """The body of an AllReduce of ``values`` (checked now, before anything is sent)."""
+              width: int | None = None, guesses: Guesses | None = None) -> CallBody:
+    """The body of an AllReduce of ``values`` (checked now, before anything is sent);
+    ``guesses``: the worker's, for a float array (ina.host.guesses)."""
     array, is_float, width = reducible(values, width, "allreduce")
 
     def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
         reduce = agreeing(reduce, describe(Collective.ALLREDUCE, array.size,
                                            reduction_kind(is_float), op, width=width),
                           config.job_id)
-        r, seq = reduction(reduce, config, array, is_float, op, seq, Layout(array.size, width))
+        r, seq = reduction(reduce, config, array, is_float, op, seq, Layout(array.size, width),
+                          guesses=guesses)
         return trimmed(r, array.size), seq
 
     return body

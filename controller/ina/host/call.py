@@ -59,6 +59,7 @@ from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch, PlanChang
 from ina.host.config import WorkerConfig
 from ina.host.congestion import PACING_QUANTUM, CongestionWindow
 from ina.host.flow import Flow
+from ina.host.guesses import Guesses
 from ina.host.onhosts import call_on_hosts
 from ina.host.results import (
     EXPONENTS,
@@ -194,8 +195,13 @@ def agreeing(reduce: Reduce, descriptor: CallDescriptor, job_id: int) -> Reduce:
     its own, ina.host.collective) need no such wait: the descriptor rides as the
     lead chunk of their window, in the same round trips, and the mismatch stops the
     window as soon as the lead's result shows it. So a call costs one round trip
-    before its array's reduction, its descriptor's or its exponents'."""
+    before its array's reduction, its descriptor's or its exponents'. A first
+    reduction with a lead of its own (a float call's guessed exponents:
+    ina.host.guesses) takes the descriptor at the head of that lead: its values
+    were scaled without waiting for any result, so the call takes one round trip
+    in all; its result's ``lead`` is its own lead's part."""
     first = True
+    described = len(descriptor.values())
 
     def check(reduced: npt.NDArray[np.int32]) -> None:
         problems = CallDescriptor.disagreement(reduced)
@@ -214,6 +220,17 @@ def agreeing(reduce: Reduce, descriptor: CallDescriptor, job_id: int) -> Reduce:
         mine = Lead(descriptor.values(), check)
         if phase == EXPONENTS and op == Op.MAX and lead is None:
             return reduce(values, op, seq, phase, flow, mine)
+        if lead is not None:
+            inner = lead
+
+            def both(reduced: npt.NDArray[np.int32]) -> None:
+                check(reduced[:described])
+                inner.check(reduced[described:])
+
+            r = reduce(values, op, seq, phase, flow,
+                       Lead(np.concatenate((mine.values, inner.values)), both))
+            return dataclasses.replace(r, lead=None if r.lead is None
+                                       else r.lead[described:])
         led = reduce(mine.values, Op.MAX, seq, "agreeing on the call")
         check(led.values)
         r = reduce(values, op, seq_add(seq, led.packets), phase, flow, lead)
@@ -362,6 +379,9 @@ class Caller:
     next_start: int | None = None
     #: The congestion window (default: one of the job's window, made on first use).
     cc: CongestionWindow | None = None
+    #: Agreed exponents of earlier float calls, to send the next ones' values with
+    #: their exponents (ina.host.guesses; None: exponents first, always).
+    guesses: Guesses | None = field(default_factory=Guesses)
     _unconfirmed: int | None = None  # a call's start taken without a SYNC, no result yet
     _joined: bool = False  # a reduction of the call has completed: every worker is in it
     _on_hosts: bool = False  # the call ran on hosts

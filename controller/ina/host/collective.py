@@ -29,11 +29,13 @@ from ina.host import quantize
 from ina.host.call import KIND_BYTES, KIND_FLOAT, KIND_INT, NO_ROOT, CallDescriptor, Collective
 from ina.host.config import WorkerConfig
 from ina.host.flow import WIDTHS, BoolArray, Flow, IntArray, Layout
-from ina.host.results import EXPONENTS, REDUCING, AllreduceResult, Reduce
+from ina.host.guesses import Guesses, Verdict, counted, digest, guessable
+from ina.host.results import EXPONENTS, REDUCING, AllreduceResult, Lead, Reduce
 from ina.host.window import check_ints
 from ina.protocol.arith import seq_add
 from ina.protocol.constants import WIDTH16, WIDTH32, Op
 
+IntArray32 = npt.NDArray[np.int32]
 #: The largest number of values a call can describe (its descriptor is int32).
 MAX_SIZE = 2**31 - 1
 
@@ -92,12 +94,14 @@ def describe(collective: Collective, size: int, kind: int, op: int = 0,
 
 
 def reduction(reduce: Reduce, config: WorkerConfig, array: npt.NDArray[Any], is_float: bool,
-              op: Op, seq: int, layout: Layout, dest: IntArray | None = None
-              ) -> tuple[AllreduceResult, int]:
+              op: Op, seq: int, layout: Layout, dest: IntArray | None = None,
+              guesses: Guesses | None = None) -> tuple[AllreduceResult, int]:
     """Every worker's ``array`` reduced with ``op`` from ``seq``, laid out on the wire
     as ``layout`` (its width included), chunk j's data to ``dest[j]`` (None: every
     worker): the result as on the wire (``layout.slots`` values: zeros in chunks
-    that went elsewhere; floats with their bound) and the sequence number after."""
+    that went elsewhere; floats with their bound) and the sequence number after.
+    ``guesses``: the worker's agreed exponents of earlier calls, to send a float
+    array's values with its exponents (ina.host.guesses; None: exponents first)."""
     flow = Flow.of(layout, dest=dest)
     if not is_float:
         r = reduce(layout.spread(array), op, seq, REDUCING, flow)
@@ -105,15 +109,11 @@ def reduction(reduce: Reduce, config: WorkerConfig, array: npt.NDArray[Any], is_
     n, width = config.workers, layout.width
     x = layout.spread(array.astype(np.float32))
     mine = quantize.block_exponents(x, width)
+    if guesses is not None and guessable(mine.size, width):
+        return _guessed(reduce, config, x, mine, op, seq, layout, flow, guesses)
     e = reduce(mine, Op.MAX, seq, EXPONENTS)
     if np.any(e.values < mine):
-        # A MAX below this worker's own: its contribution was not counted, a
-        # round of an interrupted call was left in the switches at this sequence
-        # number. The call is given up (ABORT), the next one starts past it.
-        raise AllreduceError(
-            f"job {config.job_id}: {config.name}: the block exponents agreed in the "
-            "network are below this worker's own: a round of an interrupted call was "
-            "left in the switches; this call is given up, the next one is exact")
+        raise AllreduceError(_not_counted(config))
     seq = seq_add(seq, e.packets)
     r = reduce(quantize.quantize(x, e.values, op, n, width), op, seq, REDUCING, flow)
     values = quantize.dequantize(r.values, e.values, op, n, width)
@@ -121,6 +121,77 @@ def reduction(reduce: Reduce, config: WorkerConfig, array: npt.NDArray[Any], is_
                            e.retransmissions + r.retransmissions,
                            quantize.bound(values, e.values, op, n, width),
                            on_hosts=r.on_hosts), seq_add(seq, r.packets)
+
+
+def _not_counted(config: WorkerConfig) -> str:
+    # A MAX below this worker's own: its contribution was not counted, a round of
+    # an interrupted call was left in the switches at this sequence number. The
+    # call is given up (ABORT), the next one starts past it.
+    return (f"job {config.job_id}: {config.name}: the block exponents agreed in the "
+            "network are below this worker's own: a round of an interrupted call was "
+            "left in the switches; this call is given up, the next one is exact")
+
+
+def _guessed(reduce: Reduce, config: WorkerConfig, x: npt.NDArray[np.float32],
+             mine: IntArray32, op: Op, seq: int, layout: Layout, flow: Flow,
+             guesses: Guesses) -> tuple[AllreduceResult, int]:
+    """A float reduction whose values go with its exponents, scaled by a guess
+    (ina.host.guesses): one window if the guess holds, else the blocks it missed
+    reduced again with the agreed exponents (every block if the workers' guesses
+    differ)."""
+    n, width = config.workers, layout.width
+    key = (layout.chunks, int(op), flow.dest is None)
+    guess = guesses.guess(key)
+    lead_values = np.concatenate((digest(key, guess), mine))
+
+    def check(led: IntArray32) -> None:
+        if not counted(led, lead_values):
+            raise AllreduceError(_not_counted(config))
+
+    lead = Lead(lead_values, check)
+    if guess is None:  # the lead alone: the values wait for the agreed exponents
+        first = reduce(np.zeros(0, dtype=np.int32), Op.MAX, seq, EXPONENTS, None, lead)
+        ints = np.zeros(layout.slots, dtype=np.int32)
+    else:
+        first = reduce(quantize.quantize(x, guess, op, n, width), op, seq, REDUCING, flow,
+                       lead)
+        ints = first.values.astype(np.int32)
+    assert first.lead is not None
+    verdict = Verdict.of(first.lead, guess)
+    agreed = verdict.exponents
+    seq = seq_add(seq, first.packets)
+    packets, retransmissions = first.packets, first.retransmissions
+    if guess is None and verdict.anyone_guessed:
+        # The others sent their values with their guesses in these chunks: they
+        # are completed (with zeros: nothing of them is used), then reduced again.
+        filler = reduce(np.zeros(layout.slots, dtype=np.int32), op, seq, REDUCING, flow)
+        seq = seq_add(seq, filler.packets)
+        packets += filler.packets
+        retransmissions += filler.retransmissions
+    used = agreed if guess is None else np.where(verdict.missed, agreed, guess)
+    on_hosts, overflow = first.on_hosts, first.overflow
+    redo = verdict.missed if verdict.anyone_guessed else np.ones(agreed.size, dtype=bool)
+    if redo.any():
+        rows = np.flatnonzero(redo)
+        per = layout.per_packet
+        again = x.reshape(-1, per)[rows].reshape(-1)
+        counts = layout.counts()[rows]
+        sub = Flow(width, counts, None, None if flow.dest is None else flow.dest[rows])
+        r = reduce(quantize.quantize(again, agreed[rows], op, n, width), op, seq, REDUCING,
+                   sub)
+        ints.reshape(-1, per)[rows] = r.values.reshape(-1, per)
+        seq = seq_add(seq, r.packets)
+        packets += r.packets
+        retransmissions += r.retransmissions
+        on_hosts, overflow = on_hosts or r.on_hosts, overflow or r.overflow
+    guesses.learn(key, agreed)
+    if guess is not None:
+        guesses.guessed += 1
+        guesses.held += not redo.any()
+        guesses.blocks_again += int(redo.sum())
+    values = quantize.dequantize(ints, used, op, n, width)
+    return AllreduceResult(values, overflow, packets, retransmissions,
+                           quantize.bound(values, used, op, n, width), on_hosts=on_hosts), seq
 
 
 def reduction_kind(is_float: bool) -> int:

@@ -78,6 +78,9 @@ def call_on_hosts(config: WorkerConfig, timeout: float, stats: CallStats, body: 
                 if lead is not None:
                     led = ring.allreduce(np.asarray(lead.values, dtype=np.int32), Op.MAX)[0]
                     lead.check(led)
+                if values.size == 0:  # the lead alone (ina.host.window)
+                    return AllreduceResult(values.astype(np.int32), False, 1,
+                                           on_hosts=True, lead=led)
                 reduced, overflow = ring.allreduce(contribution(values, op, flow), op)
             except RingError as exc:
                 raise AllreduceError(f"job {c.job_id}: {c.name}: the ring on hosts "

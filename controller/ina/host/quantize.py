@@ -61,9 +61,12 @@ def shifts(exponents: IntArray, op: Op, workers: int, size: int,
 
 def quantize(x: FloatArray, exponents: IntArray, op: Op, workers: int,
              width: int = WIDTH32) -> npt.NDArray[np.int32]:
-    """``x`` scaled to integers of ``width`` bits (held as int32)."""
+    """``x`` scaled to integers of ``width`` bits (held as int32), each at most
+    ``2**(width - 2 - h)`` in magnitude: a value above its block's exponent (a guess
+    that missed: ina.host.guesses) is clipped, so that no sum can overflow."""
     s = shifts(exponents, op, workers, x.size, width)
-    q = np.rint(np.ldexp(x.astype(np.float64), s))
+    limit = 2.0 ** (width - 2 - headroom(op, workers))
+    q = np.clip(np.rint(np.ldexp(x.astype(np.float64), s)), -limit, limit)
     return q.astype(np.int32)
 
 

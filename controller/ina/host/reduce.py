@@ -26,14 +26,15 @@ from ina.host.collective import (
 )
 from ina.host.config import WorkerConfig
 from ina.host.flow import Layout
+from ina.host.guesses import Guesses
 from ina.host.results import AllreduceResult, CallBody, Reduce
 from ina.protocol.constants import Op
 
 
 def reduce_to(config: WorkerConfig, values: npt.ArrayLike, root: int, op: Op,
-              width: int | None = None) -> CallBody:
+              width: int | None = None, guesses: Guesses | None = None) -> CallBody:
     """The body of a Reduce of ``values`` to rank ``root``: its result has the values
-    at the root, none (an empty array) at the others."""
+    at the root, none (an empty array) at the others. ``guesses``: as an AllReduce's."""
     array, is_float, width = reducible(values, width, "reduce")
     check_rank(root, config, "reduce")
     dest_id = bfr_id(config, root)
@@ -44,7 +45,8 @@ def reduce_to(config: WorkerConfig, values: npt.ArrayLike, root: int, op: Op,
                           config.job_id)
         layout = Layout(array.size, width)
         dest = np.full(layout.chunks, dest_id, dtype=np.int64)
-        r, seq = reduction(reduce, config, array, is_float, op, seq, layout, dest)
+        r, seq = reduction(reduce, config, array, is_float, op, seq, layout, dest,
+                           guesses)
         if config.rank == root:
             return trimmed(r, array.size), seq
         return dataclasses.replace(r, values=r.values[:0], error_bound=None,

@@ -20,13 +20,15 @@ from ina.host.call import Collective, agreeing
 from ina.host.collective import describe, reducible, reduction, reduction_kind
 from ina.host.config import WorkerConfig
 from ina.host.flow import Layout
+from ina.host.guesses import Guesses
 from ina.host.results import AllreduceResult, CallBody, Reduce
 from ina.protocol.constants import Op
 
 
 def reduce_scatter(config: WorkerConfig, values: npt.ArrayLike, op: Op,
-                   width: int | None = None) -> CallBody:
-    """The body of a Reduce-scatter of ``values``: its result holds this worker's part."""
+                   width: int | None = None, guesses: Guesses | None = None) -> CallBody:
+    """The body of a Reduce-scatter of ``values``: its result holds this worker's part.
+    ``guesses``: as an AllReduce's."""
     array, is_float, width = reducible(values, width, "reduce_scatter")
     if not config.bfr_ids:
         raise ValueError(f"job {config.job_id}: {config.name} does not know its peers' "
@@ -39,7 +41,7 @@ def reduce_scatter(config: WorkerConfig, values: npt.ArrayLike, op: Op,
                           config.job_id)
         layout = Layout(array.size, width, parts=config.workers)
         r, seq = reduction(reduce, config, array, is_float, op, seq, layout,
-                           owners[layout.owner()])
+                           owners[layout.owner()], guesses)
         mine = layout.take_part(r.values, config.rank)
         bound = None if r.error_bound is None else layout.take_part(r.error_bound,
                                                                      config.rank)

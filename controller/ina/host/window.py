@@ -182,6 +182,8 @@ def check_ints(values: npt.ArrayLike, width: int = WIDTH32) -> npt.NDArray[Any]:
 def _chunk_counts(flow: Flow, size: int, per_packet: int) -> npt.NDArray[np.int64]:
     """Per chunk, the values it carries of an array of ``size``: as ``flow`` says, or
     every chunk full but the last; ValueError if the array does not fill them so."""
+    if size == 0:  # a lead alone
+        return np.zeros(0, dtype=np.int64)
     if flow.counts is None:
         chunks = -(-size // per_packet)
         counts = np.full(chunks, per_packet, dtype=np.int64)
@@ -205,6 +207,8 @@ def _chunk_packets(head: bytes, array: npt.NDArray[Any], width: int, first_seq: 
     last chunk padded with zeros); or, where it ``sends`` no data, the header alone
     with NODATA. Also each packet's length."""
     chunks = len(counts)
+    if chunks == 0:  # a lead alone
+        return memoryview(b""), []
     packets = np.zeros((chunks, INA_HEADER_BYTES + ARRAY_BYTES), dtype=np.uint8)
     packets[:, :INA_HEADER_BYTES] = np.frombuffer(head, dtype=np.uint8)
     data = packets[:, INA_HEADER_BYTES:].view(WIRE_TYPES[width])  # a row per chunk
@@ -251,7 +255,8 @@ class ReductionWindow:
     ``lead``: up to MAX_LEAD int32 values sent before the array as one more chunk
     (the window's first: the array's chunk ``j`` is then sequence number
     ``seq_base + 1 + j``), reduced with MAX, data to every worker; its result is
-    ``lead_result``, handed to the lead's check as it arrives. ``joined``: every
+    ``lead_result``, handed to the lead's check as it arrives. With a lead, the
+    array may be empty: the window is the lead alone. ``joined``: every
     worker is known to be in the reduction already (not a call's first), so every
     round trip measures the path.
     """
@@ -263,7 +268,9 @@ class ReductionWindow:
         flow = Flow() if flow is None else flow
         self.width = flow.width
         self.per_packet = elems_per_packet(flow.width)
-        array = check_ints(values, flow.width)
+        # A window may be its lead alone (a float call's exponents: ina.host.collective).
+        array = (np.zeros(0, dtype=np.int32) if lead is not None and np.size(values) == 0
+                 else check_ints(values, flow.width))
         self.config = config
         self.job_id = config.job_id
         self.op = config.op if op is None else op

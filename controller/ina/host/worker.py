@@ -62,19 +62,22 @@ class Worker(Caller):
     def allreduce(self, values: npt.ArrayLike | Sequence[int], op: Op | None = None,
                   width: int | None = None) -> AllreduceResult:
         """Every worker's ``values`` reduced with ``op``, at every worker."""
-        return self.call(allreduce_body(self.config, values, self._op(op), width))
+        return self.call(allreduce_body(self.config, values, self._op(op), width,
+                                        self.guesses))
 
     def reduce(self, values: npt.ArrayLike, root: int = 0, op: Op | None = None,
                width: int | None = None) -> AllreduceResult:
         """Every worker's ``values`` reduced with ``op``, at rank ``root`` only (the
         others' result has no values)."""
-        return self.call(reduce_to(self.config, values, root, self._op(op), width))
+        return self.call(reduce_to(self.config, values, root, self._op(op), width,
+                                   self.guesses))
 
     def reduce_scatter(self, values: npt.ArrayLike, op: Op | None = None,
                        width: int | None = None) -> AllreduceResult:
         """Every worker's ``values`` (S of them) reduced with ``op``; this worker gets
         its part: values ``[r * P, (r + 1) * P)`` of the result, P = ceil(S / N)."""
-        return self.call(reduce_scatter_body(self.config, values, self._op(op), width))
+        return self.call(reduce_scatter_body(self.config, values, self._op(op), width,
+                                             self.guesses))
 
     def broadcast(self, values: npt.ArrayLike, root: int = 0) -> AllreduceResult:
         """Rank ``root``'s ``values`` at every worker (every worker gives an array of
