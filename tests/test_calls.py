@@ -15,8 +15,10 @@ import pytest
 
 from ina.errors import AllreduceTimeout, CallMismatch
 from ina.host.call import SyncReply
+from ina.host.config import WorkerConfig
 from ina.host.results import AllreduceResult
 from ina.host.worker import Worker
+from ina.model.network import ModelTransport
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import ELEMS_PER_PACKET as P
@@ -287,3 +289,80 @@ def test_a_reply_forged_by_a_worker_is_dropped_at_its_edge(model_lab: ModelLab) 
                                                             Flag.SYNC | Flag.REPLY))
     assert switch_stat(model_lab, "s1", SwitchStat.DROP_FORGED_PBM) == 1
     assert not model_lab.net.inbox["w2"]
+
+
+# --- a call's array with its descriptor (a worker that completed the call before) ----
+
+
+def _packets(workers: dict[str, Worker]) -> dict[str, int]:
+    return {w: worker.stats.packets for w, worker in workers.items()}
+
+
+def _sent_in_exact_call(lab: ModelLab, job: Job, workers: dict[str, Worker],
+                        arrays: dict[str, np.ndarray]) -> set[int]:
+    """The packets each worker sent in the call (SYNCs aside), once it is exact."""
+    before = _packets(workers)
+    _exact(_call(lab, job, arrays, workers=workers), job, arrays)
+    return {workers[w].stats.packets - before[w] for w in workers}
+
+
+def _agreeing(workers: dict[str, Worker]) -> dict[str, float]:
+    return {w: worker.stats.seconds.get("agreeing on the call", 0.0)
+            for w, worker in workers.items()}
+
+
+def test_a_call_after_a_completed_one_sends_its_array_with_its_descriptor(
+        model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    model_lab.deploy(job)
+    workers = model_workers(model_lab, job)
+    assert _sent_in_exact_call(model_lab, job, workers, int_arrays(job, P * 3, seed=40)) \
+        == {1 + 3}  # the descriptor's round trip, then the array
+    waited = _agreeing(workers)
+    assert all(waited.values())
+    assert _sent_in_exact_call(model_lab, job, workers, int_arrays(job, P * 3, seed=41)) \
+        == {1 + 3}  # one window
+    assert _agreeing(workers) == waited
+
+
+def test_a_restarted_worker_among_continuing_ones_makes_the_call_exactly(
+        model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    model_lab.deploy(job)
+    workers = model_workers(model_lab, job)
+    _sent_in_exact_call(model_lab, job, workers, int_arrays(job, P * 3, seed=42))
+    config = WorkerConfig.for_job(job, model_lab.topology, "w2")
+    workers["w2"] = Worker(config, ModelTransport(model_lab.net, "w2", config.target))
+    # The others' arrays went with the descriptor; w2 fills their chunks with zeros,
+    # then every worker sends its array after them.
+    assert _sent_in_exact_call(model_lab, job, workers, int_arrays(job, P * 3, seed=43)) \
+        == {1 + 2 * 3}
+    assert _sent_in_exact_call(model_lab, job, workers, int_arrays(job, P * 3, seed=44)) \
+        == {1 + 3}
+
+
+def test_a_call_of_new_processes_after_a_continuing_call_killed_before_all_joined_never_mixes(
+        model_lab: ModelLab, monkeypatch: pytest.MonkeyPatch) -> None:
+    # w1..w3 completed a call, so they send their next call's array with its
+    # descriptor; w4 never joins it and they die without an ABORT: their arrays stay
+    # in the cells. New processes start where they did; the descriptor's result
+    # shows that some worker sent its array early, so the arrays go past the dead
+    # call's chunks. Or the dead descriptors completed the new call's barrier
+    # without a new worker's: every worker fails, and the next call is exact.
+    job = figure1_job(model_lab.topology)
+    model_lab.deploy(job)
+    workers = model_workers(model_lab, job, timeout=0.3)
+    _sent_in_exact_call(model_lab, job, workers, int_arrays(job, P * 5, seed=45))
+    for w in workers.values():
+        monkeypatch.setattr(w, "_abort", lambda: None)  # killed: no ABORT
+    dead = int_arrays(job, P * 5, seed=46)
+    del dead["w4"]
+    assert all(isinstance(o, AllreduceTimeout)
+               for o in _call(model_lab, job, dead, workers=workers).values())
+    arrays = int_arrays(job, P * 5, seed=47)
+    outcomes = _call(model_lab, job, arrays)
+    if not all(isinstance(o, AllreduceResult) for o in outcomes.values()):
+        assert not any(isinstance(o, AllreduceResult) for o in outcomes.values()), outcomes
+        arrays = int_arrays(job, P * 5, seed=48)
+        outcomes = _call(model_lab, job, arrays)
+    _exact(outcomes, job, arrays)

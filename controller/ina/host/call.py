@@ -187,9 +187,10 @@ class CallDescriptor:
 def agreeing(reduce: Reduce, descriptor: CallDescriptor, job_id: int) -> Reduce:
     """``reduce`` that agrees on the call first (step 2): the call's descriptor is
     reduced with MAX at the call's first sequence number, and the call's first
-    reduction follows at the next one, only once the workers are known to make the
-    same call (else CallMismatch, before anything else is sent), so no worker sends
-    its array before every worker has joined the call.
+    reduction follows at the next one. A worker that started the call without a
+    SYNC sends its array in the descriptor's window (``_after_descriptor``); the
+    others, once the descriptor's result shows that every worker made the same
+    call (else CallMismatch at every worker, before any value is returned).
 
     A float call's exponents (phase EXPONENTS: a MAX that each worker checks against
     its own, ina.host.collective) need no such wait: the descriptor rides as the
@@ -231,13 +232,59 @@ def agreeing(reduce: Reduce, descriptor: CallDescriptor, job_id: int) -> Reduce:
                        Lead(np.concatenate((mine.values, inner.values)), both))
             return dataclasses.replace(r, lead=None if r.lead is None
                                        else r.lead[described:])
-        led = reduce(mine.values, Op.MAX, seq, "agreeing on the call")
-        check(led.values)
-        r = reduce(values, op, seq_add(seq, led.packets), phase, flow, lead)
-        return dataclasses.replace(r, packets=led.packets + r.packets,
-                                   retransmissions=led.retransmissions + r.retransmissions)
+        early = isinstance(reduce, _OnSwitches) and reduce.early
+        return _after_descriptor(reduce, values, op, seq, phase, flow, mine, early, job_id)
 
     return agreed
+
+
+def _after_descriptor(reduce: Reduce, values: npt.NDArray[Any], op: Op, seq: int,
+                      phase: str, flow: Flow | None, descriptor: Lead, early: bool,
+                      job_id: int) -> AllreduceResult:
+    """A call's first reduction (not a float one's), after its ``descriptor``, which
+    leads with ``[e, -e]``: e = 1 if this worker sends its array in the same window
+    (``early``: it completed the call before this one, so it knows the start without
+    a SYNC), else 0, its array following once the descriptor's result is back.
+    Every worker sees the same result: all early, so the arrays stand (one round
+    trip); none, so the arrays follow; some, so the others fill the early ones'
+    chunks with zeros and every worker sends its array after them. The early
+    arrays went before every worker was known to have joined; a call of fresh
+    processes at the same start as a dead early one (its workers killed before
+    all joined) sees its ``e`` in the descriptor's result and sends its arrays
+    past what that call left in the cells."""
+    described = descriptor.values.size
+
+    def check(reduced: npt.NDArray[np.int32]) -> None:
+        descriptor.check(reduced[:described])
+        high, low = int(reduced[described]), -int(reduced[described + 1])
+        if not low <= int(early) <= high:
+            raise AllreduceError(
+                f"job {job_id}: the call's descriptor came back without this worker's: "
+                "a round of an interrupted call was left in the switches at its start; "
+                "this call is given up, the next one is exact")
+
+    e = int(early)
+    lead = Lead(np.concatenate((descriptor.values, np.array([e, -e], dtype=np.int32))),
+                check)
+    if early:
+        first = reduce(values, op, seq, phase, flow, lead)
+    else:
+        first = reduce(np.zeros(0, dtype=np.int32), Op.MAX, seq, "agreeing on the call",
+                       None, lead)
+    assert first.lead is not None
+    high, low = int(first.lead[described]), -int(first.lead[described + 1])
+    if early and low == 1:
+        return dataclasses.replace(first, lead=None)
+    seq = seq_add(seq, first.packets)
+    packets, retransmissions = first.packets, first.retransmissions
+    if not early and high == 1:
+        filler = reduce(np.zeros_like(values), op, seq, phase, flow)
+        seq = seq_add(seq, filler.packets)
+        packets += filler.packets
+        retransmissions += filler.retransmissions
+    r = reduce(values, op, seq, phase, flow)
+    return dataclasses.replace(r, packets=packets + r.packets,
+                               retransmissions=retransmissions + r.retransmissions)
 
 
 # --- SYNC, its answer, notices ---------------------------------------------------
@@ -341,8 +388,9 @@ class Caller:
     next one starts: 2W past its end (``next_start``), where the root would answer
     a SYNC, since the job's progress is then the call's last sequence number. So
     it starts the next call there without asking (``pipelined_start``), and the
-    call's descriptor rides in the lead chunk of its first reduction
-    (``agreeing``): a call costs one round trip plus its data's time (a float call:
+    call's descriptor rides in the lead chunk of its first reduction, with the
+    array (``agreeing``): a call costs one round trip plus its data's time (a float
+    call too if it repeats its kind, its exponents guessed: ina.host.guesses; else
     two, its exponents first). A SYNC is still sent by a worker that does not know
     the start (a fresh one, or after a failed call or a call on hosts), and by one
     whose call got no result for a while (SYNC_CHECK_RTOS): a root that lost the
@@ -417,6 +465,8 @@ class Caller:
     def _calls(self, body: CallBody, reply: SyncReply) -> tuple[AllreduceResult, int]:
         """The call from ``reply``'s start, run again under each new plan, or on hosts."""
         start, on_hosts, replans = reply.seq, reply.on_hosts, 0
+        # A start without a SYNC: the array may go with the descriptor (agreeing).
+        early = self._unconfirmed is not None
         # On hosts, the call's start is known if it came from the root (or from a
         # completed call); a fresh worker's proposal (0) is not.
         known = not reply.on_hosts or self.continuation is not None
@@ -426,9 +476,10 @@ class Caller:
                 if on_hosts:
                     return call_on_hosts(self.config, self.timeout, self.stats, body, start,
                                          known)
-                return body(self._reduce, start)
+                return body(_OnSwitches(self, early), start)
             except PlanChanged as notice:
                 self.gen = notice.gen
+                early = False
                 if notice.on_hosts:
                     on_hosts, known = True, True
                     LOG.info("job %d: %s: no switch aggregates the job now: the call from "
@@ -642,10 +693,23 @@ class Caller:
                    if window.unexpected else ""))
         if why:
             return f"{what}; {why}"
-        if window.results == 0 and phase == "agreeing on the call":
+        if window.results == 0 and (phase == "agreeing on the call" or window.offset):
             return (what + f"; the call did not start: not every worker of the job ({peers}) "
                     "has started this call (one stopped, or is still in an earlier one?)")
         return what + f"; is every worker of the job ({peers}) still running?"
+
+
+@dataclass(frozen=True)
+class _OnSwitches:
+    """The Reduce a call's body gets on switches: the Caller's, and whether this
+    run of the call started without a SYNC (``early``: see ``agreeing``)."""
+
+    caller: Caller
+    early: bool
+
+    def __call__(self, values: npt.NDArray[Any], op: Op, seq: int, phase: str,
+                 flow: Flow | None = None, lead: Lead | None = None, /) -> AllreduceResult:
+        return self.caller._reduce(values, op, seq, phase, flow, lead)
 
 
 class _StartCheck:
