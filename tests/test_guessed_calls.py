@@ -10,7 +10,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from ina.errors import AllreduceTimeout
+from ina.errors import AllreduceTimeout, CallMismatch
 from ina.host.config import WorkerConfig
 from ina.host.guesses import GUESS_HEADROOM
 from ina.host.results import EXPONENTS, AllreduceResult
@@ -151,3 +151,38 @@ def test_a_call_of_new_processes_after_a_guessing_call_killed_before_all_joined_
         arrays = _floats(job, 4)
         outcomes = _call(fresh, arrays)
     _within_bound(outcomes, arrays)
+
+
+def _mismatched(outcomes: dict[str, AllreduceResult | Exception], says: str) -> None:
+    for w, outcome in outcomes.items():
+        assert isinstance(outcome, CallMismatch), (w, outcome)
+        assert says in str(outcome), (w, outcome)
+
+
+def test_workers_whose_float_arrays_differ_in_length_all_fail_saying_so(
+        deployed: tuple[Job, dict[str, Worker]]) -> None:
+    # Their leads carry different numbers of exponents: they still meet in one round.
+    job, workers = deployed
+    arrays = _floats(job, 1)
+    arrays["w2"] = arrays["w2"][: P * 2]
+    _mismatched(_call(workers, arrays), f"array length from {P * 2} to {SIZE}")
+
+
+def test_a_worker_whose_repeated_float_call_differs_fails_with_the_others_saying_so(
+        deployed: tuple[Job, dict[str, Worker]]) -> None:
+    job, workers = deployed
+    _sent_in(workers, _floats(job, 1))
+    arrays = _floats(job, 2)
+    arrays["w4"] = np.concatenate((arrays["w4"], arrays["w4"]))
+    _mismatched(_call(workers, arrays), f"array length from {SIZE} to {2 * SIZE}")
+
+
+def test_a_float_call_and_an_integer_call_fail_at_every_worker_saying_so(
+        deployed: tuple[Job, dict[str, Worker]]) -> None:
+    job, workers = deployed
+    for first in (True, False):  # a first call, and one that follows a completed one
+        arrays: dict[str, np.ndarray] = dict(_floats(job, 1))
+        if not first:
+            _sent_in(workers, arrays)
+        arrays["w3"] = np.arange(SIZE, dtype=np.int32)
+        _mismatched(_call(workers, arrays), "kind from integers to floats")

@@ -32,6 +32,7 @@ from ina.host.baselines import Ring
 from ina.host.config import WorkerConfig
 from ina.host.flow import Flow, elems_per_packet
 from ina.host.results import AllreduceResult, CallBody, CallStats, Lead, Reduce
+from ina.host.window import MAX_LEAD
 from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, wrap_int16
 from ina.protocol.constants import WIDTH16, Op
 
@@ -75,8 +76,10 @@ def call_on_hosts(config: WorkerConfig, timeout: float, stats: CallStats, body: 
             flow = Flow() if flow is None else flow
             try:
                 led = None
-                if lead is not None:
-                    led = ring.allreduce(np.asarray(lead.values, dtype=np.int32), Op.MAX)[0]
+                if lead is not None:  # as long as on switches (ina.host.window)
+                    padded = np.zeros(MAX_LEAD, dtype=np.int32)
+                    padded[: lead.values.size] = lead.values
+                    led = ring.allreduce(padded, Op.MAX)[0][: lead.values.size]
                     lead.check(led)
                 if values.size == 0:  # the lead alone (ina.host.window)
                     return AllreduceResult(values.astype(np.int32), False, 1,

@@ -226,6 +226,19 @@ def _chunk_packets(head: bytes, array: npt.NDArray[Any], width: int, first_seq: 
     return packets.data.cast("B"), lengths.tolist()  # a view: no copy of the whole
 
 
+def _lead_packet(config: WorkerConfig, lead: Lead, gen: int) -> bytes:
+    """The lead chunk's packet (its seq written when sent): MAX in 32-bit elements,
+    counting MAX_LEAD values, the lead's first."""
+    values = check_ints(lead.values)
+    if values.size > MAX_LEAD:
+        raise ValueError(f"a lead chunk carries at most {MAX_LEAD} values")
+    wire = np.zeros(ELEMS_PER_PACKET, dtype=WIRE_TYPES[WIDTH32])
+    wire[: values.size] = values
+    si, bits = one_set(config.pbm)
+    return InaHeader(job_id=config.job_id, seq=0, pbm=bits, count=MAX_LEAD, op=Op.MAX,
+                     si=si, gen=gen, width=WIDTH32).pack() + wire.tobytes()
+
+
 class ReductionWindow:
     """One reduction of one array, without I/O.
 
@@ -255,7 +268,11 @@ class ReductionWindow:
     ``lead``: up to MAX_LEAD int32 values sent before the array as one more chunk
     (the window's first: the array's chunk ``j`` is then sequence number
     ``seq_base + 1 + j``), reduced with MAX, data to every worker; its result is
-    ``lead_result``, handed to the lead's check as it arrives. With a lead, the
+    ``lead_result``, handed to the lead's check as it arrives. The lead's packet
+    counts MAX_LEAD values whatever it carries (zeros after its own): leads of
+    different lengths (workers that make different calls) then meet in one round,
+    where the descriptor at their head shows the mismatch, instead of being dropped
+    as a count mismatch until the call times out. With a lead, the
     array may be empty: the window is the lead alone. ``joined``: every
     worker is known to be in the reduction already (not a call's first), so every
     round trip measures the path.
@@ -295,18 +312,13 @@ class ReductionWindow:
         self.lead = lead
         self.lead_payload = b""
         self.lead_result: npt.NDArray[np.int32] | None = None
+        self.lead_size = 0
         if lead is not None:
-            lead_values = check_ints(lead.values)
-            if lead_values.size > MAX_LEAD:
-                raise ValueError(f"a lead chunk carries at most {MAX_LEAD} values")
-            lead_wire = np.zeros(ELEMS_PER_PACKET, dtype=WIRE_TYPES[WIDTH32])
-            lead_wire[: lead_values.size] = lead_values
-            self.lead_payload = InaHeader(
-                job_id=config.job_id, seq=0, pbm=bits, count=lead_values.size, op=Op.MAX,
-                si=si, gen=gen, width=WIDTH32).pack() + lead_wire.tobytes()
-            self.lead_result = np.zeros(lead_values.size, dtype=np.int32)
+            self.lead_payload = _lead_packet(config, lead, gen)
+            self.lead_result = np.zeros(MAX_LEAD, dtype=np.int32)
+            self.lead_size = lead.values.size
             self.offset = 1
-            counts = np.concatenate(([lead_values.size], counts))
+            counts = np.concatenate(([MAX_LEAD], counts))
             sends, gets, dests = [True, *sends], [True, *gets], [0, *dests]
         self.chunks = chunks + self.offset
         self.counts = counts.tolist()
@@ -554,7 +566,7 @@ class ReductionWindow:
             assert self.lead is not None and self.lead_result is not None
             self.lead_result[:] = np.frombuffer(payload, dtype=WIRE_TYPES[WIDTH32], count=n,
                                                 offset=INA_HEADER_BYTES)
-            self.lead.check(self.lead_result)
+            self.lead.check(self.lead_result[: self.lead_size])
         elif self.gets_data[chunk]:
             lo, size = (chunk - self.offset) * ARRAY_BYTES, n * self.itemsize
             self.result_wire[lo: lo + size] = \
@@ -577,4 +589,4 @@ class ReductionWindow:
         return AllreduceResult(self.result, self.overflow, self.chunks,
                                self.retransmissions,
                                lead=None if self.lead_result is None
-                               else self.lead_result.copy())
+                               else self.lead_result[: self.lead_size].copy())
