@@ -185,10 +185,7 @@ def _guessed(reduce: Reduce, config: WorkerConfig, x: npt.NDArray[np.float32],
         retransmissions += r.retransmissions
         on_hosts, overflow = on_hosts or r.on_hosts, overflow or r.overflow
     guesses.learn(key, agreed)
-    if guess is not None:
-        guesses.guessed += 1
-        guesses.held += not redo.any()
-        guesses.blocks_again += int(redo.sum())
+    guesses.guessed += guess is not None
     values = quantize.dequantize(ints, used, op, n, width)
     return AllreduceResult(values, overflow, packets, retransmissions,
                            quantize.bound(values, used, op, n, width), on_hosts=on_hosts), seq

@@ -80,16 +80,13 @@ def digest(key: Key, guess: IntArray | None) -> IntArray:
 
 @dataclass
 class Guesses:
-    """A worker's history of agreed exponents, per kind of call; and counts of the
-    reductions that guessed (``guessed``), of those whose every block held
-    (``held``), and of the blocks reduced again after a guess (``blocks_again``)."""
+    """A worker's history of agreed exponents, per kind of call, and how many of its
+    reductions sent their values with a guess (``guessed``)."""
 
     history: int = GUESS_HISTORY
     headroom: int = GUESS_HEADROOM
     kinds: int = GUESS_KINDS
     guessed: int = 0
-    held: int = 0
-    blocks_again: int = 0
     _agreed: OrderedDict[Key, deque[IntArray]] = field(default_factory=OrderedDict)
 
     def guess(self, key: Key) -> IntArray | None:
