@@ -69,6 +69,7 @@ from ina.host.results import (
     CallStats,
     Lead,
     Reduce,
+    Reductions,
 )
 from ina.host.transport import Transport, batched
 from ina.host.window import (
@@ -266,25 +267,18 @@ def _after_descriptor(reduce: Reduce, values: npt.NDArray[Any], op: Op, seq: int
     e = int(early)
     lead = Lead(np.concatenate((descriptor.values, np.array([e, -e], dtype=np.int32))),
                 check)
+    run = Reductions(reduce, seq)
     if early:
-        first = reduce(values, op, seq, phase, flow, lead)
+        first = run(values, op, phase, flow, lead)
     else:
-        first = reduce(np.zeros(0, dtype=np.int32), Op.MAX, seq, "agreeing on the call",
-                       None, lead)
+        first = run(np.zeros(0, dtype=np.int32), Op.MAX, "agreeing on the call", None, lead)
     assert first.lead is not None
     high, low = int(first.lead[described]), -int(first.lead[described + 1])
     if early and low == 1:
         return dataclasses.replace(first, lead=None)
-    seq = seq_add(seq, first.packets)
-    packets, retransmissions = first.packets, first.retransmissions
     if not early and high == 1:
-        filler = reduce(np.zeros_like(values), op, seq, phase, flow)
-        seq = seq_add(seq, filler.packets)
-        packets += filler.packets
-        retransmissions += filler.retransmissions
-    r = reduce(values, op, seq, phase, flow)
-    return dataclasses.replace(r, packets=packets + r.packets,
-                               retransmissions=retransmissions + r.retransmissions)
+        run(np.zeros_like(values), op, phase, flow)  # fills the early ones' chunks
+    return run.total(run(values, op, phase, flow))
 
 
 # --- SYNC, its answer, notices ---------------------------------------------------

@@ -30,7 +30,7 @@ from ina.host.call import KIND_BYTES, KIND_FLOAT, KIND_INT, NO_ROOT, CallDescrip
 from ina.host.config import WorkerConfig
 from ina.host.flow import WIDTHS, BoolArray, Flow, IntArray, Layout
 from ina.host.guesses import Guesses, Verdict, counted, digest, guessable
-from ina.host.results import EXPONENTS, REDUCING, AllreduceResult, Lead, Reduce
+from ina.host.results import EXPONENTS, REDUCING, AllreduceResult, Lead, Reduce, Reductions
 from ina.host.window import check_ints
 from ina.protocol.arith import seq_add
 from ina.protocol.constants import WIDTH16, WIDTH32, Op
@@ -111,16 +111,15 @@ def reduction(reduce: Reduce, config: WorkerConfig, array: npt.NDArray[Any], is_
     mine = quantize.block_exponents(x, width)
     if guesses is not None and guessable(mine.size, width):
         return _guessed(reduce, config, x, mine, op, seq, layout, flow, guesses)
-    e = reduce(mine, Op.MAX, seq, EXPONENTS)
+    run = Reductions(reduce, seq)
+    e = run(mine, Op.MAX, EXPONENTS)
     if np.any(e.values < mine):
         raise AllreduceError(_not_counted(config))
-    seq = seq_add(seq, e.packets)
-    r = reduce(quantize.quantize(x, e.values, op, n, width), op, seq, REDUCING, flow)
+    r = run(quantize.quantize(x, e.values, op, n, width), op, REDUCING, flow)
     values = quantize.dequantize(r.values, e.values, op, n, width)
-    return AllreduceResult(values, r.overflow, e.packets + r.packets,
-                           e.retransmissions + r.retransmissions,
+    return AllreduceResult(values, r.overflow, run.packets, run.retransmissions,
                            quantize.bound(values, e.values, op, n, width),
-                           on_hosts=r.on_hosts), seq_add(seq, r.packets)
+                           on_hosts=r.on_hosts), run.seq
 
 
 def _not_counted(config: WorkerConfig) -> str:
@@ -149,25 +148,20 @@ def _guessed(reduce: Reduce, config: WorkerConfig, x: npt.NDArray[np.float32],
             raise AllreduceError(_not_counted(config))
 
     lead = Lead(lead_values, check)
+    run = Reductions(reduce, seq)
     if guess is None:  # the lead alone: the values wait for the agreed exponents
-        first = reduce(np.zeros(0, dtype=np.int32), Op.MAX, seq, EXPONENTS, None, lead)
+        first = run(np.zeros(0, dtype=np.int32), Op.MAX, EXPONENTS, None, lead)
         ints = np.zeros(layout.slots, dtype=np.int32)
     else:
-        first = reduce(quantize.quantize(x, guess, op, n, width), op, seq, REDUCING, flow,
-                       lead)
+        first = run(quantize.quantize(x, guess, op, n, width), op, REDUCING, flow, lead)
         ints = first.values.astype(np.int32)
     assert first.lead is not None
     verdict = Verdict.of(first.lead, guess)
     agreed = verdict.exponents
-    seq = seq_add(seq, first.packets)
-    packets, retransmissions = first.packets, first.retransmissions
     if guess is None and verdict.anyone_guessed:
         # The others sent their values with their guesses in these chunks: they
         # are completed (with zeros: nothing of them is used), then reduced again.
-        filler = reduce(np.zeros(layout.slots, dtype=np.int32), op, seq, REDUCING, flow)
-        seq = seq_add(seq, filler.packets)
-        packets += filler.packets
-        retransmissions += filler.retransmissions
+        run(np.zeros(layout.slots, dtype=np.int32), op, REDUCING, flow)
     used = agreed if guess is None else np.where(verdict.missed, agreed, guess)
     on_hosts, overflow = first.on_hosts, first.overflow
     redo = verdict.missed if verdict.anyone_guessed else np.ones(agreed.size, dtype=bool)
@@ -177,18 +171,14 @@ def _guessed(reduce: Reduce, config: WorkerConfig, x: npt.NDArray[np.float32],
         again = x.reshape(-1, per)[rows].reshape(-1)
         counts = layout.counts()[rows]
         sub = Flow(width, counts, None, None if flow.dest is None else flow.dest[rows])
-        r = reduce(quantize.quantize(again, agreed[rows], op, n, width), op, seq, REDUCING,
-                   sub)
+        r = run(quantize.quantize(again, agreed[rows], op, n, width), op, REDUCING, sub)
         ints.reshape(-1, per)[rows] = r.values.reshape(-1, per)
-        seq = seq_add(seq, r.packets)
-        packets += r.packets
-        retransmissions += r.retransmissions
         on_hosts, overflow = on_hosts or r.on_hosts, overflow or r.overflow
     guesses.learn(key, agreed)
     guesses.guessed += guess is not None
     values = quantize.dequantize(ints, used, op, n, width)
-    return AllreduceResult(values, overflow, packets, retransmissions,
-                           quantize.bound(values, used, op, n, width), on_hosts=on_hosts), seq
+    return AllreduceResult(values, overflow, run.packets, run.retransmissions,
+                           quantize.bound(values, used, op, n, width), on_hosts=on_hosts), run.seq
 
 
 def reduction_kind(is_float: bool) -> int:

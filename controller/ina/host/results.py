@@ -9,6 +9,7 @@ of the job's hosts (ina.host.onhosts), each returning an ``AllreduceResult``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.host.flow import Flow
+from ina.protocol.arith import seq_add
 from ina.protocol.constants import Op
 
 
@@ -87,6 +89,31 @@ class Reduce(Protocol):
     def __call__(self, values: npt.NDArray[Any], op: Op, seq: int, phase: str,
                  flow: Flow | None = None, lead: Lead | None = None, /
                  ) -> AllreduceResult: ...
+
+
+@dataclass
+class Reductions:
+    """A collective's reductions one after another: each starts where the one
+    before ended (``seq``: after the last, where the next starts), and their
+    packets and retransmissions add up (``total``)."""
+
+    reduce: Reduce
+    seq: int
+    packets: int = 0
+    retransmissions: int = 0
+
+    def __call__(self, values: npt.NDArray[Any], op: Op, phase: str, flow: Flow | None = None,
+                 lead: Lead | None = None) -> AllreduceResult:
+        r = self.reduce(values, op, self.seq, phase, flow, lead)
+        self.seq = seq_add(self.seq, r.packets)
+        self.packets += r.packets
+        self.retransmissions += r.retransmissions
+        return r
+
+    def total(self, r: AllreduceResult) -> AllreduceResult:
+        """``r`` with the packets and retransmissions of every reduction so far."""
+        return dataclasses.replace(r, packets=self.packets,
+                                   retransmissions=self.retransmissions)
 
 
 #: A call's body, the collective: (a reduction backend, the call's first sequence
