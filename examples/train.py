@@ -33,6 +33,7 @@ import json
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -76,6 +77,32 @@ def hsdp(net: torch.nn.Module, replicas: int, world: int) -> tuple[torch.nn.Modu
             fully_shard(layer, mesh=mesh)
     fully_shard(net, mesh=mesh)
     return net, [mesh.get_group(0), mesh.get_group(1)]
+
+
+@dataclass
+class InaTotals:
+    """This rank's calls through the switches so far, every group's added up."""
+
+    calls: dict[str, dict[str, int]]  # by collective, then where it ran
+    phases: dict[str, float]  # seconds by phase of a call
+
+    @property
+    def allreduces(self) -> int:
+        return self.calls.get("allreduce", {}).get("switches", 0)
+
+
+def ina_totals(groups: list) -> InaTotals:
+    import ina.torch
+
+    totals = InaTotals({}, {})
+    for g in groups:
+        for name, by_where in ina.torch.stats(g).items():
+            mine = totals.calls.setdefault(name, {})
+            for where, n in by_where.items():
+                mine[where] = mine.get(where, 0) + n
+        for k, v in ina.torch.profile(g).items():
+            totals.phases[k] = totals.phases.get(k, 0.0) + v
+    return totals
 
 
 def main() -> None:
@@ -137,6 +164,9 @@ def main() -> None:
         return loss.item()
 
     dist.barrier()
+    # What the calls through the switches counted before the loop (DDP's start:
+    # an all-gather and broadcasts; the barrier): the phases reported are the loop's.
+    before = ina_totals(groups) if args.backend == "ina" and not args.hook else None
     started, wall_start = time.perf_counter(), time.time()
     times, losses, clock = [], [], []
     for i in range(args.steps):
@@ -149,6 +179,7 @@ def main() -> None:
             print(f"step {i + 1:4d}  loss {losses[-1]:.4f}  {recent * 1000:.1f} ms/step",
                   flush=True)
     total, wall_end = time.perf_counter() - started, time.time()
+    after = ina_totals(groups) if before is not None else None
     # Steps' compute alone (forward and backward, no gradient exchange, no update):
     # what a step costs without communication.
     compute = []
@@ -180,20 +211,14 @@ def main() -> None:
             "final_loss": statistics.mean(losses[-20:]), "test_accuracy": accuracy,
             "loss": losses, "clock": clock, "torch": torch.__version__,
         }
-        if args.backend == "ina" and not args.hook:
-            report["collectives"], phases = {}, {}
-            for g in groups:  # every group's calls at this rank, added up
-                for name, by_where in ina.torch.stats(g).items():
-                    mine = report["collectives"].setdefault(name, {})
-                    for where, n in by_where.items():
-                        mine[where] = mine.get(where, 0) + n
-                for k, v in ina.torch.profile(g).items():
-                    phases[k] = phases.get(k, 0.0) + v
+        if before is not None and after is not None:
+            report["collectives"] = ina_totals(groups).calls  # the whole run's
             # Seconds in each phase (start, agreement, exponents, values) per all_reduce
-            # (DDP), or per step (HSDP: its all-gathers, reduce-scatters, all-reduces).
-            calls = args.steps if args.hsdp else \
-                report["collectives"].get("allreduce", {}).get("switches", 0)
-            report["phases"] = {k: v / max(calls, 1) for k, v in phases.items()}
+            # of the loop (DDP), or per step (HSDP: its all-gathers, reduce-scatters,
+            # all-reduces).
+            calls = args.steps if args.hsdp else after.allreduces - before.allreduces
+            report["phases"] = {k: (v - before.phases.get(k, 0.0)) / max(calls, 1)
+                                for k, v in after.phases.items()}
             report["jobs"] = [ina.torch.job(g).to_json() for g in groups]
             # The least round trip of the default group's job tree: what a call's
             # start and agreement should cost at most.

@@ -327,3 +327,8 @@ def test_the_example_trains_under_torchrun_on_the_embedded_network(tmp_path: Pat
     figures = json.loads(report.read_text())
     assert figures["backend"] == "ina" and figures["world"] == 4
     assert figures["collectives"]["allreduce"]["switches"] >= 20
+    # The phases are the training loop's calls' alone: DDP's all-gather of the
+    # parameters' shapes at its start and the example's barrier are not among them.
+    assert figures["phases"]["reducing"] > 0
+    assert figures["phases"].get("gathering", 0.0) == 0.0
+    assert figures["phases"].get("waiting at the barrier", 0.0) == 0.0
