@@ -1,0 +1,71 @@
+"""make train's report (ina.bench.train) from figures alone: the links' floor for a
+DDP step, and the speed-up goals said against it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ina.bench.train import (
+    TrainCaseResult,
+    TrainRegime,
+    TrainRun,
+    TrainSettings,
+    goals,
+    link_floor,
+)
+from ina.protocol.constants import ELEMS_PER_PACKET
+
+PARAMETERS = 26_122
+STEPS = 10
+#: A host link's frame of 256 values: Ethernet, IPv4, UDP, the INA header, the array.
+FRAME_BYTES = 14 + 20 + 8 + 48 + 4 * ELEMS_PER_PACKET
+
+
+def _run(backend: str, step: float, allreduces: int = STEPS) -> TrainRun:
+    return TrainRun(backend, step * STEPS, step, 1 / step, 0.99, 0.1, 0.9, [0.1] * STEPS,
+                    [step * (i + 1) for i in range(STEPS)],
+                    collectives={"allreduce": {"switches": allreduces}})
+
+
+def _case(name: str, rate_mbit: float | None, ina: float, gloo: float, hsdp: int = 0,
+          allreduces: int = STEPS) -> tuple[TrainCaseResult, TrainRegime]:
+    regime = TrainRegime("link" if rate_mbit else "cpu", rate_mbit,
+                         [_run("ina", ina, allreduces), _run("gloo", gloo)], 0.0)
+    case = TrainCaseResult(name, name, ["w1", "w2", "w3", "w4"], "root s1", PARAMETERS,
+                           TrainSettings(steps=STEPS, hsdp=hsdp), [regime])
+    return case, regime
+
+
+def test_the_links_floor_of_a_ddp_step_is_its_packets_once_at_the_links_rate() -> None:
+    case, regime = _case("figure1", 4.0, ina=0.25, gloo=0.41)
+    packets = math.ceil(PARAMETERS / ELEMS_PER_PACKET) + 1  # and the call's lead packet
+    assert link_floor(case, regime) == pytest.approx(packets * FRAME_BYTES * 8 / 4e6)
+
+
+def test_each_all_reduce_of_a_step_adds_its_lead_packet_to_the_floor() -> None:
+    one, one_regime = _case("figure1", 4.0, ina=0.25, gloo=0.41)
+    two, two_regime = _case("figure1", 4.0, ina=0.25, gloo=0.41, allreduces=2 * STEPS)
+    one_floor, two_floor = link_floor(one, one_regime), link_floor(two, two_regime)
+    assert one_floor is not None and two_floor is not None
+    assert two_floor - one_floor == pytest.approx(FRAME_BYTES * 8 / 4e6)
+
+
+def test_no_floor_with_links_unlimited_or_for_hsdp() -> None:
+    assert link_floor(*_case("figure1", None, ina=0.07, gloo=0.07)) is None
+    assert link_floor(*_case("fat-tree-hsdp", 2.0, ina=1.9, gloo=2.1, hsdp=2)) is None
+
+
+def test_a_speedup_goal_past_what_the_links_allow_says_it_is_out_of_reach() -> None:
+    case, _ = _case("figure1", 4.0, ina=0.25, gloo=0.40)  # floor 0.232 s: at most 1.73x
+    whole_run = next(g for g in goals(case) if "whole run >= 2.0x" in g.goal)
+    assert whole_run.passed is False
+    assert "the links allow at most 1.73x (out of reach" in whole_run.measured
+
+
+def test_a_speedup_goal_within_what_the_links_allow_is_not_called_out_of_reach() -> None:
+    case, _ = _case("figure1", 4.0, ina=0.25, gloo=0.60)  # at most 2.59x
+    whole_run = next(g for g in goals(case) if "whole run >= 2.0x" in g.goal)
+    assert whole_run.passed is True
+    assert whole_run.measured == "2.40x; the links allow at most 2.59x"
