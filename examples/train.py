@@ -92,7 +92,7 @@ class InaTotals:
 
 
 def ina_totals(groups: list) -> InaTotals:
-    import ina.torch
+    import ina.torch  # imported by main() only with the ina backend
 
     totals = InaTotals({}, {})
     for g in groups:
