@@ -255,9 +255,13 @@ def _after_descriptor(reduce: Reduce, values: npt.NDArray[Any], op: Op, seq: int
     past what that call left in the cells."""
     described = descriptor.values.size
 
+    def flags(reduced: npt.NDArray[np.int32]) -> tuple[int, int]:
+        """The largest and the least e of the workers: MAX of [e, -e]."""
+        return int(reduced[described]), -int(reduced[described + 1])
+
     def check(reduced: npt.NDArray[np.int32]) -> None:
         descriptor.check(reduced[:described])
-        high, low = int(reduced[described]), -int(reduced[described + 1])
+        high, low = flags(reduced)
         if not low <= int(early) <= high:
             raise AllreduceError(
                 f"job {job_id}: the call's descriptor came back without this worker's: "
@@ -273,7 +277,7 @@ def _after_descriptor(reduce: Reduce, values: npt.NDArray[Any], op: Op, seq: int
     else:
         first = run(np.zeros(0, dtype=np.int32), Op.MAX, "agreeing on the call", None, lead)
     assert first.lead is not None
-    high, low = int(first.lead[described]), -int(first.lead[described + 1])
+    high, low = flags(first.lead)
     if early and low == 1:
         return dataclasses.replace(first, lead=None)
     if not early and high == 1:

@@ -312,11 +312,9 @@ class ReductionWindow:
         self.lead = lead
         self.lead_payload = b""
         self.lead_result: npt.NDArray[np.int32] | None = None
-        self.lead_size = 0
         if lead is not None:
             self.lead_payload = _lead_packet(config, lead, gen)
             self.lead_result = np.zeros(MAX_LEAD, dtype=np.int32)
-            self.lead_size = lead.values.size
             self.offset = 1
             counts = np.concatenate(([MAX_LEAD], counts))
             sends, gets, dests = [True, *sends], [True, *gets], [0, *dests]
@@ -352,6 +350,11 @@ class ReductionWindow:
         self.retransmissions = 0
         self.early_retransmissions = 0
         self.overflow = False
+
+    @property
+    def lead_size(self) -> int:
+        """The lead's own values (its packet counts MAX_LEAD, zeros after them)."""
+        return 0 if self.lead is None else self.lead.values.size
 
     def seq_of(self, chunk: int) -> int:
         return seq_add(self.seq_base, chunk)
