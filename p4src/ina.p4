@@ -25,6 +25,7 @@
 #include "include/defs.p4"
 #include "include/lane_math.p4"
 #include "include/headers.p4"
+#include "include/bier_push.p4"
 #include "include/parser.p4"
 #include "include/verify_checksum.p4"
 #include "include/edge.p4"

@@ -15,12 +15,14 @@ from ina.control.allocation import Allocation
 from ina.control.entities import Meter, TableEntry
 from ina.control.switch_state import base_plan, bmv2_rate, job_plan
 from ina.errors import TopologyError
-from ina.protocol.bitmaps import bit_of
-from ina.protocol.codec import InaHeader, ina_payload
+from ina.protocol.bitmaps import bit_of, one_set
+from ina.protocol.codec import InaHeader, array_bytes, ina_payload
 from ina.protocol.constants import (
     ETHERTYPE_PROBE,
     HOST_BURST,
     HOST_RATE,
+    OP_COPY,
+    WIDTH32,
     Flag,
     JobStat,
     SwitchStat,
@@ -189,3 +191,49 @@ def test_a_probe_from_a_switch_port_is_passed_up(model_lab: ModelLab) -> None:
     probe = mac_bytes("ff:ff:ff:ff:ff:ff") + mac_bytes(s5) + ETHERTYPE_PROBE.to_bytes(2, "big")
     model_lab.net.inject("s1", 1, probe)
     assert [port for port, _ in model_lab.net.packet_ins("s1")] == [1]
+
+
+# --- a worker's own values (OP_COPY): by BIER from its edge switch ------------------------
+
+
+def _owned(lab: ModelLab, host: str = W1, *, src: str | None = None, bit_of_host: str = "",
+           flags: Flag = Flag.RESULT, gen: int = 0, width: int = WIDTH32) -> tuple[bytes, bytes]:
+    """A frame of ``host``'s own values for its job's other workers, and its payload."""
+    h = lab.topology.hosts[host]
+    edge, _ = lab.topology.host_attachment(host)
+    si, bits = one_set(lab.topology.hosts[bit_of_host or host].bit)
+    payload = InaHeader(job_id=1, seq=7, pbm=bits, count=3, op=OP_COPY, flags=flags, si=si,
+                        gen=gen, width=width).pack() + array_bytes([1, 2, 3], width)
+    return ina_frame(h.mac, lab.topology.switches[edge].mac, src or h.ip, "10.0.100.6",
+                     payload), payload
+
+
+def test_a_workers_own_values_reach_every_other_worker_of_its_job_once(
+        model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    asyncio.run(model_lab.ctl.deploy(job))
+    frame, payload = _owned(model_lab)
+    model_lab.net.send(W1, frame)
+    got = {h: model_lab.net.received_payloads(h) for h in model_lab.topology.hosts}
+    assert got == {h: [payload] if h in ("w2", "w3", "w4") else []
+                   for h in model_lab.topology.hosts}
+    s1 = asyncio.run(model_lab.ctl.status())["s1"]
+    assert s1.job_stats[1][JobStat.OWNED].packets == 1
+    assert s1.job_stats[1][JobStat.ABSORBED].packets == 0  # no switch aggregates it
+
+
+@pytest.mark.parametrize("what", ["not_only_result", "another_bit", "another_address",
+                                  "another_plan", "16_bit", "not_a_worker"])
+def test_own_values_not_of_a_worker_as_itself_are_dropped_and_counted(
+        model_lab: ModelLab, what: str) -> None:
+    job = figure1_job(model_lab.topology)
+    asyncio.run(model_lab.ctl.deploy(job))
+    host, edge = ("w5", "s3") if what == "not_a_worker" else (W1, "s1")
+    frame, _ = _owned(
+        model_lab, host, src="10.0.0.5" if what == "another_address" else None,
+        bit_of_host="w2" if what == "another_bit" else "",
+        flags=Flag.RESULT | Flag.OVERFLOW if what == "not_only_result" else Flag.RESULT,
+        gen=3 if what == "another_plan" else 0, width=16 if what == "16_bit" else WIDTH32)
+    model_lab.net.send(host, frame)
+    assert switch_stat(model_lab, edge, SwitchStat.DROP_BAD_OWNED) == 1
+    assert not any(model_lab.net.inbox.values())

@@ -321,22 +321,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         hdr.ipv4.dst_addr = 0;  // each edge switch sets its host's address
         hdr.ipv4.ttl = IPV4_INITIAL_TTL;
         hdr.udp.checksum = 0;
-        hdr.bier.setValid();
-        hdr.bier.bift_id = BIER_BIFT_ID + (bit<20>)hdr.ina.si;
-        hdr.bier.tc = 0;
-        hdr.bier.s = 1;
-        hdr.bier.ttl = BIER_INITIAL_TTL;
-        hdr.bier.nibble = BIER_NIBBLE;
-        hdr.bier.version = BIER_VERSION;
-        hdr.bier.bsl = BIER_BSL_CODE;
-        hdr.bier.entropy = 0;
-        hdr.bier.oam = 0;
-        hdr.bier.rsv = 0;
-        hdr.bier.dscp = 0;
-        hdr.bier.proto = BIER_PROTO_IPV4;
-        hdr.bier.bfir_id = 0;
-        hdr.bier.bitstring = bits;
-        hdr.ethernet.ether_type = ETHERTYPE_BIER;
+        bier_push(hdr, hdr.ina.si, bits);
         std.mcast_grp = is_resend ? BIER_MCAST_GROUP : JOB_GROUP_BASE + (bit<16>)meta.job_index;
         meta.bier_result = !is_resend && meta.sets != 1;
         meta.to_me = false;

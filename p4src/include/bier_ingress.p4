@@ -5,10 +5,12 @@
 control BierIngress(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t std) {
     apply {
-        if (meta.from_host && meta.membership != MEMBER_ROOT) {
+        // A worker's own values were put in BIER by ingress, and checked there.
+        if (meta.from_host && !meta.owned && meta.membership != MEMBER_ROOT) {
             // Hosts are BFERs behind this switch; only a job's server root injects.
             meta.drop_reason = SWITCH_STAT_DROP_BIER_FROM_HOST;
-        } else if (meta.from_host && (!hdr.ipv4.isValid() || hdr.ipv4.src_addr != meta.host_ip)) {
+        } else if (meta.from_host && !meta.owned
+                   && (!hdr.ipv4.isValid() || hdr.ipv4.src_addr != meta.host_ip)) {
             meta.drop_reason = SWITCH_STAT_DROP_SPOOFED_SOURCE;  // a server root, from its address
         } else if (hdr.bier.nibble != BIER_NIBBLE || hdr.bier.version != BIER_VERSION
                    || hdr.bier.bsl != BIER_BSL_CODE || hdr.bier.bift_id < BIER_BIFT_ID
@@ -19,8 +21,10 @@ control BierIngress(inout headers_t hdr, inout metadata_t meta,
             meta.drop_reason = SWITCH_STAT_DROP_BIER_TTL;
         } else {
             hdr.bier.ttl = hdr.bier.ttl - 1;
-            if (meta.job_role == ROLE_TRANSIT || meta.job_role == ROLE_AGGREGATOR) {
-                // The job's group: copies only toward its workers.
+            if ((meta.job_role == ROLE_TRANSIT || meta.job_role == ROLE_AGGREGATOR)
+                    && hdr.ina.op != OP_COPY) {
+                // The job's group: copies only toward its workers, down its tree
+                // from the root. A worker's own values may have to go up: every port.
                 std.mcast_grp = JOB_GROUP_BASE + (bit<16>)meta.job_index;
             } else {
                 std.mcast_grp = BIER_MCAST_GROUP;

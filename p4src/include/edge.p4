@@ -3,7 +3,7 @@
 // (ingress drops and counts all of it): a host there would be trusted as a
 // switch. Which jobs each host takes part in: a host contributes only as itself,
 // from its own address, to a job it is a worker of, and injects BIER only as the
-// server root of a job. A host's INA packets of each of its jobs are policed by
+// server root of a job (a worker's own values are put in BIER here: ingress.p4). A host's INA packets of each of its jobs are policed by
 // a meter on its job_members entry (rate and burst set by the controller), so
 // that a flood from one host cannot take its parent, or the links' probes.
 control Edge(in headers_t hdr, in port_t port, inout metadata_t meta) {
@@ -39,13 +39,17 @@ control Edge(in headers_t hdr, in port_t port, inout metadata_t meta) {
     // the VAT: a new plan rewrites this entry, and the worker is told (REPLAN).
     // slots is the job's window, which the controller reads back to re-plan the
     // job when its VAT nodes are gone (the switches are its only record of jobs).
-    action member(ipv4_addr_t parent_ip, ipv4_addr_t root_ip, bit<8> gen, bit<16> slots) {
+    // peers: the job's workers in the host's BIER set, where its own values go
+    // (OP_COPY: ingress.p4).
+    action member(ipv4_addr_t parent_ip, ipv4_addr_t root_ip, bit<8> gen, bit<16> slots,
+                  bitmap_t peers) {
         member_meter.read(meta.color);
         meta.membership = MEMBER_WORKER;
         meta.steer_parent = parent_ip;
         meta.steer_root = root_ip;
         meta.member_gen = gen;
         meta.slot_mask = slots - 1;
+        meta.peers = peers;
     }
 
     // A worker of a job that no switch can aggregate now: its SYNC is answered here

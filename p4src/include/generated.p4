@@ -35,6 +35,7 @@ const bit<2> METER_RED = 2;  // a meter's colour over its rate
 const bit<4> OP_SUM = 1;
 const bit<4> OP_MIN = 2;
 const bit<4> OP_MAX = 3;
+const bit<4> OP_COPY = 4;  // a worker's own values, by BIER
 const bit<8> FLAG_RESULT = 1;
 const bit<8> FLAG_OVERFLOW = 2;
 const bit<8> FLAG_SYNC = 4;
@@ -70,7 +71,7 @@ const int MAX_PORTS = 64;
 const int BIER_SETS_LOG2 = 4;
 const int JOB_STAT_STRIDE = 32;
 const int JOB_STAT_STRIDE_LOG2 = 5;
-const int SWITCH_STATS = 26;
+const int SWITCH_STATS = 27;
 const bit<16> BIER_MCAST_GROUP = 1;  // one copy per port
 const bit<16> JOB_GROUP_BASE = 256;  // + job index: the ports toward the job's workers
 
@@ -97,6 +98,7 @@ const bit<8> JOB_STAT_DROP_AHEAD = 17;
 const bit<8> JOB_STAT_DROP_ABORT_AHEAD = 18;
 const bit<8> JOB_STAT_DROP_WIDTH_MISMATCH = 19;
 const bit<8> JOB_STAT_DROP_KIND_MISMATCH = 20;
+const bit<8> JOB_STAT_OWNED = 21;
 const bit<8> SWITCH_STAT_NONE = 255;
 const bit<8> SWITCH_STAT_DROP_PARSER_ERROR = 0;
 const bit<8> SWITCH_STAT_DROP_BAD_VERSION = 1;
@@ -124,6 +126,7 @@ const bit<8> SWITCH_STAT_DROP_POLICED = 22;
 const bit<8> SWITCH_STAT_DROP_BAD_WIDTH = 23;
 const bit<8> SWITCH_STAT_DROP_BAD_DEST = 24;
 const bit<8> SWITCH_STAT_COMPLETION_SENT = 25;
+const bit<8> SWITCH_STAT_DROP_BAD_OWNED = 26;
 
 // The packet's array: 256 int32 values (or 512 int16 ones) as 4 lanes.
 header ina_data_h {

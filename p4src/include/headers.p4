@@ -104,6 +104,7 @@ struct metadata_t {
     ipv4_addr_t steer_parent;   // a worker's contributions go to its parent VAT node ...
     ipv4_addr_t steer_root;     // ... and its SYNCs to the job's root (job_members)
     bit<8>      member_gen;     // the generation of the job's plan at this edge
+    bitmap_t    peers;          // the job's workers in the host's set (job_members)
     // addresses.p4
     bool        to_me;
     // jobs.p4: the job's entry on this switch
@@ -126,6 +127,7 @@ struct metadata_t {
     bit<8>      drop_reason;    // dropped and counted for this SWITCH_STAT_*, or NONE
     bool        consumed;       // absorbed into a cell, or refused by a job check
     bool        bier_result;    // a root's result for several sets: egress writes each
+    bool        owned;          // a worker's own values, put in BIER here (OP_COPY)
     // egress
     bit<8>      bier_si;        // the copy's set
     bit<3>      bier_out;       // BIER_OUT_*, with BIER_OUT_COMPLETION

@@ -30,6 +30,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         meta.job_stat2 = JOB_STAT_NONE;
         meta.drop_reason = SWITCH_STAT_NONE;
         meta.consumed = false;
+        meta.owned = false;
     }
 
     // The controller's packet (a link probe): out of the port it names, ahead of
@@ -70,6 +71,17 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     // of another generation), or no switch aggregates the job now. The packet goes
     // back as a notice (SYNC | REPLY | what) in the plan's generation; its array,
     // if any, goes with it (cutting it off would cost BMv2 more than sending it).
+    // A worker's own values for every other worker of its job (OP_COPY: a
+    // Broadcast's root, an Allgather's part): this edge is the BFIR, and sends the
+    // packet once by BIER to the job's other workers in the host's set, who take it
+    // as a result; no switch aggregates it. Each uplink carries the values once.
+    action own() {
+        bier_push(hdr, hdr.ina.si, meta.peers & ~meta.host_bit);
+        hdr.udp.checksum = 0;
+        meta.owned = true;
+        meta.job_stat = JOB_STAT_OWNED;
+    }
+
     action tell_worker(bit<8> what) {
         hdr.ina.flags = FLAG_SYNC | FLAG_REPLY | what;
         hdr.ina.gen = meta.member_gen;
@@ -118,6 +130,20 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
             bier.apply(hdr, meta, std);
             if (meta.drop_reason == SWITCH_STAT_NONE && meta.job_role != ROLE_NONE) {
                 meta.job_stat = JOB_STAT_BIER_RECEIVED;
+            }
+        } else if (meta.from_host && hdr.ina.isValid() && hdr.ina.op == OP_COPY) {
+            // A worker's own values: whole, as itself, in the plan it is told of.
+            if (hdr.ina.version == INA_VERSION && hdr.ina.flags == FLAG_RESULT
+                    && meta.membership == MEMBER_WORKER && hdr.ina.gen == meta.member_gen
+                    && hdr.ipv4.src_addr == meta.host_ip && hdr.ipv4.ihl == 5
+                    && hdr.ina.pbm == meta.host_bit && hdr.ina.si == meta.host_si
+                    && hdr.ina.width == WIDTH32 && hdr.ina.dest == 0 && hdr.data.isValid()
+                    && hdr.ina.count != 0 && hdr.ina.count <= ELEMS_PER_PACKET
+                    && (meta.peers & ~meta.host_bit) != 0) {
+                own();
+                bier.apply(hdr, meta, std);
+            } else {
+                meta.drop_reason = SWITCH_STAT_DROP_BAD_OWNED;
             }
         } else if (hdr.ipv4.isValid() && hdr.ipv4.ihl == 5) {
             if (meta.job_role == ROLE_NONE) {

@@ -23,9 +23,18 @@ from ina.host.arrays import random_array
 from ina.lab.deploy import deploy
 from ina.model.harness import allreduce_on_model, deployed_network
 from ina.protocol.bitmaps import bit_of
-from ina.protocol.codec import InaHeader, InaPacket
+from ina.protocol.codec import InaHeader, InaPacket, array_bytes
 from ina.protocol.constants import ELEMS_PER_PACKET as P
-from ina.protocol.constants import ETHERTYPE_PROBE, JOB_STAT_STRIDE, Flag, JobStat, Op, SwitchStat
+from ina.protocol.constants import (
+    ETHERTYPE_PROBE,
+    JOB_STAT_STRIDE,
+    OP_COPY,
+    WIDTH32,
+    Flag,
+    JobStat,
+    Op,
+    SwitchStat,
+)
 from ina.protocol.frames import ina_frame, mac_bytes, udp_frame
 from ina.spec.job import JobSpec
 from ina.spec.topology import Topology
@@ -263,6 +272,26 @@ def _window_batches(topology: Topology) -> list[Batch]:
     ]
 
 
+def _owned(bfr_id: int, flags: Flag = Flag.RESULT, gen: int = 0, width: int = WIDTH32
+           ) -> bytes:
+    """Job 16's worker ``bfr_id``'s own values (OP_COPY) of three elements."""
+    return InaHeader(job_id=16, seq=START, pbm=bit_of(bfr_id), count=3, op=OP_COPY, flags=flags,
+                     gen=gen, width=width).pack() + array_bytes([1, 2, 3], width)
+
+
+def _owned_batches(topology: Topology) -> list[Batch]:
+    """w3's own values, then the ones an edge refuses: not a result alone, another
+    worker's bit, another plan, 16-bit elements, another address, not a worker."""
+    root = "10.0.100.6"
+    return [
+        _from(topology, "w3", root, [_owned(3)]),
+        _from(topology, "w1", root, [_owned(1, Flag.RESULT | Flag.OVERFLOW), _owned(2),
+                                     _owned(1, gen=3), _owned(1, width=16)]),
+        _from(topology, "w1", root, [_owned(1)], src="10.0.0.5"),
+        _from(topology, "w5", root, [_owned(5)]),
+    ]
+
+
 def _undeclared_batches(topology: Topology) -> list[Batch]:
     """Plain IPv4, INA and a link probe from w8, whose port s4 no longer declares."""
     h, s4 = topology.hosts["w8"], topology.switches["s4"]
@@ -361,6 +390,18 @@ def test_bmv2_and_the_model_agree_on_the_window(labs: Labs) -> None:
     assert [InaHeader.unpack(p).seq for p in got["w1"]] == [START]
     assert [InaHeader.unpack(p).seq for p in got["w2"]] == [START + 2 * W + 1]
     assert not got["w5"]
+
+
+def test_bmv2_and_the_model_agree_on_a_workers_own_values(labs: Labs) -> None:
+    got, counters = _crafted_on_both(labs, WINDOW_SPEC, _owned_batches)
+    topo = labs.get(ROOT / "topologies" / "figure1.yaml").topology
+    assert {h: len(p) for h, p in got.items()} == {h: int(h in ("w1", "w2", "w4"))
+                                                   for h in topo.hosts}
+    assert got["w1"] == [_owned(3)]  # as w3 sent it: no switch aggregated it
+    edge = {h: topo.host_attachment(h)[0] for h in ("w1", "w3", "w5")}
+    assert _job_cell(counters[edge["w3"]], JobStat.OWNED) == 1
+    assert _switch_cell(counters[edge["w1"]], SwitchStat.DROP_BAD_OWNED) == 5
+    assert _switch_cell(counters[edge["w5"]], SwitchStat.DROP_BAD_OWNED) == 1
 
 
 def test_bmv2_and_the_model_agree_on_an_undeclared_port(labs: Labs) -> None:

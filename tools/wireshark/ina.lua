@@ -33,7 +33,7 @@ local BIER_BIFT_ID = 1  -- of set 0; set SI has BIER_BIFT_ID + SI
 local BIER_PROTO_IPV4 = 4
 local SYNC = 0x04  -- a call's SYNC (or its REPLY): no array
 local NODATA = 0x80  -- no array: a bit alone, or a completion
-local OPS = { [1] = "SUM", [2] = "MIN", [3] = "MAX" }
+local OPS = { [1] = "SUM", [2] = "MIN", [3] = "MAX", [4] = "COPY" }
 local FLAGS = {
   { abbr = "result", name = "RESULT", bit = 0x01 },
   { abbr = "overflow", name = "OVERFLOW", bit = 0x02 },

@@ -112,7 +112,8 @@ BIER_PORTS = TableSpec(
 # SYNCs to the root, in the plan's generation; on hosts: no switch aggregates the job.
 # Each entry's meter polices the host's INA packets of the job.
 MEMBER = ActionSpec("InaIngress.edge.member",
-                    (("parent_ip", 32), ("root_ip", 32), ("gen", 8), ("slots", 16)))
+                    (("parent_ip", 32), ("root_ip", 32), ("gen", 8), ("slots", 16),
+                     ("peers", BM)))
 MEMBER_ON_HOSTS = ActionSpec("InaIngress.edge.member_on_hosts", (("gen", 8), ("slots", 16)))
 BIER_SOURCE = ActionSpec("InaIngress.edge.bier_source")
 NOT_MEMBER = ActionSpec("InaIngress.edge.not_member")

@@ -111,7 +111,8 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
     """The job's vat_jobs entry on every switch in ``alloc`` (with vat_sets entries,
     its A-BM per set, on VAT nodes, and result_sets on a root switch), and a
     job_members entry for each worker's port on its edge switch, which steers the
-    worker's packets to its parent and its SYNCs to the root.
+    worker's packets to its parent and its SYNCs to the root, and sends its own
+    values (OP_COPY) by BIER to the job's other workers in its set (``peers``).
 
     ``epoch`` tells this deployment's slot state from a torn-down job's leftovers
     (the data plane cannot have its registers cleared over P4Runtime); ``gen``
@@ -145,12 +146,14 @@ def job_plan(job: Job, topology: Topology, alloc: Mapping[str, Allocation],
             result[sw] += [entry(n.RESULT_SETS, {"job_id": job.job_id, "si": si}, n.RESULT_SET,
                                  abm=bits) for si, bits in sets.items()]
     root_ip = ip_int(topology.address(job.root))
+    workers_by_set = split_sets(job.abm)
     for worker in job.workers:
         edge, port = topology.host_attachment(worker)
+        si, _ = one_set(job.worker_bit[worker])
         result[edge].append(_policed(entry(
             n.JOB_MEMBERS, {"job_id": job.job_id, "ingress_port": port}, n.MEMBER,
             parent_ip=ip_int(job.target_of(worker, topology)), root_ip=root_ip, gen=gen,
-            slots=job.slots), topology))
+            slots=job.slots, peers=workers_by_set[si]), topology))
     if job.root in topology.hosts:
         # A server root finishes the aggregation and starts the BIER delivery itself.
         edge, port = topology.host_attachment(job.root)

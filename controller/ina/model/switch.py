@@ -42,6 +42,7 @@ from ina.protocol.constants import (
     BITSTRING_BITS,
     CPU_PORT,
     ELEMS_BY_WIDTH,
+    ELEMS_PER_PACKET,
     ETHERNET_BYTES,
     ETHERTYPE_BIER,
     ETHERTYPE_IPV4,
@@ -55,7 +56,9 @@ from ina.protocol.constants import (
     MARK_QDEPTH,
     MAX_BFR_ID,
     MAX_PORTS,
+    OP_COPY,
     PHANTOM_RATE_SHIFT,
+    WIDTH32,
     Ecn,
     Flag,
     JobStat,
@@ -142,6 +145,8 @@ class _Meta:
     host_ip: str = ""
     membership: str | None = None  # the job_members action for this host port
     member_gen: int = 0  # the job's plan generation in that entry (member, member_on_hosts)
+    peers: int = 0  # the job's workers in the host's set (member)
+    owned: bool = False  # a worker's own values, put in BIER here (OP_COPY)
     to_me: bool = False
     job: TableEntry | None = None
     sets: int = 0  # BIER sets the node's A-BM spans
@@ -289,6 +294,8 @@ class ModelSwitch:
             meta.drop = SwitchStat.DROP_IP_CHECKSUM
         elif frame.bier is not None:
             self._bier_ingress(frame, meta)
+        elif meta.from_host and frame.ina is not None and frame.ina.op == OP_COPY:
+            self._own(frame, meta)
         elif frame.ipv4 is not None and frame.ipv4.ver_ihl & 0xF == 5:
             self._ipv4_ingress(frame, meta)
         elif frame.eth.ethertype == ETHERTYPE_PROBE and not meta.from_host:
@@ -306,6 +313,7 @@ class ModelSwitch:
         gen = meta.member_gen = member.param("gen")
         udp = frame.udp
         assert udp is not None
+        meta.peers = member.param("peers")
         if ina.flags & Flag.SYNC:
             ipv4.dst = ip_str(member.param("root_ip"))
             udp.checksum = 0  # the pseudo-header changed (ingress.p4)
@@ -315,12 +323,35 @@ class ModelSwitch:
             ipv4.dst = ip_str(member.param("parent_ip"))
             udp.checksum = 0
 
+    def _own(self, frame: Frame, meta: _Meta) -> None:
+        """ingress.p4's own(): a worker's own values (OP_COPY), whole, as itself, in
+        the plan it is told of, go by BIER to the job's other workers in its set."""
+        ina, ipv4, udp = frame.ina, frame.ipv4, frame.udp
+        assert ina is not None and ipv4 is not None and udp is not None
+        others = meta.peers & ~meta.host_bit
+        if (ina.version == INA_VERSION and ina.flags == Flag.RESULT
+                and meta.membership == n.MEMBER.name and ina.gen == meta.member_gen
+                and ipv4.src == meta.host_ip and ipv4.ver_ihl & 0xF == 5
+                and ina.pbm == meta.host_bit and ina.si == meta.host_si
+                and ina.width == WIDTH32 and ina.dest == 0 and frame.lanes is not None
+                and 1 <= ina.count <= ELEMS_PER_PACKET and others):
+            frame.bier = Bier.for_set(ina.si, others)
+            frame.eth.ethertype = ETHERTYPE_BIER
+            udp.checksum = 0
+            meta.owned = True
+            meta.job_events.add(JobStat.OWNED)
+            self._bier_ingress(frame, meta)
+        else:
+            meta.drop = SwitchStat.DROP_BAD_OWNED
+
     def _bier_ingress(self, frame: Frame, meta: _Meta) -> None:
         bier = frame.bier
         assert bier is not None
-        if meta.from_host and meta.membership != n.BIER_SOURCE.name:
+        # A worker's own values were put in BIER by ingress, and checked there.
+        if meta.from_host and not meta.owned and meta.membership != n.BIER_SOURCE.name:
             meta.drop = SwitchStat.DROP_BIER_FROM_HOST
-        elif meta.from_host and (frame.ipv4 is None or frame.ipv4.src != meta.host_ip):
+        elif (meta.from_host and not meta.owned
+              and (frame.ipv4 is None or frame.ipv4.src != meta.host_ip)):
             meta.drop = SwitchStat.DROP_SPOOFED_SOURCE  # a server root, from its address
         elif (bier.nibble != BIER_NIBBLE or bier.version != BIER_VERSION
               or bier.bsl != BIER_BSL_CODE or not 0 <= bier.si < BIER_SETS
@@ -332,7 +363,9 @@ class ModelSwitch:
             bier.ttl -= 1
             if meta.job is not None:
                 meta.job_events.add(JobStat.BIER_RECEIVED)
-            if meta.job is not None and meta.job.action in (n.TRANSIT.name, n.VAT_NODE.name):
+            # A worker's own values may have to go up: every port, not the job's tree.
+            if (meta.job is not None and meta.job.action in (n.TRANSIT.name, n.VAT_NODE.name)
+                    and (frame.ina is None or frame.ina.op != OP_COPY)):
                 meta.mcast_grp = job_group_id(meta.job.param("job_index"))
             else:
                 meta.mcast_grp = BIER_MCAST_GROUP

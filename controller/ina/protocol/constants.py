@@ -69,6 +69,13 @@ class Op(enum.IntEnum):
     MAX = 3
 
 
+#: INA header ``op`` of a worker's own values for every other worker of its job
+#: (a Broadcast's root, an Allgather's part): not a reduction, never aggregated; its
+#: edge switch sends the packet once by BIER to the job's other workers, as a result.
+OP_COPY = 4
+assert OP_COPY not in Op._value2member_map_
+
+
 class Ecn(enum.IntFlag):
     """INA header ``ecn`` (version 5): what the path said about congestion."""
 
@@ -215,6 +222,8 @@ class JobStat(enum.IntEnum):
     #: data to a NODATA round, or NODATA to a round of data (retransmissions too): a
     #: round takes the kind of its first contribution, so no packet has to grow an array
     DROP_KIND_MISMATCH = 20
+    #: edge: a worker's own values (OP_COPY) sent by BIER to the job's other workers
+    OWNED = 21
 
 
 class SwitchStat(enum.IntEnum):
@@ -248,6 +257,9 @@ class SwitchStat(enum.IntEnum):
     #: A BIER copy that left without its array (a completion: NODATA, lengths
     #: shortened), its BitString not holding the packet's dest (egress)
     COMPLETION_SENT = 25
+    #: a host's own values (OP_COPY) refused: not a worker of the job in this plan,
+    #: not from its own address and bit, or not a whole packet of 32-bit elements
+    DROP_BAD_OWNED = 26
 
 
 SWITCH_STATS = len(SwitchStat)

@@ -79,7 +79,8 @@ def render_section() -> str:
         f"local BIER_PROTO_IPV4 = {c.BIER_PROTO_IPV4}",
         f"local SYNC = {int(c.Flag.SYNC):#04x}  -- a call's SYNC (or its REPLY): no array",
         f"local NODATA = {int(c.Flag.NODATA):#04x}  -- no array: a bit alone, or a completion",
-        "local OPS = { " + ", ".join(f'[{int(op)}] = "{op.name}"' for op in c.Op) + " }",
+        "local OPS = { " + ", ".join(f'[{int(op)}] = "{op.name}"' for op in c.Op)
+        + f', [{c.OP_COPY}] = "COPY" }}',
         "local FLAGS = {",
         *(f'  {{ abbr = "{f.name.lower()}", name = "{f.name}", bit = {int(f):#04x} }},'
           for f in c.Flag if f and f.name),

@@ -120,6 +120,7 @@ def render_constants() -> str:
         f"const bit<2> METER_RED = {c.METER_RED};  // a meter's colour over its rate",
     ]
     lines += [f"const bit<4> OP_{op.name} = {int(op)};" for op in c.Op]
+    lines.append(f"const bit<4> OP_COPY = {c.OP_COPY};  // a worker's own values, by BIER")
     lines += [f"const bit<8> FLAG_{f.name} = {int(f)};" for f in c.Flag if f.name and f.value]
     lines += _congestion_lines()
     lines += [

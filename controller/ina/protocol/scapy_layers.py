@@ -43,6 +43,7 @@ from ina.protocol.constants import (
     INA_PAYLOAD_BYTES,
     INA_UDP_PORT,
     INA_VERSION,
+    OP_COPY,
     WIDTH16,
     WIDTH32,
     Ecn,
@@ -50,7 +51,7 @@ from ina.protocol.constants import (
     Op,
 )
 
-OPS = {int(op): op.name for op in Op}
+OPS = {**{int(op): op.name for op in Op}, OP_COPY: "COPY"}
 
 
 def flag_names(flags: int) -> str:
