@@ -133,8 +133,9 @@ class _Round:
 class LocalFabric:
     """Reduces the chunks of ``n`` workers' bodies as the data plane does (per chunk:
     the data contributions combined, NODATA only: a completion; the data to ``dest``
-    or to every worker), checking that the workers agree on every chunk's count,
-    width, op and dest. ``reduce_of(r)`` is rank r's reduction backend."""
+    or to every worker; with owners, the owner's values to every worker), checking
+    that the workers agree on every chunk's count, width, op, dest and owner.
+    ``reduce_of(r)`` is rank r's reduction backend."""
 
     def __init__(self, workers: Sequence[WorkerConfig]):
         self.workers = list(workers)
@@ -178,15 +179,18 @@ class LocalFabric:
         chunks = len(flow0.counts) if flow0.counts is not None else -(-size // e)
         for values, o, flow in entries:
             assert (o, flow.width, values.size) == (op, flow0.width, size)
-            for a, b in ((flow.counts, flow0.counts), (flow.dest, flow0.dest)):
+            for a, b in ((flow.counts, flow0.counts), (flow.dest, flow0.dest),
+                         (flow.owners, flow0.owners)):
                 assert (a is None and b is None) or (
                     a is not None and b is not None and np.array_equal(a, b))
         total = np.zeros(size, dtype=np.int64)
         overflow = np.zeros(chunks, dtype=bool)
         any_data = np.zeros(chunks, dtype=bool)
-        for values, _, flow in entries:
+        by_id = {cfg.pbm.bit_length(): r for r, cfg in enumerate(self.workers)}
+        for r, (values, _, flow) in enumerate(entries):
             for c in range(chunks):
-                if not flow.sends_data(c):
+                if (not flow.sends_data(c) if flow.owners is None
+                        else by_id[int(flow.owners[c])] != r):
                     continue
                 lo, hi = c * e, min((c + 1) * e, size)
                 v = values[lo:hi].astype(np.int64)
@@ -202,7 +206,8 @@ class LocalFabric:
                 any_data[c] = True
         dtype = np.int16 if flow0.width == WIDTH16 else np.int32
         for r, cfg in enumerate(self.workers):
-            gets = flow0.received(chunks, cfg.pbm.bit_length()) & any_data
+            gets = any_data if flow0.owners is not None else (
+                flow0.received(chunks, cfg.pbm.bit_length()) & any_data)
             mask = np.repeat(gets, e)[:size]
             result = np.where(mask, total, 0).astype(dtype)
             rnd.results[r] = AllreduceResult(result, bool(np.any(overflow & gets)), chunks)

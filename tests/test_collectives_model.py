@@ -167,19 +167,33 @@ def test_a_reduce_sends_the_data_down_to_the_root_rank_only(figure1_topology: To
         assert down[(edge, w)] == 4 * frame, w
 
 
-def test_a_broadcast_costs_every_link_what_an_allreduce_does(
+def test_a_broadcast_sends_the_array_up_the_root_ranks_link_only(
         figure1_topology: Topology) -> None:
-    # The others contribute zeros: a round takes one kind (ina.host.collective.movement).
+    # The root rank's data goes once, by BIER from its edge switch; each chunk's
+    # round is a header from every worker (ina.host.collective.movement).
     step = _deployed(figure1_topology, figure1_job(figure1_topology))
     chunks = 6
     arrays = _arrays(4, chunks * P, "int32")
     check("broadcast", arrays, _lockstep(step, "broadcast", arrays), root=ROOT_RANK)
     moved = step.link_bytes[-1]
-    _lockstep(step, "allreduce", arrays)
-    assert moved == step.link_bytes[-1]
+    for r, w in enumerate(step.job.workers):
+        edge, _ = figure1_topology.host_attachment(w)
+        mine = r == ROOT_RANK
+        assert moved[(w, edge)] == chunks * (COMPLETION_FRAME + mine * DATA_FRAME), w
+        assert moved[(edge, w)] == chunks * (COMPLETION_FRAME + (not mine) * DATA_FRAME), w
+
+
+def test_an_allgather_sends_each_part_up_its_owners_link_only(
+        figure1_topology: Topology) -> None:
+    step = _deployed(figure1_topology, figure1_job(figure1_topology))
+    k = 2  # packets per part
+    arrays = _arrays(4, k * P, "int32")
+    check("allgather", arrays, _lockstep(step, "allgather", arrays))
+    moved = step.link_bytes[-1]
     for w in step.job.workers:
         edge, _ = figure1_topology.host_attachment(w)
-        assert moved[(w, edge)] == moved[(edge, w)] == chunks * DATA_FRAME, w
+        assert moved[(w, edge)] == k * DATA_FRAME + 4 * k * COMPLETION_FRAME, w
+        assert moved[(edge, w)] == 3 * k * DATA_FRAME + 4 * k * COMPLETION_FRAME, w
 
 
 def test_a_barrier_costs_each_link_one_header(figure1_topology: Topology) -> None:

@@ -2,10 +2,13 @@
 
 Each worker gives a part of the same length and type; on the wire the parts lie one
 after another, each padded to whole packets (ina.host.flow.Layout), so that every
-chunk has one owner: the owner contributes its data, every other worker zeros (not
-NODATA: a round takes one kind, see ina.host.collective.movement), and the chunk's
-data goes to every worker. Any type travels as its bytes in 32-bit words, exactly.
-A worker's uplink and its downlink carry every part.
+chunk has one owner, who sends its data once (OP_COPY): its edge switch sends it
+by BIER to every other worker, and each chunk's round is NODATA from every worker
+that holds it (ina.host.collective.movement). Any type travels as its bytes in
+32-bit words, exactly. A worker's uplink carries its part and a header per chunk,
+its downlink every part. (Where the workers' BFR-ids span BIER sets, or a worker
+does not know them, the owner contributes its data and the others zeros: every
+uplink carries every part.)
 """
 
 from __future__ import annotations
@@ -14,7 +17,15 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.host.call import Collective, agreeing
-from ina.host.collective import bytes_kind, describe, flat, movement, unwords, words
+from ina.host.collective import (
+    bytes_kind,
+    chunk_owners,
+    describe,
+    flat,
+    movement,
+    unwords,
+    words,
+)
 from ina.host.config import WorkerConfig
 from ina.host.flow import Layout
 from ina.host.results import AllreduceResult, CallBody, Reduce
@@ -34,8 +45,9 @@ def allgather(config: WorkerConfig, values: npt.ArrayLike) -> CallBody:
         wire = np.zeros(layout.slots, dtype=np.int32)
         start = layout.part_slots(config.rank)
         wire[start: start + mine.size] = mine
-        r, seq = movement(reduce, wire, seq, layout, layout.owner() == config.rank,
-                          "gathering")
+        owner = layout.owner()
+        r, seq = movement(reduce, wire, seq, layout, owner == config.rank, "gathering",
+                          chunk_owners(config, owner))
         parts = layout.gather(r.values).reshape(n, mine.size)
         values = np.concatenate([unwords(p, array.dtype, array.size) for p in parts])
         return AllreduceResult(values, False, r.packets, r.retransmissions,

@@ -1,10 +1,12 @@
 """Broadcast: the root rank's array at every worker, bit for bit.
 
-The root contributes its data to every chunk, every other worker zeros (not NODATA:
-a round takes one kind, see ina.host.collective.movement); the cell completes with
-every worker's bit and the root of the VAT sends the root rank's data by BIER to
-every worker. Any type travels as its bytes in 32-bit words, exactly. Every uplink
-and every downlink carries the array.
+The root rank sends its data once (OP_COPY): its edge switch sends it by BIER to
+every other worker, and each chunk's round is NODATA from every worker that holds
+it (ina.host.collective.movement). Any type travels as its bytes in 32-bit words,
+exactly. The root's uplink and every downlink carry the array, the other uplinks
+a header per chunk. (Where the workers' BFR-ids span BIER sets, or a worker does
+not know them, the root contributes its data and the others zeros: every uplink
+carries the array.)
 """
 
 from __future__ import annotations
@@ -13,7 +15,16 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.host.call import Collective, agreeing
-from ina.host.collective import bytes_kind, check_rank, describe, flat, movement, unwords, words
+from ina.host.collective import (
+    bytes_kind,
+    check_rank,
+    chunk_owners,
+    describe,
+    flat,
+    movement,
+    unwords,
+    words,
+)
 from ina.host.config import WorkerConfig
 from ina.host.flow import Layout
 from ina.host.results import AllreduceResult, CallBody, Reduce
@@ -32,7 +43,8 @@ def broadcast(config: WorkerConfig, values: npt.ArrayLike, root: int) -> CallBod
                                            bytes_kind(array), root=root), config.job_id)
         layout = Layout(wire.size)
         data = np.full(layout.chunks, mine, dtype=bool)
-        r, seq = movement(reduce, wire, seq, layout, data, "broadcasting")
+        owners = chunk_owners(config, np.full(layout.chunks, root))
+        r, seq = movement(reduce, wire, seq, layout, data, "broadcasting", owners)
         values = unwords(r.values, array.dtype, array.size)
         return AllreduceResult(values, False, r.packets, r.retransmissions,
                                on_hosts=r.on_hosts), seq

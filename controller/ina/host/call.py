@@ -48,6 +48,7 @@ import enum
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -82,11 +83,19 @@ from ina.host.window import (
 from ina.protocol.arith import seq_add, seq_diff
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
-from ina.protocol.constants import INA_HEADER_BYTES, INA_PAYLOAD_BYTES, WIDTH32, Flag, Op
+from ina.protocol.constants import (
+    INA_HEADER_BYTES,
+    INA_PAYLOAD_BYTES,
+    OP_COPY,
+    WIDTH32,
+    Flag,
+    Op,
+)
 
 LOG = logging.getLogger(__name__)
 _GEN_OFFSET = 11  # the header's gen byte
 _SYNC = int(Flag.SYNC)  # a plain int: tested on every received packet
+_RESULT = int(Flag.RESULT)
 #: First wait for the root's answer to a SYNC (doubled on each retry).
 SYNC_RTO = 0.02
 #: Until round trips of the array's packets are measured, the RTO is this many
@@ -111,6 +120,11 @@ SYNC_CHECK_MIN = 0.25
 COALESCE_IN_FLIGHT = 8
 COALESCE_SHARE = 4
 COALESCE_LEAST = 0.0002
+#: An owner's values (OP_COPY) that arrive before this worker's window for them
+#: exists (it is still in its last call, or asking the root for this one's start)
+#: are kept, up to this many, for the next window: else each would wait for its
+#: owner's retransmission.
+EARLY_KEPT = 512
 
 
 # --- A call's descriptor ---------------------------------------------------------
@@ -428,6 +442,8 @@ class Caller:
     #: Agreed exponents of earlier float calls, to send the next ones' values with
     #: their exponents (ina.host.guesses; None: exponents first, always).
     guesses: Guesses | None = field(default_factory=Guesses)
+    #: Owners' values that came before their window (EARLY_KEPT).
+    _early: deque[bytes] = field(default_factory=lambda: deque(maxlen=EARLY_KEPT))
     _unconfirmed: int | None = None  # a call's start taken without a SYNC, no result yet
     _joined: bool = False  # a reduction of the call has completed: every worker is in it
     _on_hosts: bool = False  # the call ran on hosts
@@ -560,6 +576,7 @@ class Caller:
                     break
                 reply = sync_reply(received, self.config, nonce)
                 if reply is None:
+                    self._keep_early(received)
                     continue
                 self.gen = reply.gen
                 if reply.on_hosts:
@@ -600,6 +617,9 @@ class Caller:
         window = ReductionWindow(self.config, values, seq_base, self.rto, op, self.gen, flow,
                                  self.cc, lead, self._joined)
         last_progress = began = time.monotonic()
+        if window.owners:
+            while self._early:
+                window.hold(self._early.popleft())
         give_up_at = last_progress + self.timeout
         check = _StartCheck(self, began) if self._unconfirmed is not None else None
         io = batched(self.transport)
@@ -635,6 +655,9 @@ class Caller:
                                 self._heed(notice, window)
                             elif check is not None:
                                 check.answered(received)
+                        elif received and received[0] & 0xF == OP_COPY:  # an owner's values
+                            if not window.hold(received):
+                                self._keep_early(received)
                         elif window.accept(received, arrived := time.monotonic()):
                             last_progress = arrived
                             give_up_at = last_progress + self.timeout
@@ -654,6 +677,11 @@ class Caller:
             self.stats.marked += window.marked
         self._joined = True
         return window.outcome()
+
+    def _keep_early(self, payload: bytes) -> None:
+        """Keep an owner's values that no window took (EARLY_KEPT)."""
+        if len(payload) > 1 and payload[0] & 0xF == OP_COPY and payload[1] & _RESULT:
+            self._early.append(payload)
 
     def _pause(self, window: ReductionWindow, left: float) -> float:
         """How long to let results gather before looking for them: a share of the

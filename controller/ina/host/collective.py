@@ -9,9 +9,10 @@ one packet in the window (ina.host.window) with a ``Flow`` (ina.host.flow):
   block quantization of ina.host.quantize: their exponents first, with MAX, then
   their values), and each chunk's data goes to its ``dest`` (0: every worker).
   AllReduce, Reduce, Reduce-scatter.
-- ``movement``: each chunk's data comes from one worker (the others send zeros:
-  see ``movement``) and goes to every worker, bit for bit: any type travels as its
-  bytes, in 32-bit words. Broadcast, Allgather.
+- ``movement``: each chunk's data comes from one worker (once, by BIER from its
+  edge switch; or with the others' zeros: see ``movement``) and goes to every
+  worker, bit for bit: any type travels as its bytes, in 32-bit words. Broadcast,
+  Allgather.
 
 A Barrier is one chunk of NODATA from every worker. ``describe`` gives the
 descriptor (ina.host.call.CallDescriptor) the workers agree on first.
@@ -33,7 +34,7 @@ from ina.host.guesses import Guesses, Verdict, counted, digest, guessable
 from ina.host.results import EXPONENTS, REDUCING, AllreduceResult, Lead, Reduce, Reductions
 from ina.host.window import check_ints
 from ina.protocol.arith import seq_add
-from ina.protocol.constants import WIDTH16, WIDTH32, Op
+from ina.protocol.constants import BITSTRING_BITS, WIDTH16, WIDTH32, Op
 
 IntArray32 = npt.NDArray[np.int32]
 #: The largest number of values a call can describe (its descriptor is int32).
@@ -206,19 +207,38 @@ def bytes_kind(array: npt.NDArray[Any]) -> int:
     return KIND_BYTES + array.dtype.itemsize
 
 
+def chunk_owners(config: WorkerConfig, ranks: IntArray) -> IntArray | None:
+    """Per chunk, the BFR-id of its owner (the rank in ``ranks``), for a movement
+    whose values travel once from their owner (ina.host.flow.Flow.owners); None
+    where they cannot: the worker does not know its peers' BFR-ids, they lie in
+    more than one BIER set (an edge switch sends a worker's values to its own set
+    only), or the job has one worker."""
+    ids = np.asarray(config.bfr_ids, dtype=np.int64)
+    if config.workers < 2 or ids.size != config.workers or np.ptp((ids - 1) // BITSTRING_BITS) != 0:
+        return None
+    return ids[np.asarray(ranks, dtype=np.int64)]
+
+
 def movement(reduce: Reduce, wire: npt.NDArray[np.int32], seq: int, layout: Layout,
-             data: BoolArray, phase: str) -> tuple[AllreduceResult, int]:
+             data: BoolArray, phase: str, owners: IntArray | None = None
+             ) -> tuple[AllreduceResult, int]:
     """32-bit words laid out as ``layout``, each chunk's data from the worker whose
     ``data`` holds it, to every worker: the words as on the wire, bit for bit, and
     the sequence number after.
 
-    The other workers contribute zeros, not NODATA: a round takes one kind, data or
-    NODATA (aggregation.p4), because BMv2 lets a packet grow by at most 512 bytes
-    over its arrival size, and a NODATA contribution completing a cell with data
-    would have to grow by the whole array. A SUM of one worker's words and zeros is
-    those words, exactly, with no overflow. The cost: every worker's uplink carries
-    the whole array (docs/limits.md)."""
+    With ``owners`` (``chunk_owners``: each chunk's owner's BFR-id), a chunk's data
+    travels once from its owner, by BIER from its edge switch, and its round is
+    NODATA from every worker that holds it (ina.host.flow.Flow.owners): each uplink
+    carries its worker's own data and a header per chunk.
+
+    Without, the other workers contribute zeros, not NODATA: a round takes one
+    kind, data or NODATA (aggregation.p4), because BMv2 lets a packet grow by at
+    most 512 bytes over its arrival size, and a NODATA contribution completing a
+    cell with data would have to grow by the whole array. A SUM of one worker's
+    words and zeros is those words, exactly, with no overflow. The cost: every
+    worker's uplink carries the whole array. On hosts (ina.host.onhosts) the same
+    SUM gives the result either way."""
     owned = np.repeat(np.asarray(data, dtype=bool), layout.per_packet)[: wire.size]
     r = reduce(np.where(owned, wire, 0).astype(np.int32), Op.SUM, seq, phase,
-               Flow.of(layout))
+               Flow.of(layout, owners=owners))
     return r, seq_add(seq, r.packets)

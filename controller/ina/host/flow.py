@@ -133,18 +133,29 @@ class Flow:
     others: NODATA; default: every chunk). ``dest``: per chunk, the BFR-id of the
     only worker that gets its data (0: every worker; default: 0 everywhere).
     ``empty``: no worker sends data (a barrier): every chunk comes back as a
-    completion."""
+    completion. ``owners``: per chunk, the BFR-id of the one worker whose values
+    are the chunk's (a Broadcast's root, an Allgather's part): it sends them once
+    (OP_COPY), its edge switch by BIER to every other worker, and every worker, the
+    owner too, contributes NODATA once it holds them: the chunk's completion says
+    that every worker has them. The window's values are then the worker's own in
+    its chunks and zeros elsewhere, so that a reduction that knows no owners (on
+    hosts: their SUM) gives the same result."""
 
     width: int = WIDTH32
     counts: IntArray | None = None
     data: BoolArray | None = None
     dest: IntArray | None = None
     empty: bool = False
+    owners: IntArray | None = None
 
     def check(self, chunks: int) -> None:
         """ValueError unless every per-chunk array has ``chunks`` entries."""
         elems_per_packet(self.width)
-        for name in ("counts", "data", "dest"):
+        if self.owners is not None and (self.data is not None or self.dest is not None
+                                        or self.width != WIDTH32):
+            raise ValueError("a flow with owners has 32-bit elements, and neither data "
+                             "nor dest")
+        for name in ("counts", "data", "dest", "owners"):
             a = getattr(self, name)
             if a is not None and len(a) != chunks:
                 raise ValueError(f"a flow's {name} has {len(a)} entries for {chunks} chunks")
@@ -160,7 +171,7 @@ class Flow:
 
     def received(self, chunks: int, bfr_id: int) -> BoolArray:
         """Per chunk, whether the worker of ``bfr_id`` gets its data (else a completion)."""
-        if self.empty:
+        if self.empty or self.owners is not None:  # owners: their values come apart
             return np.zeros(chunks, dtype=bool)
         if self.dest is None:
             return np.ones(chunks, dtype=bool)
@@ -168,12 +179,12 @@ class Flow:
 
     @classmethod
     def of(cls, layout: Layout, data: BoolArray | None = None,
-           dest: IntArray | None = None) -> Flow:
+           dest: IntArray | None = None, owners: IntArray | None = None) -> Flow:
         """The flow of an array laid out as ``layout``: each chunk's count is the
         values of the array it carries (the last chunk of a part may be short), so a
         packet's ``count`` says what is meaningful even when the array on the wire is
         padded to whole packets (``Layout.spread``)."""
-        return cls(layout.width, layout.counts(), data, dest)
+        return cls(layout.width, layout.counts(), data, dest, owners=owners)
 
 
 def no_data() -> Flow:

@@ -16,7 +16,9 @@ agree on the call in the same round trips as its first reduction (ina.host.call)
 Every collective is such reductions: per chunk, the window contributes the
 worker's data or only its bit (NODATA), and expects back the chunk's data or a
 completion (the header alone), as the reduction's ``Flow`` says (ina.host.flow);
-it retransmits each chunk as it first sent it.
+it retransmits each chunk as it first sent it. A chunk with an owner (a
+Broadcast's, an Allgather's) travels once from its owner (OP_COPY), and its round
+is NODATA from every worker that holds it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from ina.protocol.constants import (
     ECN_CE,
     ELEMS_PER_PACKET,
     INA_HEADER_BYTES,
+    OP_COPY,
     WIDTH16,
     WIDTH32,
     Flag,
@@ -200,12 +203,13 @@ def _chunk_counts(flow: Flow, size: int, per_packet: int) -> npt.NDArray[np.int6
 
 def _chunk_packets(head: bytes, array: npt.NDArray[Any], width: int, first_seq: int,
                    counts: npt.NDArray[np.int64], sends: npt.NDArray[np.bool_],
-                   dests: npt.NDArray[np.int64]) -> tuple[memoryview, list[int]]:
+                   dests: npt.NDArray[np.int64], flags: int = int(Flag.NONE)
+                   ) -> tuple[memoryview, list[int]]:
     """Every chunk's packet at once, chunk ``j`` at ``j * (INA_HEADER_BYTES +
     ARRAY_BYTES)``: ``head`` with the chunk's seq (``first_seq + j``), count and
     dest, and its slice of ``array`` on the wire (elements of ``width`` bits, the
-    last chunk padded with zeros); or, where it ``sends`` no data, the header alone
-    with NODATA. Also each packet's length."""
+    last chunk padded with zeros), with ``flags``; or, where it ``sends`` no data,
+    the header alone with NODATA. Also each packet's length."""
     chunks = len(counts)
     if chunks == 0:  # a lead alone
         return memoryview(b""), []
@@ -221,9 +225,34 @@ def _chunk_packets(head: bytes, array: npt.NDArray[Any], width: int, first_seq: 
     packets[:, _SEQ: _SEQ + 4] = seqs.astype(">u4").view(np.uint8).reshape(chunks, 4)
     packets[:, _COUNT: _COUNT + 2] = counts.astype(">u2").view(np.uint8).reshape(chunks, 2)
     packets[:, _DEST: _DEST + 2] = dests.astype(">u2").view(np.uint8).reshape(chunks, 2)
-    packets[:, _FLAGS] = np.where(sends, int(Flag.NONE), _NODATA)
+    packets[:, _FLAGS] = np.where(sends, flags, _NODATA)
     lengths = np.where(sends, INA_HEADER_BYTES + ARRAY_BYTES, INA_HEADER_BYTES)
     return packets.data.cast("B"), lengths.tolist()  # a view: no copy of the whole
+
+
+def _owned(config: WorkerConfig, flow: Flow, array: npt.NDArray[Any],
+           counts: npt.NDArray[np.int64], first_seq: int, gen: int, offset: int
+           ) -> tuple[bytearray, bytearray, memoryview]:
+    """Per chunk of a window (``offset`` leading ones first): whether the worker
+    holds what it contributes (everything, unless ``flow`` has owners: only its own
+    values), whether the values are its own to send (OP_COPY); and those packets,
+    at the offsets of ``_chunk_packets``."""
+    chunks = len(counts)
+    held = bytearray(b"\x01" * (chunks + offset))
+    owns = bytearray(chunks + offset)
+    if flow.owners is None:
+        return held, owns, memoryview(b"")
+    mine = np.asarray(flow.owners, dtype=np.int64) == config.pbm.bit_length()
+    owns[offset:] = held[offset:] = mine.astype(np.uint8).tobytes()
+    if not mine.any():
+        return held, owns, memoryview(b"")
+    si, bits = one_set(config.pbm)
+    head = InaHeader(job_id=config.job_id, seq=0, pbm=bits, count=elems_per_packet(WIDTH32),
+                     op=OP_COPY, si=si, gen=gen, width=WIDTH32).pack()
+    packets, _ = _chunk_packets(head, array, WIDTH32, first_seq, counts,
+                                np.ones(chunks, dtype=bool), np.zeros(chunks, dtype=np.int64),
+                                int(Flag.RESULT))
+    return held, owns, packets
 
 
 def _lead_packet(config: WorkerConfig, lead: Lead, gen: int) -> bytes:
@@ -265,6 +294,12 @@ class ReductionWindow:
     to a packet of the width. A chunk is complete when either arrives; the result
     holds the data of the chunks whose data the worker gets (zeros elsewhere).
 
+    ``flow.owners``: a chunk's values come from its owner (OP_COPY, by BIER from
+    its edge switch), and every worker contributes NODATA to the chunk once it
+    holds them (the owner at once; the others as the values arrive, in order);
+    its completion ends it. The owner sends its values again with each
+    retransmission. The array holds this worker's values in its own chunks.
+
     ``lead``: up to MAX_LEAD int32 values sent before the array as one more chunk
     (the window's first: the array's chunk ``j`` is then sequence number
     ``seq_base + 1 + j``), reduced with MAX, data to every worker; its result is
@@ -301,8 +336,9 @@ class ReductionWindow:
         head = InaHeader(job_id=config.job_id, seq=0, pbm=bits, count=self.per_packet,
                          op=self.op, si=si, gen=gen, width=flow.width).pack()
         #: Per chunk (the lead's first): meaningful values, whether this worker sends
-        #: its values, whether it gets the data back, the chunk's dest.
-        sent = (np.ones(chunks, dtype=bool) if flow.data is None
+        #: its values (with owners: never, they travel apart), gets the data, dest.
+        sent = (np.zeros(chunks, dtype=bool) if flow.owners is not None
+                else np.ones(chunks, dtype=bool) if flow.data is None
                 else np.asarray(flow.data, dtype=bool))
         dest = (np.zeros(chunks, dtype=np.int64) if flow.dest is None
                 else np.asarray(flow.dest, dtype=np.int64))
@@ -322,18 +358,25 @@ class ReductionWindow:
         self.counts = counts.tolist()
         self.sends_data, self.gets_data, self.dests = sends, gets, dests
         self.seq_base = seq_base
+        self.stride = INA_HEADER_BYTES + ARRAY_BYTES
+        #: Per chunk: whether this worker holds what it contributes, owns its values.
+        self.held, self.owns, self.owned_payloads = _owned(
+            config, flow, array, counts[self.offset:], seq_add(seq_base, self.offset), gen,
+            self.offset)
+        self.owners = flow.owners is not None
         # Every chunk's packet, built at once (a chunk is sent again as it was first
         # sent): sending one is a slice, no per-packet header work.
         self.packets, self.lengths = _chunk_packets(
             head, array, flow.width, seq_add(seq_base, self.offset), counts[self.offset:],
             sent, dest)
-        self.stride = INA_HEADER_BYTES + ARRAY_BYTES
         self.rto = rto if isinstance(rto, RtoEstimator) else RtoEstimator(
             initial=DEFAULT_RTO if rto is None else rto)
         self.cc = CongestionWindow(config.window) if cc is None else cc
         # The results' arrays as they came on the wire, converted once in outcome().
         self.result_wire = bytearray(chunks * ARRAY_BYTES)
         self.itemsize = ARRAY_BYTES // self.per_packet
+        for chunk in np.flatnonzero(np.frombuffer(self.owns, dtype=np.uint8)).tolist():
+            self._hold(chunk, self.owned_payloads, (chunk - self.offset) * self.stride)
         self.received = bytearray(self.chunks)  # 1: the chunk's result arrived
         self.results = 0
         self.completions = 0  # results without data (NODATA), of chunks sent elsewhere
@@ -377,7 +420,19 @@ class ReductionWindow:
         lo = (chunk - self.offset) * self.stride
         return bytes(self.packets[lo: lo + self.lengths[chunk - self.offset]])
 
-    def _send(self, chunk: int, now: float) -> bytes:
+    def _hold(self, chunk: int, packet: bytes | memoryview, at: int = 0) -> None:
+        """Keep an owner's values of ``chunk`` (an OP_COPY packet at ``at``) as its
+        result's."""
+        lo, size = (chunk - self.offset) * ARRAY_BYTES, self.counts[chunk] * self.itemsize
+        self.result_wire[lo: lo + size] = \
+            packet[at + INA_HEADER_BYTES: at + INA_HEADER_BYTES + size]
+
+    def _send(self, chunk: int, now: float, out: list[bytes]) -> None:
+        """Send ``chunk`` (again): its packet, after its owned values if they are
+        this worker's."""
+        if self.owns[chunk]:
+            lo = (chunk - self.offset) * self.stride
+            out.append(bytes(self.owned_payloads[lo: lo + self.stride]))
         state = self.outstanding.get(chunk)
         deadline = now + self.rto.rto
         if self.sends == 0:
@@ -391,12 +446,12 @@ class ReductionWindow:
             self.retransmissions += 1
         self.sends += 1
         self.send_at = self.cc.next_send(self.send_at, now, self.rto.srtt)
-        return self._payload(chunk)
+        out.append(self._payload(chunk))
 
     def _may_send_new(self) -> bool:
         """The sliding window and the congestion window let a new chunk go."""
         return (self.next < self.chunks and self.next < self.base + self.config.window
-                and len(self.outstanding) < self.cc.allowed)
+                and len(self.outstanding) < self.cc.allowed and self.held[self.next] == 1)
 
     def packets_to_send(self, now: float = 0.0) -> list[bytes]:
         """Retransmissions that are due (early ones first), then the new chunks the
@@ -404,12 +459,12 @@ class ReductionWindow:
         chunk can time out, as in TCP: a window sent in one burst waits in queues,
         and its later packets must not all be sent again when the first is slow;
         losses among them are found by the results that overtake them."""
-        out = []
+        out: list[bytes] = []
         while self.lost and now >= self.send_at:
             chunk = self.lost.pop(0)
             if chunk in self.outstanding:
                 self.early_retransmissions += 1
-                out.append(self._send(chunk, now))
+                self._send(chunk, now, out)
         if now < self.send_at:
             return out
         oldest = self.outstanding.get(self.base)
@@ -417,18 +472,19 @@ class ReductionWindow:
             if oldest.sample:
                 self.cc.on_timeout(now, self.rto.srtt, now - self.progress_at)
             self.rto.timed_out(now)
-            out.append(self._send(self.base, now))
+            self._send(self.base, now, out)
             self._lost_at_timeout(now)
         elif oldest is not None and self._probe_due(now):
             # Nothing in flight after it can reveal its loss (the window is full,
             # or the array's tail): send it again without waiting for the RTO.
             self.early_retransmissions += 1
-            out.append(self._send(self.base, now))
+            self._send(self.base, now, out)
         # The windows do not move while sending (only results and timeouts move them).
         end = min(self.chunks, self.base + self.config.window)
-        allowed = self.cc.allowed
-        while self.next < end and len(self.outstanding) < allowed and now >= self.send_at:
-            out.append(self._send(self.next, now))
+        allowed, held = self.cc.allowed, self.held
+        while (self.next < end and len(self.outstanding) < allowed and now >= self.send_at
+               and held[self.next]):
+            self._send(self.next, now, out)
             self.next += 1
         return out
 
@@ -473,12 +529,15 @@ class ReductionWindow:
 
     def accept(self, payload: bytes, now: float = 0.0) -> bool:
         """Take a received UDP payload; True if it was a new result of this window
-        (the chunk's data, or its completion)."""
+        (the chunk's data, or its completion). An owner's values are held (``hold``)."""
         if len(payload) < INA_HEADER_BYTES:
             LOG.debug("ignored a payload that is not INA")
             return False
         flags, job_id, seq, count = RESULT_FIELDS.unpack_from(payload)
         if job_id != self.job_id or not flags & _RESULT:
+            return False
+        if payload[0] & 0xF == OP_COPY:  # an owner's values, not a round's result
+            self.hold(payload)
             return False
         chunk = (seq - self.seq_base) % SEQ_MODULO
         if chunk >= self.next or self.received[chunk]:
@@ -525,6 +584,28 @@ class ReductionWindow:
             oldest = self.outstanding.get(self.base)
             if oldest is not None:
                 oldest.deadline = max(oldest.deadline, now + self.rto.rto)
+        return True
+
+    def hold(self, payload: bytes) -> bool:
+        """Take an owner's values (an OP_COPY packet) for a chunk of this window with
+        owners: held, its NODATA goes with the next sends. False if the packet is
+        of no chunk of this window (a later window's, early: the caller may keep
+        it); True if it is (new, a copy of what is held, or refused: malformed)."""
+        if len(payload) < INA_HEADER_BYTES or not self.owners:
+            return False
+        flags, job_id, seq, count = RESULT_FIELDS.unpack_from(payload)
+        chunk = (seq - self.seq_base) % SEQ_MODULO
+        if job_id != self.job_id or not flags & _RESULT or chunk >= self.chunks:
+            return False
+        if self.held[chunk]:
+            return True  # a copy (the owner sent it again)
+        if (count != self.counts[chunk] or payload[_WIDTH] != WIDTH32
+                or len(payload) < INA_HEADER_BYTES + ARRAY_BYTES):
+            LOG.warning("an owner's values for seq %d are not a whole array of %d values",
+                        seq, self.counts[chunk])
+            return True
+        self._hold(chunk, payload)
+        self.held[chunk] = 1
         return True
 
     def _overtaken(self, order: int, now: float) -> None:
