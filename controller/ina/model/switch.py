@@ -361,7 +361,7 @@ class ModelSwitch:
             meta.drop = SwitchStat.DROP_BIER_TTL
         else:
             bier.ttl -= 1
-            if meta.job is not None:
+            if meta.job is not None and not meta.owned:  # owned: counted as OWNED
                 meta.job_events.add(JobStat.BIER_RECEIVED)
             # A worker's own values may have to go up: every port, not the job's tree.
             if (meta.job is not None and meta.job.action in (n.TRANSIT.name, n.VAT_NODE.name)
