@@ -6,6 +6,7 @@ fabric that reduces as the data plane does (tests/colltest.py)."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -150,8 +151,9 @@ def _ints(n: int, size: int, seed: int, dtype: str = "int32", high: int = 2**20
 
 
 def _run(collective: str, arrays: list[np.ndarray], op: Op = Op.SUM, root: int = 0,
-         width: int | None = None, n: int = 4) -> tuple[list[Outcome], LocalFabric]:
-    cfgs = configs(n, bfr_ids=[3, 9, 1, 40][:n])
+         width: int | None = None, n: int = 4, owned: bool = False
+         ) -> tuple[list[Outcome], LocalFabric]:
+    cfgs = [replace(c, owned=owned) for c in configs(n, bfr_ids=[3, 9, 1, 40][:n])]
     fabric = LocalFabric(cfgs)
     outcomes = run_bodies(fabric, [body_of(collective, cfgs[r], arrays[r], op, root, width)
                                    for r in range(n)])
@@ -240,6 +242,25 @@ def test_workers_that_disagree_are_all_told(what: str, kwargs: dict[str, object]
         bodies.append(body_of(collective, cfgs[r], arrays[r], Op.SUM, root, width))
     for outcome in run_bodies(fabric, bodies):
         assert isinstance(outcome, CallMismatch) and message in str(outcome), outcome
+
+
+@pytest.mark.parametrize("collective", ["broadcast", "allgather"])
+@pytest.mark.parametrize("size", [1, 3 * P + 17])
+def test_a_movement_from_its_chunks_owners_is_exact(collective: str, size: int) -> None:
+    arrays = _ints(4, size, seed=size)
+    outcomes, fabric = _run(collective, arrays, root=2, owned=True)
+    check(collective, arrays, outcomes, root=2)
+    assert fabric.flows[-1][1].owners is not None  # after the descriptor's round
+
+
+def test_workers_that_disagree_on_owners_are_all_told() -> None:
+    cfgs = configs(4, bfr_ids=[3, 9, 1, 40])
+    cfgs[2] = replace(cfgs[2], owned=True)
+    arrays = _ints(4, P, seed=8)
+    outcomes = run_bodies(LocalFabric(cfgs), [body_of("allgather", c, a)
+                                              for c, a in zip(cfgs, arrays, strict=True)])
+    for outcome in outcomes:
+        assert isinstance(outcome, CallMismatch) and "COPY" in str(outcome), outcome
 
 
 class _Silent:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ina.bench.collective_rank import Command, expected, inputs
+from ina.bench.collective_rank import OWNED, Command, expected, inputs
 from ina.bench.collectives import (
     ARRAY_COLLECTIVES,
     BIER_WIRE_PER_VALUE,
@@ -191,7 +191,8 @@ def test_without_the_link_regime_no_goal_is_judged() -> None:
 def test_a_regime_measures_every_collective_by_every_method_and_barriers_by_each() -> None:
     plan = commands(1024)
     float32 = [(c.method, c.collective) for c in plan if c.dtype == "float32"]
-    assert set(float32) == {(m, k) for k in (*ARRAY_COLLECTIVES, "barrier") for m in METHODS}
+    assert set(float32) == ({(m, k) for k in (*ARRAY_COLLECTIVES, "barrier") for m in METHODS}
+                            | {(OWNED, k) for k in ("broadcast", "allgather")})
     assert len(float32) == len(set(float32))
 
 

@@ -167,11 +167,32 @@ def test_a_reduce_sends_the_data_down_to_the_root_rank_only(figure1_topology: To
         assert down[(edge, w)] == 4 * frame, w
 
 
-def test_a_broadcast_sends_the_array_up_the_root_ranks_link_only(
+def test_a_broadcast_costs_every_link_what_an_allreduce_does(
+        figure1_topology: Topology) -> None:
+    # The others contribute zeros: a round takes one kind (ina.host.collective.movement).
+    step = _deployed(figure1_topology, figure1_job(figure1_topology))
+    chunks = 6
+    arrays = _arrays(4, chunks * P, "int32")
+    check("broadcast", arrays, _lockstep(step, "broadcast", arrays), root=ROOT_RANK)
+    moved = step.link_bytes[-1]
+    _lockstep(step, "allreduce", arrays)
+    assert moved == step.link_bytes[-1]
+    for w in step.job.workers:
+        edge, _ = figure1_topology.host_attachment(w)
+        assert moved[(w, edge)] == moved[(edge, w)] == chunks * DATA_FRAME, w
+
+
+def _owned(step: Lockstep) -> Lockstep:
+    """Every worker sends a movement's chunks once from their owners (OP_COPY)."""
+    step.configs = {w: replace(c, owned=True) for w, c in step.configs.items()}
+    return step
+
+
+def test_a_broadcast_from_its_owner_sends_the_array_up_the_root_ranks_link_only(
         figure1_topology: Topology) -> None:
     # The root rank's data goes once, by BIER from its edge switch; each chunk's
     # round is a header from every worker (ina.host.collective.movement).
-    step = _deployed(figure1_topology, figure1_job(figure1_topology))
+    step = _owned(_deployed(figure1_topology, figure1_job(figure1_topology)))
     chunks = 6
     arrays = _arrays(4, chunks * P, "int32")
     check("broadcast", arrays, _lockstep(step, "broadcast", arrays), root=ROOT_RANK)
@@ -183,9 +204,9 @@ def test_a_broadcast_sends_the_array_up_the_root_ranks_link_only(
         assert moved[(edge, w)] == chunks * (COMPLETION_FRAME + (not mine) * DATA_FRAME), w
 
 
-def test_an_allgather_sends_each_part_up_its_owners_link_only(
+def test_an_allgather_from_its_owners_sends_each_part_up_its_owners_link_only(
         figure1_topology: Topology) -> None:
-    step = _deployed(figure1_topology, figure1_job(figure1_topology))
+    step = _owned(_deployed(figure1_topology, figure1_job(figure1_topology)))
     k = 2  # packets per part
     arrays = _arrays(4, k * P, "int32")
     check("allgather", arrays, _lockstep(step, "allgather", arrays))
@@ -194,6 +215,17 @@ def test_an_allgather_sends_each_part_up_its_owners_link_only(
         edge, _ = figure1_topology.host_attachment(w)
         assert moved[(w, edge)] == k * DATA_FRAME + 4 * k * COMPLETION_FRAME, w
         assert moved[(edge, w)] == 3 * k * DATA_FRAME + 4 * k * COMPLETION_FRAME, w
+
+
+@pytest.mark.parametrize("loss", [0.01, 0.05])
+@pytest.mark.parametrize("collective", ["broadcast", "allgather"])
+def test_a_movement_from_its_owners_is_exact_over_lossy_links(
+        figure1_topology: Topology, collective: str, loss: float) -> None:
+    step = _owned(_deployed(figure1_topology, figure1_job(figure1_topology, slots=8),
+                            Impairment(loss=loss, seed=int(loss * 100) + 7)))
+    arrays = _arrays(4, 20 * P + 3, "int32", seed=2)
+    check(collective, arrays, _lockstep(step, collective, arrays), root=ROOT_RANK)
+    _outsiders_got_nothing(step)
 
 
 def test_a_barrier_costs_each_link_one_header(figure1_topology: Topology) -> None:

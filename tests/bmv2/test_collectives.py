@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,9 @@ DIFFERENTIAL: dict[str, tuple[str, int | None, bool]] = {
     "broadcast": ("broadcast", None, False),
     "allgather": ("allgather", None, False),
     "barrier": ("barrier", None, False),
+    # Each chunk once from its owner, by BIER from its edge switch (OP_COPY).
+    "broadcast-owned": ("broadcast", None, False),
+    "allgather-owned": ("allgather", None, False),
 }
 SIZE = 5 * P + 9
 #: What each worker's report says of its packets, shown when the counters differ.
@@ -124,11 +128,12 @@ def _differences(bmv2: dict[str, dict[str, int]], model: dict[str, dict[str, int
 
 
 def _model(job: Job, lab: NetLab, collective: str, arrays: Sequence[npt.NDArray[Any]],
-           width: int | None) -> tuple[dict[str, AllreduceResult], dict[str, Any]]:
+           width: int | None, owned: bool) -> tuple[dict[str, AllreduceResult], dict[str, Any]]:
     net, ctl = deployed_network(lab.topology, job)
     step = Lockstep(net, job)
-    bodies = {w: body_of(collective, WorkerConfig.for_job(job, lab.topology, w), arrays[r],
-                         job.op, ROOT_RANK, width)
+    configs = {w: replace(WorkerConfig.for_job(job, lab.topology, w), owned=owned)
+               for w in job.workers}
+    bodies = {w: body_of(collective, configs[w], arrays[r], job.op, ROOT_RANK, width)
               for r, w in enumerate(job.workers)}
     outcomes = step.run(bodies)
     results = {}
@@ -150,14 +155,15 @@ def test_bmv2_and_the_model_agree_on_each_collective(labs: Labs, name: str) -> N
     job = deploy(lab.lab, spec, path)
     # A least RTO of 10 s: no retransmission, so both see exactly the same packets.
     try:
+        owned = name.endswith("-owned")
         bmv2_results, arrays = _run(lab, path, job, collective, SIZE, 2000, width, floats,
-                                    ["--min-rto", "10"])
+                                    ["--min-rto", "10", *(["--owned"] if owned else [])])
         bmv2 = _delta(_counters(lab.controller_call(lambda ctl: ctl.status()), spec.job_id),
                       before)
     finally:
         lab.teardown(spec.job_id)
 
-    model_results, model = _model(job, lab, collective, arrays, width)
+    model_results, model = _model(job, lab, collective, arrays, width, owned)
     for w in job.workers:
         assert np.array_equal(bmv2_results[w], model_results[w].values), w
     packets = {sw: {k: p for k, (p, _) in c.items()} for sw, c in bmv2.items()}
@@ -166,5 +172,6 @@ def test_bmv2_and_the_model_agree_on_each_collective(labs: Labs, name: str) -> N
         f"{w}: " + ", ".join(f"{k} {lab.reports[w][k]}" for k in WORKER_COUNTS)
         for w in job.workers)  # what the workers counted
     assert any(f"job.{JobStat.ABSORBED.name}" in c for c in model.values())
+    assert any(f"job.{JobStat.OWNED.name}" in c for c in model.values()) == owned
     assert any(f"switch.{SwitchStat.BIER_COPY_DELIVERED.name}" in c for c in model.values())
     assert bmv2 == model, "byte counts differ"

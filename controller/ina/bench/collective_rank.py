@@ -20,6 +20,7 @@ the processes up keeps torch's import and gloo's set-up out of every figure.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -39,6 +40,10 @@ from ina.host.arrays import random_floats
 LOG = logging.getLogger(__name__)
 COLLECTIVES = ("broadcast", "reduce", "reduce_scatter", "allgather", "allreduce", "barrier")
 METHODS = ("INA", "gloo", "hosts")
+#: INA with each chunk of a Broadcast or an Allgather sent once from its owner
+#: (WorkerConfig.owned), measured beside INA's default.
+OWNED = "INA owned"
+OWNED_COLLECTIVES = ("broadcast", "allgather")
 DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
@@ -147,7 +152,8 @@ class RankProcess:
         if command.collective == "broadcast" and self.rank != command.root:
             mine[:] = 0  # only the root's values may reach anyone
         want = expected(command, arrays, self.rank)
-        call = {"INA": self._ina, "gloo": self._gloo, "hosts": self._hosts}[command.method]
+        call = {"INA": self._ina, OWNED: self._ina, "gloo": self._gloo,
+                "hosts": self._hosts}[command.method]
         go()
         started = time.monotonic()
         try:
@@ -176,6 +182,8 @@ class RankProcess:
                           retransmissions, on_hosts)
 
     def _ina(self, command: Command, mine: npt.NDArray[Any]) -> Outcome:
+        from ina.host.allgather import allgather
+        from ina.host.broadcast import broadcast
         from ina.host.window import RtoEstimator
 
         w, c = self.worker, command.collective
@@ -185,6 +193,10 @@ class RankProcess:
         if c == "barrier":
             for _ in range(command.repeat):
                 r = w.barrier()
+        elif command.method == OWNED:
+            owned = dataclasses.replace(w.config, owned=True)
+            r = w.call(broadcast(owned, mine, command.root) if c == "broadcast"
+                       else allgather(owned, mine))
         elif c == "broadcast":
             r = w.broadcast(mine, command.root)
         elif c == "reduce":

@@ -39,7 +39,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
-from ina.bench.collective_rank import Command
+from ina.bench.collective_rank import OWNED, OWNED_COLLECTIVES, Command
 from ina.bench.goals import Goal, Goals
 from ina.bench.goals import render as render_goals
 from ina.bench.onlab import CASES, INA_WIRE_PER_VALUE, Bench, Case, bench_on_lab, describe_vat
@@ -157,7 +157,8 @@ class CollectivesCase:
 
 def commands(size: int) -> list[Command]:
     """What one regime measures, in order."""
-    plan = [Command(m, c, size) for c in ARRAY_COLLECTIVES for m in METHODS]
+    plan = [Command(m, c, size) for c in ARRAY_COLLECTIVES
+            for m in (*METHODS, *((OWNED,) if c in OWNED_COLLECTIVES else ()))]
     plan += [Command(m, "barrier", 1, repeat=BARRIER_REPEAT) for m in METHODS]
     plan += [Command("INA", "allreduce", size, "float16", 16),
              Command("INA", "allreduce", size, "float16", 32),
@@ -237,7 +238,8 @@ class Ranks:
             all(r["correct"] for r in reports.values()),
             max((r["max_error"] for r in reports.values() if not r["error"]), default=0.0),
             sum(r["retransmissions"] for r in reports.values()),
-            sum(1 for r in reports.values() if r["on_hosts"] and command.method == "INA"),
+            sum(1 for r in reports.values()
+                if r["on_hosts"] and command.method in ("INA", OWNED)),
             errors, used["switches"], used["ranks"], per)
 
     def close(self) -> None:
@@ -302,7 +304,7 @@ def goals(case: CollectivesCase) -> list[Goal]:
     _traffic_goals(judged, link, case.workers)
     _speed_goals(judged, link, len(case.workers))
     wrong = [f"{r.label} {NAMES[r.collective]} ({regime.regime})" for regime in case.regimes
-             for r in regime.runs if r.method == "INA" and not r.ok]
+             for r in regime.runs if r.method in ("INA", OWNED) and not r.ok]
     judged.add("INA exact or within the reported bound at every worker, lossless",
                "every INA result" if not wrong else f"NOT: {', '.join(wrong)}", not wrong)
     judged.add("... under 1% and 5% loss per link, nothing at non-members",
@@ -324,17 +326,18 @@ def owner_goals(case: CollectivesCase) -> list[Goal]:
         return [v / INA_WIRE_PER_VALUE for w, v in r.uplink_bytes_per_value.items() if w != but]
 
     most = 1 / len(case.workers) + 0.1
-    judged.judge(f"Allgather: each uplink <= S/N + 10% of S (<= {most:.3f} S)",
-                 _found(link, _ina("allgather")),
+    judged.judge(f"Allgather ({OWNED}): each uplink <= S/N + 10% of S (<= {most:.3f} S)",
+                 _found(link, _owned("allgather")),
                  lambda rs: (f"largest {max(uplinks(rs[0])):.3f} S",
                              max(uplinks(rs[0])) <= most))
     root = case.workers[Command.root]  # the default root rank of the benchmark's commands
-    judged.judge(f"Broadcast: every uplink but the root's ({root}) carries headers only "
-                 "(<= 10% of S)", _found(link, _ina("broadcast")),
+    judged.judge(f"Broadcast ({OWNED}): every uplink but the root's ({root}) carries headers "
+                 "only (<= 10% of S)", _found(link, _owned("broadcast")),
                  lambda rs: (f"largest {max(uplinks(rs[0], root)):.3f} S",
                              max(uplinks(rs[0], root)) <= 0.1))
-    judged.judge("Allgather: INA >= 1.2x gloo's speed", _found(link, _ina("allgather"),
-                                                              _gloo("allgather")), _faster(1.2))
+    for m, which in (("INA", _ina), (OWNED, _owned)):
+        judged.judge(f"Allgather: {m} >= 1.2x gloo's speed",
+                     _found(link, which("allgather"), _gloo("allgather")), _faster(1.2))
     return judged.goals
 
 
@@ -437,6 +440,10 @@ def _ina(collective: str, dtype: str = "float32", width: int | None = None) -> W
     return ("INA", collective, dtype, width)
 
 
+def _owned(collective: str) -> Wanted:
+    return (OWNED, collective, "float32", None)
+
+
 def _gloo(collective: str, dtype: str = "float32") -> Wanted:
     return ("gloo", collective, dtype, None)
 
@@ -518,7 +525,7 @@ class CollectivesFigures:
                  f"{'INA/x':>7}   {'busiest link':<18}{'B/value':>7}{'up max':>8}"
                  f"{'down max':>9}  check (every rank)"]
         for k in ARRAY_COLLECTIVES:
-            for m in METHODS:
+            for m in (*METHODS, *((OWNED,) if k in OWNED_COLLECTIVES else ())):
                 r = g.run(k, m)
                 if r is not None:
                     ratio = None if m == "INA" else g.ratio(g.run(k, "INA"), r)

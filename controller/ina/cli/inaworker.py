@@ -17,6 +17,7 @@ peer missing, the job not deployed, workers making different calls) exits 3.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import signal
@@ -104,6 +105,11 @@ def parser() -> argparse.ArgumentParser:
                         "reduce, reduce-scatter): 16 puts twice as many values in a packet "
                         "(integers must fit in 16 bits; floats are quantized to 16) "
                         "(default: 16 for float16 and int16 arrays, else 32)")
+    p.add_argument("--owned", action="store_true",
+                   help="broadcast, allgather: send each chunk once from its owner, by BIER "
+                        "from its edge switch, instead of with the others' zeros (uplinks "
+                        "carry headers but the owners'; every worker of the job must say the "
+                        "same; slower on BMv2: docs/limits.md)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--values", metavar="V,V,...", help="the array: comma-separated integers")
     src.add_argument("--input", type=Path, metavar="FILE", help="the array: a .npy file")
@@ -149,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = WorkerConfig.from_files(args.topology, args.job, args.worker,
                                          ring_port=args.ring_port)
+        config = dataclasses.replace(config, owned=args.owned)
         _check_collective(args, config.workers)
         values = _values(args)
         if args.embedded is None:

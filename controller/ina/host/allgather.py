@@ -31,15 +31,16 @@ def allgather(config: WorkerConfig, values: npt.ArrayLike) -> CallBody:
     n = config.workers
 
     def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
-        reduce = agreeing(reduce, describe(Collective.ALLGATHER, array.size, bytes_kind(array)),
-                          config.job_id)
         layout = Layout(n * mine.size, parts=n)
+        owner = layout.owner()
+        owners, op = chunk_owners(config, owner)
+        reduce = agreeing(reduce, describe(Collective.ALLGATHER, array.size, bytes_kind(array),
+                                           op), config.job_id)
         wire = np.zeros(layout.slots, dtype=np.int32)
         start = layout.part_slots(config.rank)
         wire[start: start + mine.size] = mine
-        owner = layout.owner()
         r, seq = movement(reduce, wire, seq, layout, owner == config.rank, "gathering",
-                          chunk_owners(config, owner))
+                          owners)
         parts = layout.gather(r.values).reshape(n, mine.size)
         values = np.concatenate([unwords(p, array.dtype, array.size) for p in parts])
         return AllreduceResult(values, False, r.packets, r.retransmissions,

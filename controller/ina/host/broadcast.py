@@ -39,11 +39,11 @@ def broadcast(config: WorkerConfig, values: npt.ArrayLike, root: int) -> CallBod
     mine = config.rank == root
 
     def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
-        reduce = agreeing(reduce, describe(Collective.BROADCAST, array.size,
-                                           bytes_kind(array), root=root), config.job_id)
         layout = Layout(wire.size)
+        owners, op = chunk_owners(config, np.full(layout.chunks, root))
+        reduce = agreeing(reduce, describe(Collective.BROADCAST, array.size, bytes_kind(array),
+                                           op, root=root), config.job_id)
         data = np.full(layout.chunks, mine, dtype=bool)
-        owners = chunk_owners(config, np.full(layout.chunks, root))
         r, seq = movement(reduce, wire, seq, layout, data, "broadcasting", owners)
         values = unwords(r.values, array.dtype, array.size)
         return AllreduceResult(values, False, r.packets, r.retransmissions,

@@ -158,6 +158,8 @@ def _kind_name(kind: int) -> str:
 
 
 def _op_name(code: int) -> str:
+    if code == OP_COPY:
+        return "COPY (each chunk once from its owner)"
     return Op(code).name if code in Op._value2member_map_ else str(code)
 
 

@@ -34,7 +34,7 @@ from ina.host.guesses import Guesses, Verdict, counted, digest, guessable
 from ina.host.results import EXPONENTS, REDUCING, AllreduceResult, Lead, Reduce, Reductions
 from ina.host.window import check_ints
 from ina.protocol.arith import seq_add
-from ina.protocol.constants import BITSTRING_BITS, WIDTH16, WIDTH32, Op
+from ina.protocol.constants import BITSTRING_BITS, OP_COPY, WIDTH16, WIDTH32, Op
 
 IntArray32 = npt.NDArray[np.int32]
 #: The largest number of values a call can describe (its descriptor is int32).
@@ -207,16 +207,20 @@ def bytes_kind(array: npt.NDArray[Any]) -> int:
     return KIND_BYTES + array.dtype.itemsize
 
 
-def chunk_owners(config: WorkerConfig, ranks: IntArray) -> IntArray | None:
+def chunk_owners(config: WorkerConfig, ranks: IntArray) -> tuple[IntArray | None, int]:
     """Per chunk, the BFR-id of its owner (the rank in ``ranks``), for a movement
     whose values travel once from their owner (ina.host.flow.Flow.owners); None
-    where they cannot: the worker does not know its peers' BFR-ids, they lie in
-    more than one BIER set (an edge switch sends a worker's values to its own set
-    only), or the job has one worker."""
+    where they do not: the worker's config does not ask for it (``owned``), it
+    does not know its peers' BFR-ids, they lie in more than one BIER set (an edge
+    switch sends a worker's values to its own set only), or the job has one worker.
+    Also the movement's op in its call's descriptor: OP_COPY with owners, else none,
+    so that workers that would move a call's chunks in different ways fail at once,
+    saying so, instead of meeting in rounds of two kinds."""
     ids = np.asarray(config.bfr_ids, dtype=np.int64)
-    if config.workers < 2 or ids.size != config.workers or np.ptp((ids - 1) // BITSTRING_BITS) != 0:
-        return None
-    return ids[np.asarray(ranks, dtype=np.int64)]
+    if (not config.owned or config.workers < 2 or ids.size != config.workers
+            or np.ptp((ids - 1) // BITSTRING_BITS) != 0):
+        return None, 0
+    return ids[np.asarray(ranks, dtype=np.int64)], OP_COPY
 
 
 def movement(reduce: Reduce, wire: npt.NDArray[np.int32], seq: int, layout: Layout,

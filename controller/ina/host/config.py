@@ -67,6 +67,11 @@ class WorkerConfig:
     ring_port: int | None = None  # the ring's port base (None: see ring_port())
     ring_secret: bytes = field(default=b"", repr=False)  # shared by the job's workers only
     bfr_ids: tuple[int, ...] = ()  # every worker's BFR-id, in the job's order (dest)
+    #: Broadcast and Allgather send each chunk once from its owner (OP_COPY, by BIER
+    #: from its edge switch) instead of with the others' zeros: every uplink but the
+    #: owners' carries headers. Every worker of the job must say the same (the call's
+    #: descriptor tells). Off by default: slower on BMv2 (docs/limits.md).
+    owned: bool = False
 
     @property
     def sync_target(self) -> str:
