@@ -253,6 +253,14 @@ def test_a_movement_from_its_chunks_owners_is_exact(collective: str, size: int) 
     assert fabric.flows[-1][1].owners is not None  # after the descriptor's round
 
 
+def test_an_allgather_from_its_owners_interleaves_the_parts_chunks() -> None:
+    # A window contributes in order: every owner's first chunk comes first.
+    arrays = _ints(4, 2 * P, seed=5)
+    outcomes, fabric = _run("allgather", arrays, owned=True)
+    check("allgather", arrays, outcomes)
+    assert fabric.flows[-1][1].owners.tolist() == [3, 9, 1, 40] * 2  # type: ignore[union-attr]
+
+
 def test_workers_that_disagree_on_owners_are_all_told() -> None:
     cfgs = configs(4, bfr_ids=[3, 9, 1, 40])
     cfgs[2] = replace(cfgs[2], owned=True)

@@ -20,6 +20,7 @@ descriptor (ina.host.call.CallDescriptor) the workers agree on first.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -243,6 +244,24 @@ def movement(reduce: Reduce, wire: npt.NDArray[np.int32], seq: int, layout: Layo
     worker's uplink carries the whole array. On hosts (ina.host.onhosts) the same
     SUM gives the result either way."""
     owned = np.repeat(np.asarray(data, dtype=bool), layout.per_packet)[: wire.size]
-    r = reduce(np.where(owned, wire, 0).astype(np.int32), Op.SUM, seq, phase,
-               Flow.of(layout, owners=owners))
-    return r, seq_add(seq, r.packets)
+    values = np.where(owned, wire, 0).astype(np.int32)
+    if owners is None or layout.parts == 1:
+        r = reduce(values, Op.SUM, seq, phase, Flow.of(layout, owners=owners))
+        return r, seq_add(seq, r.packets)
+    # A window contributes to its chunks in order, each once it holds the owner's
+    # data: the parts' chunks interleaved (part 0's first, part 1's first, ...), so
+    # that every owner sends at once rather than one part after another. (The parts
+    # fill whole packets: the words are ``layout.slots`` long.)
+    order = interleaved(layout)
+    per = layout.per_packet
+    flow = Flow(layout.width, layout.counts()[order], owners=np.asarray(owners)[order])
+    r = reduce(values.reshape(-1, per)[order].reshape(-1), Op.SUM, seq, phase, flow)
+    back = np.empty_like(r.values).reshape(-1, per)
+    back[order] = r.values.reshape(-1, per)
+    return dataclasses.replace(r, values=back.reshape(-1)), seq_add(seq, r.packets)
+
+
+def interleaved(layout: Layout) -> IntArray:
+    """The layout's chunks in the order of a movement with owners: the first chunk of
+    every part, then the second of every part, and so on."""
+    return np.arange(layout.chunks).reshape(layout.parts, -1).T.reshape(-1)
