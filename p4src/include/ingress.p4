@@ -67,10 +67,6 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         hdr.udp.checksum = 0;
     }
 
-    // The worker must know something first: the job's plan changed (its packet is
-    // of another generation), or no switch aggregates the job now. The packet goes
-    // back as a notice (SYNC | REPLY | what) in the plan's generation; its array,
-    // if any, goes with it (cutting it off would cost BMv2 more than sending it).
     // A worker's own values for every other worker of its job (OP_COPY: a
     // Broadcast's root, an Allgather's part): this edge is the BFIR, and sends the
     // packet once by BIER to the job's other workers in the host's set, who take it
@@ -82,6 +78,10 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         meta.job_stat = JOB_STAT_OWNED;
     }
 
+    // The worker must know something first: the job's plan changed (its packet is
+    // of another generation), or no switch aggregates the job now. The packet goes
+    // back as a notice (SYNC | REPLY | what) in the plan's generation; its array,
+    // if any, goes with it (cutting it off would cost BMv2 more than sending it).
     action tell_worker(bit<8> what) {
         hdr.ina.flags = FLAG_SYNC | FLAG_REPLY | what;
         hdr.ina.gen = meta.member_gen;

@@ -421,11 +421,11 @@ class ReductionWindow:
         return bytes(self.packets[lo: lo + self.lengths[chunk - self.offset]])
 
     def _hold(self, chunk: int, packet: bytes | memoryview, at: int = 0) -> None:
-        """Keep an owner's values of ``chunk`` (an OP_COPY packet at ``at``) as its
-        result's."""
+        """Keep the values of ``chunk`` that a packet at ``at`` carries (a result's,
+        or an owner's: OP_COPY) as its result's, as they came on the wire."""
         lo, size = (chunk - self.offset) * ARRAY_BYTES, self.counts[chunk] * self.itemsize
         self.result_wire[lo: lo + size] = \
-            packet[at + INA_HEADER_BYTES: at + INA_HEADER_BYTES + size]
+            memoryview(packet)[at + INA_HEADER_BYTES: at + INA_HEADER_BYTES + size]
 
     def _send(self, chunk: int, now: float, out: list[bytes]) -> None:
         """Send ``chunk`` (again): its packet, after its owned values if they are
@@ -652,9 +652,7 @@ class ReductionWindow:
                                                 offset=INA_HEADER_BYTES)
             self.lead.check(self.lead_result[: self.lead_size])
         elif self.gets_data[chunk]:
-            lo, size = (chunk - self.offset) * ARRAY_BYTES, n * self.itemsize
-            self.result_wire[lo: lo + size] = \
-                memoryview(payload)[INA_HEADER_BYTES: INA_HEADER_BYTES + size]
+            self._hold(chunk, payload)  # n == counts[chunk]: accept checked it
             self.overflow |= bool(flags & _OVERFLOW)
         return True
 
