@@ -522,3 +522,59 @@ def test_a_link_that_delivers_but_carries_no_probe_for_the_hang_time_is_down() -
     verdicts = _ingress_steps(w, "leaf1", "spine1", w.det.hang_after + 2 * STEP,
                               delivers=True)
     assert verdicts[-1] == LEAF1_SPINE1
+
+
+# --- a receiver that lags on every port: a flood fills its ingress ---------------------
+
+
+#: How late leaf1 passes up its probes (seconds): more than DETECT.
+LAG = 0.6
+
+
+def _leaf1_lags(w: Watched, seconds: float, *, from_spine1: bool) -> list[Failures]:
+    """For ``seconds``, leaf1 passes up only probes sent LAG seconds before (a flood
+    at a host port fills its ingress queue), and spine1's not at all unless
+    ``from_spine1`` (its port's reader loses every turn); everything else flows. The
+    verdict after each step."""
+    lag_steps = round(LAG / STEP)
+    verdicts = []
+    for _ in range(round(seconds / STEP)):
+        w.advance(STEP)
+        for sw in TOPO.switches:
+            w.det.probing(sw, True, w.now)
+            w.det.switch_answered(sw, w.now)
+        for link in w.det.links:
+            for sender, port, receiver, in_port in ((link.a, link.a_port, link.b, link.b_port),
+                                                    (link.b, link.b_port, link.a, link.a_port)):
+                if receiver != "leaf1":
+                    w.det.probe_received(receiver, in_port, w.probe(sender, port), w.now)
+                elif sender != "spine1" or from_spine1:
+                    w.det.probe_received(receiver, in_port,
+                                         w.probe(sender, port, w.seq - lag_steps), w.now)
+        verdicts.append(w.det.verdict(w.now))
+    return verdicts
+
+
+
+def test_a_probe_late_at_a_receiver_that_lags_on_every_port_is_no_failure() -> None:
+    """The policing test's false verdict on a slower machine: a host's flood filled
+    leaf1's ingress; the newest probe it passed up, from spine2, had been sent 0.7 s
+    before, and spine1's, sent 0.5 s before that one, had not come up at all (BMv2's
+    ports' readers take turns in no fixed order): 1 s without a probe from spine1
+    looked like a dead link beside spine2's."""
+    w = Watched()
+    w.run(1.0)
+    assert not any(_leaf1_lags(w, 2.0, from_spine1=False))
+
+
+def test_a_link_silent_at_a_receiver_that_lags_is_down_after_the_hang_time() -> None:
+    w = Watched()
+    w.run(1.0)
+    verdicts = _leaf1_lags(w, w.det.hang_after + 2 * STEP, from_spine1=False)
+    assert verdicts[-1] == LEAF1_SPINE1
+
+
+def test_a_receiver_that_lags_but_passes_every_ports_probes_breaks_no_link() -> None:
+    w = Watched()
+    w.run(1.0)
+    assert not any(_leaf1_lags(w, w.det.hang_after + 1.0, from_spine1=True))

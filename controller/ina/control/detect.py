@@ -45,6 +45,12 @@ The evidence, all timed by the caller's clock:
   waits behind a backlog the receiver reads (a flood's, at a switch that cannot
   keep up), and the direction is not late, until ``hang_after``. A dead link
   delivers nothing.
+- **The receiver's lag**: a switch whose newest probe passed up, from any port,
+  was sent over ``detect_after`` ago lags behind its ingress (a flood fills its
+  queue, and its ports' readers take turns in no fixed order: a flood at a leaf
+  held one spine's probes 1 s while another's, sent 0.5 s after them, came up):
+  silence on one of its ports is no evidence until it keeps up again, or until
+  ``hang_after``.
 
 A switch or link that was down is up again once it has answered (switch) or
 carried probes both ways (link) since it went down. Verdicts never change
@@ -344,9 +350,10 @@ class Detector:
               ) -> bool:
         """No probe on this direction of a link for detect_after, while its receiver
         passed up probes from its other ports and its sender's probes crossed its other
-        links, heard detect_after later and sent detect_after later, and its sending
-        port was not congested (or for hang_after, whatever the others do and whatever
-        the port marked). Heard later alone is no evidence: a switch that stalled
+        links, heard detect_after later and sent detect_after later, its receiver
+        passed up a probe sent within the last detect_after (it keeps up), and its
+        sending port was not congested (or for hang_after, whatever the others do and
+        whatever the port marked). Heard later alone is no evidence: a switch that stalled
         passes up its queued probes one port after another. Sent later alone is none
         either: the last probe heard on this port may have waited in a queue."""
         last = max(heard.at, since)
@@ -360,6 +367,8 @@ class Detector:
             return False  # it waits in its sender, whose egress there stalled
         if self.delivers(*receiving_port, now):
             return False  # the link delivers: it waits in its receiver's backlog
+        if now - passed_up.sent > self.detect_after:
+            return False  # its receiver lags on every port: it waits in its backlog
         last_sent = max(heard.sent, since)
         return all(later.at - last > self.detect_after
                    and later.sent - last_sent > self.detect_after for later in (passed_up, sent))
