@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ina.control import p4names as n
@@ -65,6 +65,22 @@ def _ports(lab: NetLab, switch: str) -> tuple[dict[int, CounterValue], dict[int,
     """(packets sent, packets marked) per port of ``switch``."""
     s = lab.controller_call(lambda ctl: ctl.status(), write=False)[switch]
     return s.port_packets, s.port_marks
+
+
+def _settled(read: Callable[[], int]) -> Callable[[], bool]:
+    """A condition that holds once ``read`` gives the same value twice in a row."""
+    last: list[int | None] = [None]
+
+    def same() -> bool:
+        before, last[0] = last[0], read()
+        return last[0] == before
+
+    return same
+
+
+def _grown(read: Callable[[], int], past: int) -> Callable[[], bool]:
+    """A condition that holds once ``read`` gives more than ``past``."""
+    return lambda: read() > past
 
 
 def _base_state(lab: NetLab, topology: Topology) -> None:
@@ -147,6 +163,7 @@ def _contribute(lab: NetLab, job: Job, seq: int) -> None:
 
 
 COPIES = 200
+BURSTS = 3
 
 
 def test_a_deep_bmv2_egress_queue_marks(figure1_lab: NetLab, deployed: Deployed) -> None:
@@ -155,9 +172,12 @@ def test_a_deep_bmv2_egress_queue_marks(figure1_lab: NetLab, deployed: Deployed)
     port's egress queue a little faster than egress sends them, and those that found
     MARK_QDEPTH packets queued before them leave marked (enq_qdepth); the first does
     not. (Measured here: 60 copies took the queue to 8-15 packets, 100 past 16, 120
-    marked anything from 1 to 78 of them, 200 from 29 to 67; a queue of 64 drops
-    the rest, so fewer may leave. What s6 sent is seen as it reaches s7: the switches after it have
-    their own queues of 64, which drop some of the burst.)"""
+    marked anything from 1 to 78 of them, 200 from 13 to 124; a queue of 64 drops
+    the rest, so fewer may leave. What s6 sent is seen as it reaches s7: the switches
+    after it have their own queues of 64, which drop some of the burst.) Whether
+    egress falls behind depends on how the machine's two cores schedule s6's threads:
+    one burst in many left none marked in a full test run, so up to BURSTS bursts
+    (rounds of the same call) are made, each checked, until one marks."""
     lab = figure1_lab
     (_, job), = deployed
     to_s7 = next(p for p, nb in lab.topology.ports("s6").items() if nb.node == "s7")
@@ -170,21 +190,28 @@ def test_a_deep_bmv2_egress_queue_marks(figure1_lab: NetLab, deployed: Deployed)
 
     lab.controller_call(widen)
     lab.open_call(job, proposal=1000)
-    sent, marked = _ports(lab, "s6")
     s7_from_s6 = f"s7-eth{lab.topology.ports('s6')[to_s7].remote_port}"
-    with capturing(lab, "s7", s7_from_s6) as frames:
-        _contribute(lab, job, 1000)
-        wait_until(lambda: _ports(lab, "s6")[0][to_s7].packets > sent[to_s7].packets, 10,
-                   "s6 to send its copies")
-        time.sleep(1.0)
-    results = [f.ina for f in map(parse_frame, frames)
-               if f.ina is not None and f.ina.flags & Flag.RESULT]
-    left = _ports(lab, "s6")[0][to_s7].packets - sent[to_s7].packets
-    marks = _ports(lab, "s6")[1][to_s7].packets - marked[to_s7].packets
-    print(f"\n{COPIES} copies queued at once on one port: {left} left, {marks} marked "
-          f"(enq_qdepth >= {MARK_QDEPTH})")
-    assert 0 < marks <= left - MARK_QDEPTH and len(results) == left
-    assert results[0].ecn == Ecn.NONE and sum(r.ecn == Ecn.CE for r in results) == marks
+
+    def sent_to_s7() -> int:
+        return _ports(lab, "s6")[0][to_s7].packets
+
+    for seq in range(1000, 1000 + BURSTS):  # each after the last completed: in the window
+        sent, marked = _ports(lab, "s6")
+        with capturing(lab, "s7", s7_from_s6) as frames:
+            _contribute(lab, job, seq)
+            wait_until(_grown(sent_to_s7, sent[to_s7].packets), 10, "s6 to send its copies")
+            wait_until(_settled(sent_to_s7), 10, "s6 to send the last of them", interval=0.3)
+        results = [f.ina for f in map(parse_frame, frames)
+                   if f.ina is not None and f.ina.flags & Flag.RESULT and f.ina.seq == seq]
+        left = _ports(lab, "s6")[0][to_s7].packets - sent[to_s7].packets
+        marks = _ports(lab, "s6")[1][to_s7].packets - marked[to_s7].packets
+        print(f"\n{COPIES} copies queued at once on one port: {left} left, {marks} marked "
+              f"(enq_qdepth >= {MARK_QDEPTH})")
+        assert len(results) == left and (marks == 0 or marks <= left - MARK_QDEPTH)
+        assert results[0].ecn == Ecn.NONE and sum(r.ecn == Ecn.CE for r in results) == marks
+        if marks > 0:
+            return
+    raise AssertionError(f"none of {BURSTS} bursts of {COPIES} copies was marked")
 
 
 def _qdisc(intf: str, run: object = run_in_lab) -> str:
