@@ -210,10 +210,12 @@ def test_the_root_answers_a_sync_with_reply_and_a_contribution_with_result() -> 
     assert answer_flag(Flag.NODATA) == Flag.RESULT
 
 
-def test_the_reflector_answers_every_packet_of_a_burst() -> None:
-    address = "127.0.0.5"
-    reflector = subprocess.Popen([sys.executable, "-m", "ina.cli.inabench", "reflect", address],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def _reflected(address: str, packets: int, *options: str) -> tuple[int, float]:
+    """A burst of ``packets`` sent to a reflector on ``address`` started with
+    ``options``, each answered as a root would (checked): (answers, seconds from the
+    first send to the last answer)."""
+    reflector = subprocess.Popen([sys.executable, "-m", "ina.cli.inabench", "reflect", address,
+                                  *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert reflector.stdout is not None
         assert reflector.stdout.readline().strip() == b"ready"
@@ -222,16 +224,30 @@ def test_the_reflector_answers_every_packet_of_a_burst() -> None:
             sock.bind(("127.0.0.1", 0))
             sock.settimeout(5)
             sent = [InaHeader(job_id=1, seq=i, pbm=1, count=1, flags=Flag.SYNC if i % 7 == 0
-                              else Flag.NONE).pack() + bytes(8) for i in range(300)]
+                              else Flag.NONE).pack() + bytes(8) for i in range(packets)]
+            started = time.monotonic()
             for packet in sent:
                 sock.sendto(packet, (address, INA_UDP_PORT))
             got = [sock.recv(2048) for _ in sent]
+            took = time.monotonic() - started
     finally:
         reflector.terminate()
         reflector.wait()
     for packet, answer in zip(sent, got, strict=True):
         assert answer[1] == packet[1] | answer_flag(packet[1])
         assert answer[:1] + answer[2:] == packet[:1] + packet[2:]
+    return len(got), took
+
+
+def test_the_reflector_answers_every_packet_of_a_burst() -> None:
+    assert _reflected("127.0.0.5", 300)[0] == 300
+
+
+def test_a_paced_reflector_answers_a_burst_one_packet_a_gap() -> None:
+    """As a CPU-bound switch: never two answers within the gap (the burst takes at
+    least a gap per answer after the first), every one answered."""
+    answers, took = _reflected("127.0.0.6", 20, "--gap", "0.01")
+    assert answers == 20 and took >= 19 * 0.01
 
 
 def test_a_jobs_view_of_a_shared_transport_sends_in_its_batches_and_receives_its_own(

@@ -11,7 +11,9 @@ workers, the VAT the planner chooses) and the k=4 fat-tree (8 workers over 4 pod
 
 ``host``: what every allreduce run also measures first, one worker against a
 loopback reflector (no switch), to show the worker library is not what limits the
-figures.
+figures; and (``inabench host``) the same worker's CPU per packet when its results
+come one at a time (PACED_GAP apart), as a CPU-bound switch sends them: each then
+costs the worker a wake of its own.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ from ina.host.baselines import TCP_WIRE_PER_BYTE
 from ina.protocol.constants import ELEMS_PER_PACKET, Op
 
 PS_PORT = 7100
+#: ``inabench host``'s paced case: results at least this far apart (s; on Figure 1 in
+#: DDP with links unlimited, BMv2's results come 0.4-1.9 ms apart), and its packets.
+PACED_GAP = 0.0005
+PACED_PACKETS = 2000
 RING_PORT = 7200
 
 
@@ -160,18 +166,21 @@ def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...]) -> CaseResul
 # --- The host side -----------------------------------------------------------------
 
 
-def host_rate(size: int = 1 << 20, shared: bool = False) -> HostRate:
+def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0) -> HostRate:
     """One worker's AllReduce against a loopback reflector in another process, which
     answers every packet at once as the root would: the worker library's own rate.
     ``shared``: through one job's view of a shared socket, as a torch rank's process
-    group sends and receives (ina.host.transport.SharedTransport)."""
+    group sends and receives (ina.host.transport.SharedTransport). ``gap``: the
+    reflector answers one packet at a time, at least that many seconds apart (the
+    rate is then the reflector's; the CPU per packet is still the worker's)."""
     from ina.host.arrays import random_array
     from ina.host.config import WorkerConfig
     from ina.host.transport import SharedTransport, UdpTransport
     from ina.host.window import RtoEstimator
     from ina.host.worker import Worker
 
-    reflector = subprocess.Popen([sys.executable, "-m", "ina.cli.inabench", "reflect", "127.0.0.2"],
+    reflector = subprocess.Popen([sys.executable, "-m", "ina.cli.inabench", "reflect",
+                                  "127.0.0.2", "--gap", str(gap)],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert reflector.stdout is not None

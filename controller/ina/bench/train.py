@@ -541,12 +541,15 @@ HSDP_CASE, HSDP_REPLICAS = "fat-tree-hsdp", 2
 
 
 def run_named_case(name: str, build_dir: Path, regimes: tuple[str, ...],
-                   settings: TrainSettings, bucket_mib: int = 0) -> TrainCaseResult:
-    """``run_case`` of a case by name: a DDP case of DEFAULT_CASES, or the HSDP case."""
+                   settings: TrainSettings, bucket_mib: int = 0,
+                   rate_mbit: float | None = None) -> TrainCaseResult:
+    """``run_case`` of a case by name: a DDP case of DEFAULT_CASES, or the HSDP case;
+    its links at ``rate_mbit`` in the link-bound regime (None: the case's rate)."""
     if name == HSDP_CASE:
-        return run_case(CASES["fat-tree"], build_dir, regimes,
+        return run_case(CASES["fat-tree"].adjusted(rate_mbit=rate_mbit), build_dir, regimes,
                         dataclasses.replace(settings, hsdp=HSDP_REPLICAS), bucket_mib)
-    return run_case(DEFAULT_CASES[name], build_dir, regimes, settings, bucket_mib)
+    return run_case(DEFAULT_CASES[name].adjusted(rate_mbit=rate_mbit), build_dir, regimes,
+                    settings, bucket_mib)
 
 
 # --- On a worker's host: python -m ina.bench.train bucket --mib N [--json FILE] -------

@@ -36,6 +36,7 @@ import importlib
 import json
 import socket
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,8 @@ def parser() -> argparse.ArgumentParser:
     # The host benchmark's other end (ina.bench.allreduce.host_rate): not for people, hidden.
     r = sub.add_parser("reflect")
     r.add_argument("address", help="the address to answer on")
+    r.add_argument("--gap", type=float, default=0.0,
+                   help="answer one packet at a time, at least this many seconds apart")
     return p
 
 
@@ -151,6 +154,11 @@ def _train_options(sub: common.SubParsers) -> None:
     t.add_argument("--steps", type=int, default=200, help="training steps per run")
     t.add_argument("--hidden", type=int, default=128,
                    help="width of the MLP's two hidden layers")
+    t.add_argument("--rate", type=float, metavar="MBIT",
+                   help="Mbit/s of every link in the link-bound regime (default: the "
+                        "case's, as inabench allreduce: " + ", ".join(
+                            f"{name} {CASES[name].rate_mbit:g}"
+                            for name in ("figure1", "fat-tree")) + ")")
     _regime_option(t)
     t.add_argument("--bucket-mib", type=int, default=25,
                    help="on Figure 1, also one float32 bucket of this many MiB (DDP's "
@@ -231,22 +239,29 @@ def _regimes(text: str) -> tuple[str, ...]:
 # --- The host benchmark's other end --------------------------------------------------------
 
 
-def reflect(address: str) -> None:
+def reflect(address: str, gap: float = 0.0) -> None:
     """Answer every INA packet sent to ``address`` as a root would: SYNCs with
     their proposal (as a root answers the first SYNC of a plan), contributions with
     themselves as the result (the host benchmark's other end,
     ina.bench.allreduce.host_rate). In batches (recvmmsg, sendmmsg) where the system
-    has them, so that the reflector is not what the benchmark measures."""
+    has them, so that the reflector is not what the benchmark measures; or, with a
+    ``gap``, one at a time at least ``gap`` seconds apart, as a CPU-bound switch
+    answers."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         sock.bind((address, INA_UDP_PORT))
         print("ready", flush=True)
-        if mmsg.available():
+        if gap <= 0 and mmsg.available():
             _reflect_batched(mmsg.Datagrams(sock))
+        due = 0.0
         while True:
             data, sender = sock.recvfrom(65535)
             packet = bytearray(data)
             packet[1] |= answer_flag(packet[1])
+            if gap > 0:
+                due = max(due + gap, time.monotonic())
+                if (wait := due - time.monotonic()) > 0:
+                    time.sleep(wait)
             sock.sendto(packet, sender)
 
 
@@ -313,7 +328,7 @@ def _bench(args: argparse.Namespace) -> int:
     """The benchmark, inside the sandbox (entered first), printed; or, with
     --from-json, the figures of an earlier run."""
     if args.cmd == "reflect":
-        reflect(args.address)
+        reflect(args.address, args.gap)
         return 0
     if "regimes" in vars(args):
         _regimes(args.regimes)  # checked before anything is measured
@@ -334,7 +349,8 @@ def _bench(args: argparse.Namespace) -> int:
         return sandbox.reexec(keep=[args.build.resolve()])
     sandbox.stop_on()  # SystemExit: the labs stop their switches and hosts
     if args.cmd == "host":
-        from ina.bench.allreduce import host_rate
+        from ina.bench.allreduce import PACED_GAP, PACED_PACKETS, host_rate
+        from ina.protocol.constants import ELEMS_PER_PACKET
 
         for shared, how in ((False, "its own socket"),
                             (True, "a job's view of a shared socket, as a torch rank's")):
@@ -342,6 +358,10 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"one worker against a loopback reflector, through {how}: "
                   f"{rate.packets_per_s:,.0f} packets/s, {rate.values_per_s:,.0f} "
                   f"values/s{rate.cpu()}")
+        rate = host_rate(PACED_PACKETS * ELEMS_PER_PACKET, gap=PACED_GAP)
+        print(f"the same, its results one at a time at least {PACED_GAP * 1e3:g} ms apart "
+              f"(as a CPU-bound BMv2 switch sends them in DDP): "
+              f"{rate.packets_per_s:,.0f} packets/s{rate.cpu()}")
     elif args.cmd == "deploy":
         from ina.bench import deploy
 
@@ -396,7 +416,7 @@ def _train(args: argparse.Namespace) -> Any:
     settings = train.TrainSettings(steps=args.steps, hidden=args.hidden)
     conversion = train.bucket_conversion(CASES["figure1"].rate_mbit)
     trained = [train.run_named_case(name, args.build, _regimes(args.regimes), settings,
-                                    args.bucket_mib if name == "figure1" else 0)
+                                    args.bucket_mib if name == "figure1" else 0, args.rate)
                for name in args.case or ["figure1", "fat-tree", train.HSDP_CASE]]
     return train.TrainFigures(trained, conversion, bmv2_build(), torch.__version__).figures()
 
