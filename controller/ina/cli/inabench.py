@@ -8,7 +8,7 @@
     inabench dataplane [--json-out F] [--png F]
     inabench failover [--case leaf-spine --case fat-tree] [--json-out F] [--png F]
     inabench failover --from-json docs/failover.json --png docs/failover.png   # redraw only
-    inabench train [--case figure1 --case fat-tree --case fat-tree-hsdp] [--steps 200]
+    inabench train [--case figure1 --case fat-tree --case fat-tree-hsdp] [--steps 200] [--rate R]
         [--json-out F] [--png F]
     inabench soak [--case leaf-spine --case fat-tree] [--minutes 2] [--seed 1] [--json-out F]
     inabench collectives [--case figure1 --case fat-tree] [--rate R] [--size N] [--json-out F]
