@@ -31,6 +31,7 @@ from ina.bench.chaos import (
 from ina.bench.soak import CASES, SoakFigures, _error_kind
 from ina.cli import inabench
 from ina.control.watch import WatchOptions
+from ina.host import quantize
 from ina.host.results import AllreduceResult
 from ina.protocol.bitmaps import one_set
 from ina.protocol.constants import ELEMS_PER_PACKET, Flag, Op, SwitchStat
@@ -130,6 +131,36 @@ def test_the_expected_result_is_what_the_workers_get_bit_for_bit(
     for result in _call(lab, job, 5, plan).values():
         assert result.values.dtype == expected.dtype
         assert np.array_equal(result.values, expected)
+
+
+def test_a_guessed_float_call_is_exact_with_the_exponents_it_used(
+        deployed: tuple[ModelLab, Job]) -> None:
+    """The soak's calls 19 and 22 (seed 1): the second, of the same kind (one chunk),
+    sends its values scaled by exponents guessed from the first's (ina.host.guesses),
+    above the agreed ones: checked against the agreed ones alone, the soak called
+    19 of its 21 values wrong; with the exponents the call used, it is exact."""
+    lab, job = deployed
+    workers = model_workers(lab, job)
+    first, second = CallPlan(19, 190, True), CallPlan(22, 21, True)
+    for plan in (first, second):
+        outcomes = in_threads({w: partial(workers[w].allreduce,
+                                          chaos.call_array(1, plan, rank))
+                               for rank, w in enumerate(job.workers)})
+    assert all((g := workers[w].guesses) is not None and g.guessed == 1 for w in job.workers)
+    agreed = chaos.expected_result(1, second, len(job.workers))
+    for result in outcomes.values():
+        assert isinstance(result, AllreduceResult) and result.exponents is not None
+        assert np.array_equal(result.values,
+                              chaos.expected_result(1, second, len(job.workers),
+                                                    result.exponents))
+        assert not np.array_equal(result.values, agreed)
+
+
+def test_exponents_below_the_agreed_ones_are_no_result_to_check_against() -> None:
+    plan = CallPlan(22, 21, True)
+    agreed = quantize.block_exponents(chaos.call_array(1, plan, 0))
+    with pytest.raises(ValueError, match="below or unlike the agreed"):
+        chaos.expected_result(1, plan, 4, agreed - 30)
 
 
 def test_call_plans_mix_sizes_and_kinds() -> None:

@@ -79,15 +79,24 @@ def call_array(seed: int, plan: CallPlan, rank: int) -> npt.NDArray[Any]:
     return rng.integers(-INT_RANGE, INT_RANGE, size=plan.size, dtype=np.int32)
 
 
-def expected_result(seed: int, plan: CallPlan, workers: int) -> npt.NDArray[Any]:
+def expected_result(seed: int, plan: CallPlan, workers: int,
+                    used: npt.NDArray[np.int32] | None = None) -> npt.NDArray[Any]:
     """What a SUM AllReduce of the call must give every worker, exactly: the integer
     sum, or the float32 result of the protocol's block floating point (the block
     exponents agreed with MAX, each worker's values quantized, the integers summed,
-    the sum scaled back): see ina.host.quantize."""
+    the sum scaled back): see ina.host.quantize. ``used``: the exponents the call
+    says it scaled its values by (a guess above the agreed ones: ina.host.guesses),
+    taken where no block's is below the agreed one (ValueError otherwise: a value
+    would have been clipped)."""
     arrays = [call_array(seed, plan, r) for r in range(workers)]
     if not plan.is_float:
         return np.asarray(np.sum(np.stack(arrays).astype(np.int64), axis=0), dtype=np.int32)
     exponents = np.max(np.stack([quantize.block_exponents(a) for a in arrays]), axis=0)
+    if used is not None:
+        if used.shape != exponents.shape or np.any(used < exponents):
+            raise ValueError(f"exponents {used.tolist()} used, below or unlike the agreed "
+                             f"{exponents.tolist()}")
+        exponents = used
     total = np.sum(np.stack([quantize.quantize(a, exponents, Op.SUM, workers)
                              for a in arrays]).astype(np.int64), axis=0)
     return quantize.dequantize(total.astype(np.int32), exponents, Op.SUM, workers)

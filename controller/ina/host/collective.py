@@ -121,7 +121,7 @@ def reduction(reduce: Reduce, config: WorkerConfig, array: npt.NDArray[Any], is_
     values = quantize.dequantize(r.values, e.values, op, n, width)
     return AllreduceResult(values, r.overflow, run.packets, run.retransmissions,
                            quantize.bound(values, e.values, op, n, width),
-                           on_hosts=r.on_hosts), run.seq
+                           on_hosts=r.on_hosts, exponents=e.values.astype(np.int32)), run.seq
 
 
 def _not_counted(config: WorkerConfig) -> str:
@@ -180,7 +180,8 @@ def _guessed(reduce: Reduce, config: WorkerConfig, x: npt.NDArray[np.float32],
     guesses.guessed += guess is not None
     values = quantize.dequantize(ints, used, op, n, width)
     return AllreduceResult(values, overflow, run.packets, run.retransmissions,
-                           quantize.bound(values, used, op, n, width), on_hosts=on_hosts), run.seq
+                           quantize.bound(values, used, op, n, width), on_hosts=on_hosts,
+                           exponents=used.astype(np.int32)), run.seq
 
 
 def reduction_kind(is_float: bool) -> int:

@@ -38,6 +38,10 @@ class AllreduceResult:
     on_hosts: bool = False  # reduced among the workers: no switch aggregated the job
     #: The reduction's lead chunk (a call's descriptor, reduced with MAX), if it had one.
     lead: npt.NDArray[np.int32] | None = None
+    #: Float reductions only: each block's exponent its values were scaled by (the
+    #: agreed one, or a guess above it: ina.host.guesses), which with every worker's
+    #: array says what the result is, bit for bit (ina.host.quantize).
+    exponents: npt.NDArray[np.int32] | None = None
 
 
 @dataclass
