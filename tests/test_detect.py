@@ -209,6 +209,116 @@ def test_a_link_silent_since_a_repair_returned_is_down_after_the_detection_time(
     assert verdict == Failures(links=frozenset({dead}))
 
 
+def _deaf(w: Watched, seconds: float) -> list[Failures]:
+    """Every switch answers and takes its probes, and the watcher hears none of them
+    for ``seconds`` (make soak's false verdicts: a repair's writer had taken the
+    watcher's primacy and the switches' notice of it got lost, or its streams stalled:
+    no probe heard on any link for 3.8 s); the verdict after each step."""
+    return [w.step(lambda sender, receiver: False) for _ in range(round(seconds / STEP))]
+
+
+def test_a_watcher_that_hears_no_link_breaks_no_link() -> None:
+    w = Watched()
+    w.run(1.0)
+    assert not any(_deaf(w, w.det.hang_after + 1.0))
+
+
+def test_a_link_whose_probes_come_last_when_the_watcher_hears_again_is_not_down() -> None:
+    w = Watched()
+    w.run(1.0)
+    _deaf(w, w.det.hang_after + 1.0)
+    late = frozenset({"leaf1", "spine1"})
+    assert w.step(lambda a, b: frozenset({a, b}) != late) == Failures()
+
+
+def test_a_link_silent_when_the_watcher_hears_again_is_down_after_the_detection_time() -> None:
+    w = Watched()
+    w.run(1.0)
+    _deaf(w, w.det.hang_after + 1.0)
+    dead = frozenset({"leaf1", "spine1"})
+    for _ in range(round(DETECT / STEP) + 1):
+        verdict = w.step(lambda a, b: frozenset({a, b}) != dead)
+    assert verdict == Failures(links=frozenset({dead}))
+
+
+def _spine1_unheard(w: Watched, seconds: float) -> list[bool]:
+    """Nothing crosses spine1's links for the watcher, the rest flows (spine1's
+    connection carries no packet); whether spine1 is silent after each step."""
+    silent = []
+    for _ in range(round(seconds / STEP)):
+        w.step(lambda s, r: "spine1" not in (s, r))
+        silent.append(w.det.stuck("spine1", w.now) == "silent")
+    return silent
+
+
+def test_a_switch_whose_connection_carries_no_probe_is_silent_after_half_the_hang_time() -> None:
+    w = Watched()
+    w.run(1.0)
+    assert not any(_spine1_unheard(w, w.det.hang_after / 2 - STEP))
+    assert _spine1_unheard(w, 2 * STEP)[-1]
+
+
+def test_a_switch_whose_connection_was_made_again_is_silent_again_only_once_heard() -> None:
+    """Made again once per silence: a switch whose every link died stays silent, and
+    its links are then judged as any other's."""
+    w = Watched()
+    w.run(1.0)
+    _spine1_unheard(w, w.det.hang_after / 2 + 2 * STEP)
+    w.det.connecting_again("spine1", w.now)
+    assert not any(_spine1_unheard(w, w.det.hang_after + 1.0))
+    w.run(1.0)
+    assert _spine1_unheard(w, w.det.hang_after / 2 + 2 * STEP)[-1]
+
+
+def test_a_switch_that_passes_probes_up_is_not_silent() -> None:
+    w = Watched()
+    w.run(1.0)
+    for _ in range(round((w.det.hang_after + 1.0) / STEP)):
+        w.step(lambda sender, _: sender != "spine1")
+        assert w.det.stuck("spine1", w.now) is None
+
+
+def test_a_switch_the_watcher_cannot_probe_for_the_hang_time_is_stuck_once_per_hang_time(
+        ) -> None:
+    """A connection that stays backup (the switch's notice that the writer left got
+    lost) is made again every hang_after while it cannot probe: a writer still there
+    keeps it backup, one gone gives it the primary role."""
+    w = Watched()
+    w.run(1.0)
+    w.mute.add("spine1")
+    stuck = []
+    for _ in range(round((2 * w.det.hang_after + 2 * STEP) / STEP)):
+        w.run(STEP)
+        stuck.append(w.det.stuck("spine1", w.now))
+        if stuck[-1] is not None:
+            w.det.connecting_again("spine1", w.now)
+    # hang_after (30 steps) after it could not, then hang_after after it was made again
+    assert [i for i, why in enumerate(stuck) if why == "backup"] == [30, 61]
+    assert set(stuck) == {None, "backup"}
+
+
+def test_the_only_link_silent_for_the_hang_time_is_down() -> None:
+    """Silence everywhere is the watcher's only where two links share no switch: two
+    switches' one link may well fail on its own."""
+    pair = Topology.from_dict({
+        "name": "pair",
+        "switches": {"s1": {"device_id": 1, "grpc": "127.0.0.1:50001", "loopback": "10.0.100.1"},
+                     "s2": {"device_id": 2, "grpc": "127.0.0.1:50002", "loopback": "10.0.100.2"}},
+        "hosts": {"h1": {"ip": "10.0.0.1", "mac": "00:00:00:00:00:01", "bfr_id": 1},
+                  "h2": {"ip": "10.0.0.2", "mac": "00:00:00:00:00:02", "bfr_id": 2}},
+        "links": [["s1:1", "s2:1"], ["s1:2", "h1"], ["s2:2", "h2"]]})
+    det = Detector(pair, DETECT)
+    now = 0.0
+    verdict = Failures()
+    while now <= det.hang_after + 2 * STEP:
+        now += STEP
+        for sw in ("s1", "s2"):
+            det.probing(sw, True, 0.0)
+            det.switch_answered(sw, now)
+        verdict = det.verdict(now)
+    assert verdict == Failures(links=frozenset({frozenset({"s1", "s2"})}))
+
+
 def test_a_switch_comes_back_once_it_answers_again() -> None:
     w = Watched()
     w.dead_switches.add("spine2")
@@ -578,3 +688,14 @@ def test_a_receiver_that_lags_but_passes_every_ports_probes_breaks_no_link() -> 
     w = Watched()
     w.run(1.0)
     assert not any(_leaf1_lags(w, w.det.hang_after + 1.0, from_spine1=True))
+
+
+def test_a_link_verdicts_evidence_names_both_directions() -> None:
+    w = Watched()
+    w.run(1.0)
+    w.dead_links.add(frozenset({"leaf1", "spine1"}))
+    w.run(DETECT + 2 * STEP)
+    evidence = w.det.evidence(frozenset({"leaf1", "spine1"}), w.now)
+    assert evidence.startswith("judged since ")
+    assert "leaf1:" in evidence and "->spine1:" in evidence and "spine1:" in evidence
+    assert "->leaf1:" in evidence

@@ -193,3 +193,42 @@ def test_the_liveness_read_hands_the_probe_ports_mark_counters_to_the_detector()
             lambda: until(lambda: all(w.detector.congested("spine2", p, 0.0) for p in ports)))
     assert ports and sorted(ports) == sorted(
         p for p, nb in TOPO.ports("spine2").items() if not nb.is_host)
+
+
+def test_a_connection_that_carries_no_probe_is_made_again_and_its_switch_is_not_lost() -> None:
+    """make soak on the k=4 fat-tree: after a repair's writer had come and gone, some of
+    the watcher's connections passed nothing for 55 s (no probe, no notice of being
+    primary again) while it sent probes through them."""
+    w = watcher()
+    sw = scripted(w, "spine2")
+    lost: list[str] = []
+    connected = w.detector.switch_connected
+
+    def spy(switch: str, up: bool, now: float) -> None:
+        if not up:
+            lost.append(switch)
+        connected(switch, up, now)
+
+    w.detector.switch_connected = spy  # type: ignore[method-assign]
+
+    async def connection_and_probes() -> None:
+        await asyncio.gather(w._connection("spine2"), w._tick())
+
+    async def connected_again() -> None:
+        await until(lambda: sw.connects >= 2 and w._links["spine2"].connected)
+        assert "spine2" not in lost  # (before the test's end cancels the connection)
+
+    run_for(w, connection_and_probes, connected_again)
+
+
+def test_a_connection_backup_for_the_hang_time_is_made_again() -> None:
+    """The same soak: a connection still backup 17 s after the repair's writer had
+    left (the switch's notice lost), the links of its switch judged by nobody."""
+    w = watcher()
+    sw = scripted(w, "spine2")
+    sw.is_primary = False
+
+    async def connection_and_probes() -> None:
+        await asyncio.gather(w._connection("spine2"), w._tick())
+
+    run_for(w, connection_and_probes, lambda: until(lambda: sw.connects >= 2))

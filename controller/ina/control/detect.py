@@ -52,6 +52,15 @@ The evidence, all timed by the caller's clock:
   silence on one of its ports is no evidence until it keeps up again, or until
   ``hang_after``.
 
+- **The watcher's own hearing**: while it hears no probe on any link for
+  ``detect_after``, the watcher is deaf, not the fabric cut (its connections' primary
+  role was taken by a writer and the notice of its return got lost, or their streams
+  stalled: seen for 4 to 55 s on the k=4 fat-tree's soak): no link is judged on what
+  was heard before it hears again. Only where two links share no switch: one link, or a
+  star's, may well fail all at once. A connection that carries no probe, neither the
+  switch's own nor one it passed up, for ``hang_after / 2`` while the watcher sends
+  its probes is ``silent``: the watcher makes it again, once per silence.
+
 A switch or link that was down is up again once it has answered (switch) or
 carried probes both ways (link) since it went down. Verdicts never change
 faster than the evidence: a busy switch whose probes wait in its queues is late
@@ -151,6 +160,9 @@ class Detector:
         default_factory=dict)  # (when read, count) of a port's packets out
     _received_counts: dict[tuple[str, int], int] = field(default_factory=dict)  # last read
     _ingress_at: dict[tuple[str, int], float] = field(default_factory=dict)  # when it grew
+    _disjoint: bool = False  # two links of the topology share no switch
+    _again_at: dict[str, float] = field(default_factory=dict)  # connection made again
+    _held_since: dict[str, float] = field(default_factory=dict)  # could not probe since
 
     def __post_init__(self) -> None:
         topo = self.topology
@@ -169,6 +181,7 @@ class Detector:
         for link in self._links:
             self._heard[(link.a, link.a_port)] = _Heard(self.now)
             self._heard[(link.b, link.b_port)] = _Heard(self.now)
+        self._disjoint = any(not a.nodes & b.nodes for a in self._links for b in self._links)
 
     @property
     def links(self) -> list[LinkEnds]:
@@ -193,6 +206,8 @@ class Detector:
         switch took the last ones): the verdict on its links pauses while it cannot."""
         if can and not self._can_probe[switch]:
             self._probing_since[switch] = now
+        elif not can and self._can_probe[switch]:
+            self._held_since[switch] = now
         self._can_probe[switch] = can
 
     def probes_sent(self, switch: str, seq: int, now: float) -> None:
@@ -316,6 +331,7 @@ class Detector:
                                sent.setdefault(sender, _Heard(heard.at, heard.sent))):
                     newest.at = max(newest.at, heard.at)
                     newest.sent = max(newest.sent, heard.sent)
+        self._hear_again(now)
         links = set()
         for link in self._links:
             if link.a in switches or link.b in switches:
@@ -344,6 +360,83 @@ class Detector:
                 self._heard[(end.b, end.b_port)].since_down = False
         self.down = Failures(frozenset(switches), frozenset(links))
         return self.down
+
+    def evidence(self, nodes: frozenset[str], now: float) -> str:
+        """What the detector knew of the link between ``nodes`` at ``now`` (for the log
+        of its verdict), as ages in seconds: since when it is judged, and per
+        direction when its last probe was heard and sent, when the receiver's newest
+        probe passed up and the sender's newest heard anywhere were sent, when the
+        sending port last marked, whether its egress stalled, and when the receiving
+        port last counted a packet in."""
+        never = float("-inf")
+
+        def age(t: float) -> str:
+            return f"{now - t:.2f}" if t > never else "never"
+
+        parts = []
+        for link in (e for e in self._links if e.nodes == nodes):
+            since = max(self._probing_since[link.a], self._probing_since[link.b],
+                        self._read_again_at)
+            parts.append(f"judged since {age(since)}")
+            for sender, s_port, receiver, r_port in ((link.a, link.a_port, link.b, link.b_port),
+                                                     (link.b, link.b_port, link.a, link.a_port)):
+                heard = self._heard[(receiver, r_port)]
+                passed_up = max(h.sent for (sw, _), h in self._heard.items() if sw == receiver)
+                sent = max(h.sent for (sw, port), h in self._heard.items()
+                           if self.topology.ports(sw)[port].node == sender)
+                parts.append(
+                    f"{sender}:{s_port}->{receiver}:{r_port} heard {age(heard.at)} sent "
+                    f"{age(heard.sent)}, {receiver}'s newest passed up sent {age(passed_up)}, "
+                    f"{sender}'s newest heard sent {age(sent)}, marked "
+                    f"{age(self._marked_at.get((sender, s_port), never))}, egress stalled "
+                    f"{self._egress_stalled((sender, s_port), heard, now)}, delivered "
+                    f"{age(self._ingress_at.get((receiver, r_port), never))}")
+        return "; ".join(parts)
+
+    def stuck(self, switch: str, now: float) -> str | None:
+        """Why the watcher's connection to ``switch`` should be made again, if it
+        should: BMv2's P4Runtime server lets a writer take the primary role and give
+        it back without the watcher always hearing of it (make soak on the k=4
+        fat-tree: connections that passed nothing for 55 s after a repair's writer
+        had come and gone, and one still backup 17 s after), and a new connection
+        learns its role afresh.
+
+        - "silent": the watcher could send ``switch``'s probes for hang_after / 2 and
+          heard none of them anywhere, nor any probe that ``switch`` passed up, since
+          it last heard one or made the connection again (once per silence: a switch
+          whose every link died stays silent, and its links are judged as any
+          other's);
+        - "backup": it could not send them (another client primary, or the switch
+          too busy to take them) for hang_after since it last could or made the
+          connection again."""
+        again = self._again_at.get(switch, float("-inf"))
+        if not self._can_probe.get(switch, False):
+            held = max(self._held_since.get(switch, self.now), again)
+            return "backup" if now - held > self.hang_after else None
+        heard = max((h.at for (receiver, port), h in self._heard.items()
+                     if switch in (receiver, self.topology.ports(receiver)[port].node)),
+                    default=float("-inf"))
+        if again >= heard:
+            return None
+        quiet = now - max(heard, self._probing_since[switch])
+        return "silent" if quiet > self.hang_after / 2 else None
+
+    def connecting_again(self, switch: str, now: float) -> None:
+        """The watcher makes ``switch``'s connection again (it was ``stuck``)."""
+        self._again_at[switch] = now
+
+    def _hear_again(self, now: float) -> None:
+        """While the watcher hears no probe on any link for detect_after, it is deaf,
+        not the fabric cut: judge no link on what was heard before it hears again
+        (its primacy taken by a writer without notice, as BMv2's P4Runtime server
+        drops an arbitration update now and then, so that its probes go nowhere; or
+        its streams stalled). Only where two links share no switch: a single link,
+        or a star's, may well all fail at once."""
+        if not self._disjoint:
+            return
+        newest = max(h.at for h in self._heard.values())
+        if now - newest > self.detect_after:
+            self._read_again_at = now
 
     def _late(self, heard: _Heard, since: float, passed_up: _Heard, sent: _Heard,
               now: float, sending_port: tuple[str, int], receiving_port: tuple[str, int]

@@ -323,6 +323,8 @@ class _Link:
         self.mac = mac_bytes(spec.mac)  # the probes' source
         self.connected = False
         self.ready = False  # primary or backup, the pipeline as it will be
+        # Set to end the connection and make it again at once (it carries no packet).
+        self.again = asyncio.Event()
         # Probes' numbers start anywhere: a watcher started again must not take the
         # last one's probes, still queued in a busy switch, for its own.
         self.seq = random.getrandbits(31)
@@ -438,7 +440,10 @@ class Watcher:
                 lost = link.connected
                 link.connected = link.ready = False
                 self.detector.probing(name, False, self._now())
-                self.detector.switch_connected(name, False, self._now())
+                if link.again.is_set():  # ended by us: the switch is not lost (yet)
+                    link.again.clear()
+                else:
+                    self.detector.switch_connected(name, False, self._now())
             if sw.is_up:  # finsy's exit closes the channel: never here (an assert would
                 LOG.error("%s: still up after its connection ended", name)  # stop all)
             if not lost:
@@ -479,14 +484,17 @@ class Watcher:
                          "primary" if sw.is_primary else f"backup of {sw.primary_id}")
                 reader = asyncio.create_task(self._read_probes(link),
                                              name=f"watch:{name}:packets")
+                again = asyncio.create_task(link.again.wait())
                 try:
                     if sw.is_up:
-                        await down
+                        await asyncio.wait((down, again), return_when=asyncio.FIRST_COMPLETED)
                 finally:
+                    again.cancel()
                     reader.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await reader
-                LOG.info("%s: P4Runtime connection lost", name)
+                if not link.again.is_set():
+                    LOG.info("%s: P4Runtime connection lost", name)
         finally:
             sw.ee.remove_listener(fy.SwitchEvent.CHANNEL_DOWN, on_down)
             sw.ee.remove_listener(fy.SwitchEvent.CHANNEL_READY, on_ready)
@@ -542,6 +550,7 @@ class Watcher:
             started = self.clock()
             await asyncio.gather(*(self._probe(link) for link in self._links.values()))
             self._judge()
+            self._connect_stuck_again()
             await asyncio.sleep(max(0.0, started + self.options.interval - self.clock()))
 
     async def _probe(self, link: _Link) -> None:
@@ -564,11 +573,34 @@ class Watcher:
             LOG.debug("%s: probes not sent: %r", name, exc)
             self.detector.probing(name, False, self._now())
 
+    def _connect_stuck_again(self) -> None:
+        """Make again every connection that carried no probe while the watcher could
+        send its switch's probes, or that could not send them for long
+        (Detector.stuck): the switch may have taken a writer for its primary and
+        given the role back without the watcher hearing of it. Seen on the k=4
+        fat-tree's soak: connections that passed nothing for 55 s after a repair's
+        writer had come and gone, the watcher blind meanwhile (first real failures
+        missed, then every link of theirs reported down), and one backup for good."""
+        now = self._now()
+        for name, link in self._links.items():
+            if not link.connected or link.again.is_set():
+                continue
+            why = self.detector.stuck(name, now)
+            if why is not None:
+                LOG.warning("%s: its connection is %s: connecting again", name,
+                            "silent" if why == "silent" else "backup for long")
+                self.detector.connecting_again(name, now)
+                link.again.set()
+
     def _judge(self) -> None:
         old = self.detector.down
-        new = self.detector.verdict(self._now())
+        now = self._now()
+        new = self.detector.verdict(now)
         if new == old:
             return
+        for nodes in new.links - old.links:
+            LOG.info("link %s late: %s", "-".join(sorted(nodes)),
+                     self.detector.evidence(nodes, now))
         for event in events_between(old, new, time.time(), self.clock()):
             self.events.append(event)
             LOG.warning("detected: %s", event.describe())
