@@ -323,8 +323,9 @@ class _Link:
         self.mac = mac_bytes(spec.mac)  # the probes' source
         self.connected = False
         self.ready = False  # primary or backup, the pipeline as it will be
-        # Set to end the connection and make it again at once (it carries no packet).
+        # Set to end the connection and make it again at once (it is stuck); when.
         self.again = asyncio.Event()
+        self.again_at = float("-inf")
         # Probes' numbers start anywhere: a watcher started again must not take the
         # last one's probes, still queued in a busy switch, for its own.
         self.seq = random.getrandbits(31)
@@ -442,8 +443,12 @@ class Watcher:
                 self.detector.probing(name, False, self._now())
                 if link.again.is_set():  # ended by us: the switch is not lost (yet)
                     link.again.clear()
-                else:
+                elif self.clock() - link.again_at > self.options.hang_after:
                     self.detector.switch_connected(name, False, self._now())
+                # else an attempt to make it again failed (BMv2's server answered a
+                # handshake "Internal error from Core" in the soak): tried again; a
+                # switch that died meanwhile is down once it answers nothing for
+                # hang_after.
             if sw.is_up:  # finsy's exit closes the channel: never here (an assert would
                 LOG.error("%s: still up after its connection ended", name)  # stop all)
             if not lost:
@@ -590,6 +595,7 @@ class Watcher:
                 LOG.warning("%s: its connection is %s: connecting again", name,
                             "silent" if why == "silent" else "backup for long")
                 self.detector.connecting_again(name, now)
+                link.again_at = self.clock()
                 link.again.set()
 
     def _judge(self) -> None:
