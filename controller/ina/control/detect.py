@@ -57,9 +57,10 @@ The evidence, all timed by the caller's clock:
   role was taken by a writer and the notice of its return got lost, or their streams
   stalled: seen for 4 to 55 s on the k=4 fat-tree's soak): no link is judged on what
   was heard before it hears again. Only where two links share no switch: one link, or a
-  star's, may well fail all at once. A connection that carries no probe, neither the
-  switch's own nor one it passed up, for ``hang_after / 2`` while the watcher sends
-  its probes is ``silent``: the watcher makes it again, once per silence.
+  star's, may well fail all at once. A connection is ``stuck`` when it carried no
+  probe, neither the switch's own nor one it passed up, for ``hang_after / 2`` while
+  the watcher sent its probes (once per silence), or could not send them for
+  ``hang_after`` (backup): the watcher makes it again, and learns its role afresh.
 
 A switch or link that was down is up again once it has answered (switch) or
 carried probes both ways (link) since it went down. Verdicts never change
@@ -428,10 +429,10 @@ class Detector:
     def _hear_again(self, now: float) -> None:
         """While the watcher hears no probe on any link for detect_after, it is deaf,
         not the fabric cut: judge no link on what was heard before it hears again
-        (its primacy taken by a writer without notice, as BMv2's P4Runtime server
-        drops an arbitration update now and then, so that its probes go nowhere; or
-        its streams stalled). Only where two links share no switch: a single link,
-        or a star's, may well all fail at once."""
+        (a writer took its connections' primary role, or gave it back, without them
+        hearing of it, so that its probes went nowhere; or their streams stalled:
+        ``stuck``). Only where two links share no switch: a single link, or a
+        star's, may well all fail at once."""
         if not self._disjoint:
             return
         newest = max(h.at for h in self._heard.values())

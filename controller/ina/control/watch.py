@@ -592,8 +592,10 @@ class Watcher:
                 continue
             why = self.detector.stuck(name, now)
             if why is not None:
-                LOG.warning("%s: its connection is %s: connecting again", name,
-                            "silent" if why == "silent" else "backup for long")
+                # Backup for long is also what another primary controller leaves it.
+                LOG.log(logging.WARNING if why == "silent" else logging.INFO,
+                        "%s: its connection is %s: connecting again", name,
+                        "silent" if why == "silent" else "backup for long")
                 self.detector.connecting_again(name, now)
                 link.again_at = self.clock()
                 link.again.set()
