@@ -164,6 +164,8 @@ class Detector:
     _disjoint: bool = False  # two links of the topology share no switch
     _again_at: dict[str, float] = field(default_factory=dict)  # connection made again
     _held_since: dict[str, float] = field(default_factory=dict)  # could not probe since
+    _ends: dict[str, list[tuple[str, int]]] = field(
+        default_factory=dict)  # the receiving ends (keys of _heard) of a switch's links
 
     def __post_init__(self) -> None:
         topo = self.topology
@@ -182,6 +184,9 @@ class Detector:
         for link in self._links:
             self._heard[(link.a, link.a_port)] = _Heard(self.now)
             self._heard[(link.b, link.b_port)] = _Heard(self.now)
+            for sw in (link.a, link.b):
+                self._ends.setdefault(sw, []).extend(
+                    [(link.a, link.a_port), (link.b, link.b_port)])
         self._disjoint = any(not a.nodes & b.nodes for a in self._links for b in self._links)
 
     @property
@@ -316,22 +321,7 @@ class Detector:
             elif (not self._connected[sw] and now - self._lost_at[sw] > self.detect_after
                   or now - answered > self.hang_after):
                 switches.add(sw)
-        # The newest probe (when heard, when sent) each switch passed up, on any port: a
-        # switch too busy to pass up probes at once is late on every port, a dead link
-        # only on its own. And the newest of each switch's probes heard anywhere: a
-        # switch too busy to send its probes out at once (packet-outs wait in its
-        # queues, or in our connection to it) is late on every link, a dead link only
-        # on its own.
-        passed_up: dict[str, _Heard] = {}
-        sent: dict[str, _Heard] = {}
-        for link in self._links:
-            for receiver, port, sender in ((link.a, link.a_port, link.b),
-                                           (link.b, link.b_port, link.a)):
-                heard = self._heard[(receiver, port)]
-                for newest in (passed_up.setdefault(receiver, _Heard(heard.at, heard.sent)),
-                               sent.setdefault(sender, _Heard(heard.at, heard.sent))):
-                    newest.at = max(newest.at, heard.at)
-                    newest.sent = max(newest.sent, heard.sent)
+        passed_up, sent = self._newest()
         self._hear_again(now)
         links = set()
         for link in self._links:
@@ -362,6 +352,25 @@ class Detector:
         self.down = Failures(frozenset(switches), frozenset(links))
         return self.down
 
+    def _newest(self) -> tuple[dict[str, _Heard], dict[str, _Heard]]:
+        """The newest probe (when heard, when sent) each switch passed up, on any port:
+        a switch too busy to pass up probes at once is late on every port, a dead link
+        only on its own. And the newest of each switch's probes heard anywhere: a
+        switch too busy to send its probes out at once (packet-outs wait in its
+        queues, or in our connection to it) is late on every link, a dead link only
+        on its own."""
+        passed_up: dict[str, _Heard] = {}
+        sent: dict[str, _Heard] = {}
+        for link in self._links:
+            for receiver, port, sender in ((link.a, link.a_port, link.b),
+                                           (link.b, link.b_port, link.a)):
+                heard = self._heard[(receiver, port)]
+                for newest in (passed_up.setdefault(receiver, _Heard(heard.at, heard.sent)),
+                               sent.setdefault(sender, _Heard(heard.at, heard.sent))):
+                    newest.at = max(newest.at, heard.at)
+                    newest.sent = max(newest.sent, heard.sent)
+        return passed_up, sent
+
     def evidence(self, nodes: frozenset[str], now: float) -> str:
         """What the detector knew of the link between ``nodes`` at ``now`` (for the log
         of its verdict), as ages in seconds: since when it is judged, and per
@@ -375,6 +384,7 @@ class Detector:
             return f"{now - t:.2f}" if t > never else "never"
 
         parts = []
+        passed_up, sent = self._newest()
         for link in (e for e in self._links if e.nodes == nodes):
             since = max(self._probing_since[link.a], self._probing_since[link.b],
                         self._read_again_at)
@@ -382,13 +392,11 @@ class Detector:
             for sender, s_port, receiver, r_port in ((link.a, link.a_port, link.b, link.b_port),
                                                      (link.b, link.b_port, link.a, link.a_port)):
                 heard = self._heard[(receiver, r_port)]
-                passed_up = max(h.sent for (sw, _), h in self._heard.items() if sw == receiver)
-                sent = max(h.sent for (sw, port), h in self._heard.items()
-                           if self.topology.ports(sw)[port].node == sender)
                 parts.append(
                     f"{sender}:{s_port}->{receiver}:{r_port} heard {age(heard.at)} sent "
-                    f"{age(heard.sent)}, {receiver}'s newest passed up sent {age(passed_up)}, "
-                    f"{sender}'s newest heard sent {age(sent)}, marked "
+                    f"{age(heard.sent)}, {receiver}'s newest passed up sent "
+                    f"{age(passed_up[receiver].sent)}, {sender}'s newest heard sent "
+                    f"{age(sent[sender].sent)}, marked "
                     f"{age(self._marked_at.get((sender, s_port), never))}, egress stalled "
                     f"{self._egress_stalled((sender, s_port), heard, now)}, delivered "
                     f"{age(self._ingress_at.get((receiver, r_port), never))}")
@@ -414,8 +422,7 @@ class Detector:
         if not self._can_probe.get(switch, False):
             held = max(self._held_since.get(switch, self.now), again)
             return "backup" if now - held > self.hang_after else None
-        heard = max((h.at for (receiver, port), h in self._heard.items()
-                     if switch in (receiver, self.topology.ports(receiver)[port].node)),
+        heard = max((self._heard[end].at for end in self._ends.get(switch, ())),
                     default=float("-inf"))
         if again >= heard:
             return None
