@@ -11,15 +11,17 @@ from ina.host.window import ReductionWindow, RtoEstimator
 from ina.host.worker import Worker
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket
-from ina.protocol.constants import ELEMS_PER_PACKET, Flag, Op
+from ina.protocol.constants import ELEMS_PER_PACKET, Ecn, Flag, Op
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 
 CONFIG = WorkerConfig(job_id=4, op=Op.SUM, pbm=bit_of(2), target="10.0.100.1", window=2,
                       root="10.0.100.6")
 
 
-def _result(seq: int, values: list[int], flags: Flag = Flag.RESULT, job_id: int = 4) -> bytes:
-    header = InaHeader(job_id=job_id, seq=seq, pbm=0b11, count=len(values), flags=flags)
+def _result(seq: int, values: list[int], flags: Flag = Flag.RESULT, job_id: int = 4,
+            ecn: Ecn = Ecn.NONE) -> bytes:
+    header = InaHeader(job_id=job_id, seq=seq, pbm=0b11, count=len(values), flags=flags,
+                       ecn=ecn)
     return InaPacket(header, tuple(values)).pack()
 
 
@@ -145,6 +147,26 @@ def test_timeouts_double_the_rto_until_a_result_arrives() -> None:
     assert rto.rto == 0.1
 
 
+def test_before_a_round_trip_is_measured_a_late_result_raises_the_rtos_guess() -> None:
+    # The guess (from the SYNC's round trip through idle queues) was 5 ms where round
+    # trips took 300: every chunk was sent again before its result, so Karn's rule
+    # measured none, and the worker sent its window again and again for a whole call.
+    session = ReductionWindow(CONFIG, np.zeros(3 * ELEMS_PER_PACKET, dtype=np.int32),
+                               rto=RtoEstimator(initial=0.005, floor=0.005), joined=True)
+    session.packets_to_send(now=0.0)
+    assert session.packets_to_send(now=0.005) != []  # timed out: a copy
+    session.accept(_result(0, [0] * ELEMS_PER_PACKET), now=0.3)
+    assert session.rto.samples == 0 and session.rto.rto == pytest.approx(0.3)
+
+
+def test_a_late_result_does_not_raise_a_measured_rto() -> None:
+    rto = RtoEstimator(initial=0.005, floor=0.005)
+    rto.sample(0.01)
+    before = rto.rto
+    rto.bound(0.5)
+    assert rto.rto == before
+
+
 def test_round_trips_are_measured_from_packets_sent_once() -> None:
     session = ReductionWindow(CONFIG, np.zeros(2 * ELEMS_PER_PACKET, dtype=np.int32), rto=0.2)
     session.packets_to_send(now=0.0)
@@ -226,8 +248,39 @@ def test_the_probe_waits_at_least_a_typical_round_trip_when_the_least_is_short()
     rto = RtoEstimator(initial=0.2, floor=0.005, cap=1.0)
     for rtt in (0.4, 0.002, *[0.4] * 10):
         rto.sample(rtt)
-    assert rto.probe is not None and rto.srtt is not None
-    assert rto.probe >= rto.srtt > 0.3
+    probe = rto.probe()
+    assert probe is not None and rto.srtt is not None
+    assert probe >= rto.srtt > 0.3
+
+
+def test_where_the_path_queues_the_probe_waits_for_a_typical_round_trip() -> None:
+    # A packet that finds a rate-limited path idle crosses it in a burst: on Figure 1
+    # at 1 Mbit/s round trips of 5 to 80 ms, and probes at twice the quickest sent
+    # 200 to 480 copies of a 301-packet call into the queue.
+    rto = RtoEstimator(initial=0.2, floor=0.001, cap=1.0)
+    for rtt in (0.005, 0.06, 0.08, 0.005, 0.07, 0.08, 0.06, 0.07):
+        rto.sample(rtt)
+    probe = rto.probe(queued=True)
+    assert probe is not None and probe >= 2 * 0.06
+
+
+def test_where_the_path_does_not_queue_the_probe_waits_for_the_quickest_round_trip() -> None:
+    # The slow round trips of a lossy path are results that waited for another
+    # worker's recovery: probes at twice their median stalled a call at 5% loss.
+    rto = RtoEstimator(initial=0.2, floor=0.001, cap=1.0)
+    for rtt in (0.01, 0.3, 0.4, 0.01, 0.3, 0.5, 0.3, 0.4):
+        rto.sample(rtt)
+    assert rto.probe(queued=False) == pytest.approx(0.02)
+
+
+def test_a_marked_result_makes_the_window_probe_later() -> None:
+    session = ReductionWindow(CONFIG, np.zeros(4 * ELEMS_PER_PACKET, dtype=np.int32),
+                               rto=RtoEstimator(initial=1.0, floor=0.001), joined=True)
+    for rtt in (0.01, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05):
+        session.rto.sample(rtt)
+    session.packets_to_send(now=0.0)
+    session.accept(_result(1, [0] * ELEMS_PER_PACKET, ecn=Ecn.CE), now=0.05)
+    assert session._probe_at() == pytest.approx(0.05 + 2 * 0.05)  # not 2 * 0.01
 
 
 def _window_with(outstanding: int, srtt: float) -> tuple[Worker, ReductionWindow]:

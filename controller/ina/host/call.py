@@ -676,6 +676,7 @@ class Caller:
             self.stats.packets += window.next
             self.stats.retransmissions += window.retransmissions
             self.stats.early_retransmissions += window.early_retransmissions
+            self.stats.probes += window.probes
             self.stats.marked += window.marked
         self._joined = True
         return window.outcome()

@@ -51,6 +51,7 @@ class CallStats:
     packets: int = 0
     retransmissions: int = 0
     early_retransmissions: int = 0
+    probes: int = 0  # early retransmissions of a window's oldest chunk, nothing after it
     marked: int = 0  # results that carried a congestion mark (ECN CE)
     syncs: int = 0
     replans: int = 0  # calls run again from their start under a new plan of the job
