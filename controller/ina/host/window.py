@@ -410,10 +410,8 @@ class ReductionWindow:
         self.progress_at = 0.0  # when the last new result arrived, or the first send
         self.joined = joined  # every worker is in: round trips measure the path
         self.send_at = float("-inf")  # the pacer's time for the next send
-        self.sends = 0
-        self.retransmissions = 0
-        self.early_retransmissions = 0
-        self.probes = 0  # early retransmissions of the oldest chunk (_probe_at)
+        # Packets sent, sent again, sent again early, and of those the probes (_probe_at).
+        self.sends = self.retransmissions = self.early_retransmissions = self.probes = 0
         self.queued = False  # the newest result carried a congestion mark
         self.overflow = False
 
