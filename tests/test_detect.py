@@ -690,12 +690,18 @@ def test_a_receiver_that_lags_but_passes_every_ports_probes_breaks_no_link() -> 
     assert not any(_leaf1_lags(w, w.det.hang_after + 1.0, from_spine1=True))
 
 
-def test_a_link_verdicts_evidence_names_both_directions() -> None:
+def test_a_link_verdicts_evidence_dates_the_last_probe_of_each_direction() -> None:
     w = Watched()
     w.run(1.0)
+    died = w.now
     w.dead_links.add(frozenset({"leaf1", "spine1"}))
     w.run(DETECT + 2 * STEP)
-    evidence = w.det.evidence(frozenset({"leaf1", "spine1"}), w.now)
-    assert evidence.startswith("judged since ")
-    assert "leaf1:" in evidence and "->spine1:" in evidence and "spine1:" in evidence
-    assert "->leaf1:" in evidence
+    judged, *directions = w.det.evidence(frozenset({"leaf1", "spine1"}), w.now).split("; ")
+    assert judged == f"judged since {w.now:.2f}"  # probed from the start
+    silent = f"{w.now - died:.2f}"  # the dead link's probes stopped as it died
+    assert directions == [
+        f"{sender}:{s_port}->{receiver}:{r_port} heard {silent} sent {silent}, {receiver}'s "
+        f"newest passed up sent 0.00, {sender}'s newest heard sent 0.00, marked never, "
+        "egress stalled False, delivered never"
+        for sender, s_port, receiver, r_port in (("leaf1", 3, "spine1", 1),
+                                                 ("spine1", 1, "leaf1", 3))]

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from ina.control.controller import Controller
+from ina.control.switch import CounterValue
 from ina.host.arrays import random_array
 from ina.lab.deploy import controller_call, deploy
 from ina.lab.labstate import run_dir
@@ -27,11 +28,13 @@ from ina.model.harness import reduce_arrays
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import Flag, JobStat
-from ina.protocol.frames import ina_frame
+from ina.protocol.frames import ina_frame, parse_frame, udp_frame
 from ina.spec.job import Job, JobSpec, validate_job
 from ina.spec.topology import Topology
 
 HERE = Path(__file__).resolve().parent
+#: The destination port of ``NetLab.udp``'s frames (plain UDP, not INA).
+UDP_PORT = 5001
 #: Jobs deployed for a test: (job file, job) each.
 Deployed = list[tuple[Path, Job]]
 T = TypeVar("T")
@@ -149,6 +152,23 @@ class NetLab:
             return status.job_stats[job.job_id][JobStat.SYNCED].packets > 0
 
         wait_until(synced, 10, f"{job.root} to answer the SYNC")
+
+    def port_counters(self, switch: str
+                      ) -> tuple[dict[int, CounterValue], dict[int, CounterValue]]:
+        """(packets sent, packets marked) per port of ``switch``."""
+        s = self.controller_call(lambda ctl: ctl.status(), write=False)[switch]
+        return s.port_packets, s.port_marks
+
+    def udp(self, src: str, dst: str, size: int, tos: int = 0) -> bytes:
+        """A plain UDP frame (not INA) of ``size`` bytes from ``src`` to ``dst``, IPv4
+        TOS ``tos``, addressed to ``src``'s edge switch."""
+        s, d = self.topology.hosts[src], self.topology.hosts[dst]
+        edge, _ = self.topology.host_attachment(src)
+        frame = parse_frame(udp_frame(s.mac, self.topology.switches[edge].mac, s.ip, d.ip,
+                                      5000, UDP_PORT, bytes(size - 42)))
+        assert frame.ipv4 is not None
+        frame.ipv4.tos = tos
+        return frame.pack()
 
     def send_frames(self, host: str, frames: list[bytes]) -> None:
         """Put raw Ethernet frames on the host's link (as a misbehaving host would)."""

@@ -11,7 +11,6 @@ from ina.errors import LabError
 from ina.lab.mininet import wait_until
 
 from bmv2.bmv2lab import NetLab
-from bmv2.test_marks import _ports, _udp
 
 #: Frames in the burst: twice what a libpcap ring of 64 KB frames held, and no more
 #: than BMv2's egress queue toward w2 holds (64 packets, which drops the rest when the
@@ -23,12 +22,12 @@ S1_TO_W2 = 3
 
 def test_a_burst_of_frames_at_line_speed_leaves_the_switch_whole(figure1_lab: NetLab) -> None:
     lab = figure1_lab
-    sent, _ = _ports(lab, "s1")
+    sent, _ = lab.port_counters("s1")
     before = sent[S1_TO_W2].packets
-    lab.send_frames("w1", [_udp(lab, "w1", "w2", 1000, 0)] * BURST)
+    lab.send_frames("w1", [lab.udp("w1", "w2", 1000, 0)] * BURST)
 
     def forwarded() -> int:
-        return _ports(lab, "s1")[0][S1_TO_W2].packets - before
+        return lab.port_counters("s1")[0][S1_TO_W2].packets - before
 
     try:
         wait_until(lambda: forwarded() >= BURST, 20, f"s1 to forward {BURST} frames")

@@ -21,20 +21,18 @@ from ina.control import p4names as n
 from ina.control.controller import Controller
 from ina.control.detect import Probe
 from ina.control.entities import McastGroup, entry
-from ina.control.switch import CounterValue
 from ina.control.watch import WatchOptions
 from ina.lab.mininet import run_in_lab, wait_until
 from ina.lab.watching import WatcherThread
 from ina.protocol.codec import ina_payload
 from ina.protocol.constants import JOB_GROUP_BASE, MARK_QDEPTH, Ecn, Flag
-from ina.protocol.frames import ina_frame, parse_frame, udp_frame
+from ina.protocol.frames import ina_frame, parse_frame
 from ina.spec.job import Job
 from ina.spec.topology import Queues, Topology
 
-from bmv2.bmv2lab import Deployed, NetLab
+from bmv2.bmv2lab import UDP_PORT, Deployed, NetLab
 
 HERE = Path(__file__).resolve().parent
-UDP_PORT = 5001  # plain UDP, not INA
 
 
 @contextlib.contextmanager
@@ -61,11 +59,6 @@ def capturing(lab: NetLab, host: str, intf: str | None = None) -> Iterator[list[
         frames += [bytes.fromhex(line) for line in path.read_text().split()]
 
 
-def _ports(lab: NetLab, switch: str) -> tuple[dict[int, CounterValue], dict[int, CounterValue]]:
-    """(packets sent, packets marked) per port of ``switch``."""
-    s = lab.controller_call(lambda ctl: ctl.status(), write=False)[switch]
-    return s.port_packets, s.port_marks
-
 
 def _settled(read: Callable[[], int]) -> Callable[[], bool]:
     """A condition that holds once ``read`` gives the same value twice in a row."""
@@ -89,15 +82,6 @@ def _base_state(lab: NetLab, topology: Topology) -> None:
     lab.controller_call(lambda ctl: Controller(topology, ctl.clients).init())
 
 
-def _udp(lab: NetLab, src: str, dst: str, size: int, tos: int) -> bytes:
-    """A plain UDP frame of ``size`` bytes from ``src`` to ``dst``, IPv4 TOS ``tos``."""
-    s, d = lab.topology.hosts[src], lab.topology.hosts[dst]
-    edge, _ = lab.topology.host_attachment(src)
-    frame = parse_frame(udp_frame(s.mac, lab.topology.switches[edge].mac, s.ip, d.ip, 5000,
-                                  UDP_PORT, bytes(size - 42)))
-    assert frame.ipv4 is not None
-    frame.ipv4.tos = tos
-    return frame.pack()
 
 
 def test_a_phantom_queue_past_its_threshold_marks_what_leaves_its_port(
@@ -109,17 +93,17 @@ def test_a_phantom_queue_past_its_threshold_marks_what_leaves_its_port(
     lab = figure1_lab
     _base_state(lab, lab.lab.topology.with_queues(Queues(rate=0.1, buffer=30000, mark=3000)))
     try:
-        sent, marked = _ports(lab, "s1")
+        sent, marked = lab.port_counters("s1")
         tos = [2, 2, 2, 2, 2, 0, 1, 2]
         with capturing(lab, "w2") as frames:
-            lab.send_frames("w1", [_udp(lab, "w1", "w2", 1000, t) for t in tos])
-            wait_until(lambda: _ports(lab, "s1")[0][3].packets >= sent[3].packets + len(tos),
+            lab.send_frames("w1", [lab.udp("w1", "w2", 1000, t) for t in tos])
+            wait_until(lambda: lab.port_counters("s1")[0][3].packets >= sent[3].packets + len(tos),
                        10, "s1 to send the burst to w2")
         got = [f.ipv4 for f in map(parse_frame, frames)
                if f.udp is not None and f.udp.dport == UDP_PORT and f.ipv4 is not None]
         assert all(ip.checksum_ok for ip in got)  # the checksum follows the mark
         assert [ip.tos for ip in got] == [2, 2, 2, 3, 3, 0, 3, 3]
-        assert _ports(lab, "s1")[1][3].packets - marked[3].packets == 5
+        assert lab.port_counters("s1")[1][3].packets - marked[3].packets == 5
     finally:
         _base_state(lab, lab.lab.topology)
 
@@ -139,13 +123,13 @@ def test_a_partial_result_marked_on_its_way_up_marks_every_workers_result(
         lab.open_call(job, proposal=1000)
         with capturing(lab, "w3") as at_w3, capturing(lab, "w1") as at_w1:
             _contribute(lab, job, 1000)
-            wait_until(lambda: _ports(lab, "s2")[0][2].packets > 0
-                       and _ports(lab, "s1")[0][2].packets > 1, 10, "the result at w1 and w3")
+            wait_until(lambda: lab.port_counters("s2")[0][2].packets > 0
+                       and lab.port_counters("s1")[0][2].packets > 1, 10, "the result at w1 and w3")
         for host, frames in (("w1", at_w1), ("w3", at_w3)):
             results = [f.ina for f in map(parse_frame, frames)
                        if f.ina is not None and f.ina.flags & Flag.RESULT]
             assert [(r.seq, r.ecn) for r in results] == [(1000, Ecn.CE)], host
-        _, marked = _ports(lab, "s1")
+        _, marked = lab.port_counters("s1")
         assert marked[1].packets >= 2  # the SYNC to the root, the partial result
     finally:
         lab.controller_call(lambda ctl: ctl.init())  # the entry goes: not base state
@@ -193,18 +177,18 @@ def test_a_deep_bmv2_egress_queue_marks(figure1_lab: NetLab, deployed: Deployed)
     s7_from_s6 = f"s7-eth{lab.topology.ports('s6')[to_s7].remote_port}"
 
     def sent_to_s7() -> int:
-        return _ports(lab, "s6")[0][to_s7].packets
+        return lab.port_counters("s6")[0][to_s7].packets
 
     for seq in range(1000, 1000 + BURSTS):  # each after the last completed: in the window
-        sent, marked = _ports(lab, "s6")
+        sent, marked = lab.port_counters("s6")
         with capturing(lab, "s7", s7_from_s6) as frames:
             _contribute(lab, job, seq)
             wait_until(_grown(sent_to_s7, sent[to_s7].packets), 10, "s6 to send its copies")
             wait_until(_settled(sent_to_s7), 10, "s6 to send the last of them", interval=0.3)
         results = [f.ina for f in map(parse_frame, frames)
                    if f.ina is not None and f.ina.flags & Flag.RESULT and f.ina.seq == seq]
-        left = _ports(lab, "s6")[0][to_s7].packets - sent[to_s7].packets
-        marks = _ports(lab, "s6")[1][to_s7].packets - marked[to_s7].packets
+        left = lab.port_counters("s6")[0][to_s7].packets - sent[to_s7].packets
+        marks = lab.port_counters("s6")[1][to_s7].packets - marked[to_s7].packets
         print(f"\n{COPIES} copies queued at once on one port: {left} left, {marks} marked "
               f"(enq_qdepth >= {MARK_QDEPTH})")
         assert len(results) == left and (marks == 0 or marks <= left - MARK_QDEPTH)
@@ -274,7 +258,7 @@ def test_a_probe_passes_a_full_queue(figure1_lab: NetLab) -> None:
             node = lab.lab.host(w)
             floods.append(node.popen(
                 [sys.executable, str(HERE / "pace.py"), node.defaultIntf().name,
-                 _udp(lab, w, "w3", 1000, 0).hex(), "36", "7"],
+                 lab.udp(w, "w3", 1000, 0).hex(), "36", "7"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE))
         wait_until(lambda: lab.lab.backlog("s1", "s5")[0] > 50_000, 5,
                    "s1's queue toward s5 to fill")

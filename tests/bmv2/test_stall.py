@@ -18,7 +18,6 @@ import pytest
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 
 from bmv2.bmv2lab import Deployed, NetLab
-from bmv2.test_marks import _ports
 
 CHUNKS = 300
 #: Packets each worker sends once: the call's descriptor, then the array.
@@ -43,9 +42,9 @@ def test_a_long_call_on_slow_links_sends_each_packet_about_once(
         slow_links: NetLab, deployed: Deployed) -> None:
     lab = slow_links
     (path, job), = deployed
-    before = _ports(lab, "s5")[0][S5_UP].packets
+    before = lab.port_counters("s5")[0][S5_UP].packets
     results, expected = lab.allreduce(path, job, P * CHUNKS, seed=1, timeout=60)
-    up = _ports(lab, "s5")[0][S5_UP].packets - before
+    up = lab.port_counters("s5")[0][S5_UP].packets - before
     for w in job.workers:
         assert np.array_equal(results[w], expected), w
     copies = {w: lab.reports[w]["retransmissions"] for w in job.workers}
