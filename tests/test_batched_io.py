@@ -9,8 +9,6 @@ import ctypes
 import errno
 import itertools
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from ina.bench.allreduce import reflector, wake_floor
 from ina.cli.inabench import answer_flag
 from ina.host import mmsg
 from ina.host.transport import BatchTransport, OneByOne, SharedTransport, UdpTransport, batched
@@ -210,29 +209,21 @@ def test_the_root_answers_a_sync_with_reply_and_a_contribution_with_result() -> 
     assert answer_flag(Flag.NODATA) == Flag.RESULT
 
 
-def _reflected(address: str, packets: int, *options: str) -> tuple[int, float]:
-    """A burst of ``packets`` sent to a reflector on ``address`` started with
-    ``options``, each answered as a root would (checked): (answers, seconds from the
+def _reflected(address: str, packets: int, gap: float = 0.0) -> tuple[int, float]:
+    """A burst of ``packets`` sent to a reflector on ``address`` (answering one a
+    ``gap``), each answered as a root would (checked): (answers, seconds from the
     first send to the last answer)."""
-    reflector = subprocess.Popen([sys.executable, "-m", "ina.cli.inabench", "reflect", address,
-                                  *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert reflector.stdout is not None
-        assert reflector.stdout.readline().strip() == b"ready"
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-            sock.bind(("127.0.0.1", 0))
-            sock.settimeout(5)
-            sent = [InaHeader(job_id=1, seq=i, pbm=1, count=1, flags=Flag.SYNC if i % 7 == 0
-                              else Flag.NONE).pack() + bytes(8) for i in range(packets)]
-            started = time.monotonic()
-            for packet in sent:
-                sock.sendto(packet, (address, INA_UDP_PORT))
-            got = [sock.recv(2048) for _ in sent]
-            took = time.monotonic() - started
-    finally:
-        reflector.terminate()
-        reflector.wait()
+    with reflector(gap, address), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        sock.bind(("127.0.0.1", 0))
+        sock.settimeout(5)
+        sent = [InaHeader(job_id=1, seq=i, pbm=1, count=1, flags=Flag.SYNC if i % 7 == 0
+                          else Flag.NONE).pack() + bytes(8) for i in range(packets)]
+        started = time.monotonic()
+        for packet in sent:
+            sock.sendto(packet, (address, INA_UDP_PORT))
+        got = [sock.recv(2048) for _ in sent]
+        took = time.monotonic() - started
     for packet, answer in zip(sent, got, strict=True):
         assert answer[1] == packet[1] | answer_flag(packet[1])
         assert answer[:1] + answer[2:] == packet[:1] + packet[2:]
@@ -246,8 +237,16 @@ def test_the_reflector_answers_every_packet_of_a_burst() -> None:
 def test_a_paced_reflector_answers_a_burst_one_packet_a_gap() -> None:
     """As a CPU-bound switch: never two answers within the gap (the burst takes at
     least a gap per answer after the first), every one answered."""
-    answers, took = _reflected("127.0.0.6", 20, "--gap", "0.01")
+    answers, took = _reflected("127.0.0.6", 20, gap=0.01)
     assert answers == 20 and took >= 19 * 0.01
+
+
+def test_the_wake_floor_loop_has_every_packet_answered_one_a_gap() -> None:
+    """inabench host's floor: every packet answered (it raises on a silence of a
+    second), paced by the reflector's gap, its CPU per packet measured."""
+    floor = wake_floor(packets=40, gap=0.002, address="127.0.0.7")
+    assert floor.packets_per_s <= 1 / 0.002 * 1.05
+    assert floor.cpu_us_per_packet is not None and floor.cpu_us_per_packet > 0
 
 
 def test_a_jobs_view_of_a_shared_transport_sends_in_its_batches_and_receives_its_own(

@@ -18,10 +18,13 @@ costs the worker a wake of its own.
 
 from __future__ import annotations
 
+import contextlib
+import select
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,6 +169,23 @@ def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...]) -> CaseResul
 # --- The host side -----------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def reflector(gap: float = 0.0, address: str = "127.0.0.2") -> Iterator[str]:
+    """``inabench reflect`` on ``address`` in another process while the block runs,
+    answering one packet a ``gap`` if given: its address."""
+    reflector = subprocess.Popen([sys.executable, "-m", "ina.cli.inabench", "reflect",
+                                  address, "--gap", str(gap)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert reflector.stdout is not None
+        if reflector.stdout.readline().strip() != b"ready":
+            raise RuntimeError(f"the reflector did not start: {reflector.stderr}")
+        yield address
+    finally:
+        reflector.terminate()
+        reflector.wait()
+
+
 def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0) -> HostRate:
     """One worker's AllReduce against a loopback reflector in another process, which
     answers every packet at once as the root would: the worker library's own rate.
@@ -179,15 +199,9 @@ def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0) -> Ho
     from ina.host.window import RtoEstimator
     from ina.host.worker import Worker
 
-    reflector = subprocess.Popen([sys.executable, "-m", "ina.cli.inabench", "reflect",
-                                  "127.0.0.2", "--gap", str(gap)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert reflector.stdout is not None
-        if reflector.stdout.readline().strip() != b"ready":
-            raise RuntimeError(f"the reflector did not start: {reflector.stderr}")
-        config = WorkerConfig(job_id=1, op=Op.SUM, pbm=1, target="127.0.0.2", window=16,
-                              root="127.0.0.2")
+    with reflector(gap) as address:
+        config = WorkerConfig(job_id=1, op=Op.SUM, pbm=1, target=address, window=16,
+                              root=address)
         with UdpTransport(config.target, bind="127.0.0.1") as transport:
             through = SharedTransport(transport).view(config.job_id) if shared else transport
             worker = Worker(config, through, timeout=10, rto=RtoEstimator(initial=0.05))
@@ -196,11 +210,45 @@ def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0) -> Ho
             started, cpu = time.perf_counter(), time.process_time()
             worker.allreduce(values)
             elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-    finally:
-        reflector.terminate()
-        reflector.wait()
     packets = -(-size // ELEMS_PER_PACKET)
     return HostRate(packets / elapsed, size / elapsed, 1e6 * cpu / packets)
+
+
+def wake_floor(packets: int = PACED_PACKETS, gap: float = PACED_GAP, window: int = 16,
+               address: str = "127.0.0.2") -> HostRate:
+    """What a wake costs whatever the worker does in it: a loop with ``window``
+    packets in flight that only waits for the reflector's results (one at a time,
+    ``gap`` apart), receives them (recvmmsg, copied out as the worker does) and
+    answers each with one send (sendmmsg), on the worker's socket calls and
+    nothing else: no window, no timers. The worker's CPU per packet above this is
+    what its window and call loop add (all a compiled window could save)."""
+    from ina.host import mmsg
+    from ina.protocol.codec import InaHeader
+    from ina.protocol.constants import ARRAY_BYTES, INA_UDP_PORT
+
+    packet = InaHeader(job_id=1, seq=0, pbm=1, count=ELEMS_PER_PACKET).pack() + \
+        bytes(ARRAY_BYTES)
+    with reflector(gap, address), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.setblocking(False)
+        batch, to = mmsg.Datagrams(sock), (address, INA_UDP_PORT)
+        poll = select.poll()
+        poll.register(sock, select.POLLIN)
+        started, cpu = time.perf_counter(), time.process_time()
+        sent = batch.send([packet] * window, to)
+        got = 0
+        while got < packets:
+            if not poll.poll(1000):
+                raise RuntimeError(f"the reflector answered {got} of {packets} packets")
+            n = batch.receive()
+            batch.payloads(n)
+            got += n
+            more = min(n, packets - sent)
+            if more > 0:
+                sent += batch.send([packet] * more, to)
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return HostRate(packets / elapsed, packets * ELEMS_PER_PACKET / elapsed,
+                    1e6 * cpu / packets)
 
 
 # --- Figures -----------------------------------------------------------------------

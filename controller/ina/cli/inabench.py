@@ -349,7 +349,7 @@ def _bench(args: argparse.Namespace) -> int:
         return sandbox.reexec(keep=[args.build.resolve()])
     sandbox.stop_on()  # SystemExit: the labs stop their switches and hosts
     if args.cmd == "host":
-        from ina.bench.allreduce import PACED_GAP, PACED_PACKETS, host_rate
+        from ina.bench.allreduce import PACED_GAP, PACED_PACKETS, host_rate, wake_floor
         from ina.protocol.constants import ELEMS_PER_PACKET
 
         for shared, how in ((False, "its own socket"),
@@ -362,6 +362,10 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"the same, its results one at a time at least {PACED_GAP * 1e3:g} ms apart "
               f"(as a CPU-bound BMv2 switch sends them in DDP): "
               f"{rate.packets_per_s:,.0f} packets/s{rate.cpu()}")
+        floor = wake_floor()
+        print(f"the floor of that: a loop that only waits for the same results, receives "
+              f"them and answers each with one send (no window; what any worker pays a "
+              f"wake): {floor.cpu_us_per_packet:.1f} us of its CPU per packet")
     elif args.cmd == "deploy":
         from ina.bench import deploy
 
