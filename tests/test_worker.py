@@ -6,7 +6,7 @@ import pytest
 from ina.errors import AllreduceTimeout
 from ina.host.call import COALESCE_IN_FLIGHT, COALESCE_LEAST, COALESCE_SHARE
 from ina.host.config import WorkerConfig
-from ina.host.congestion import PACING_QUANTUM
+from ina.host.congestion import PACING_QUANTUM, CongestionWindow
 from ina.host.window import ReductionWindow, RtoEstimator
 from ina.host.worker import Worker
 from ina.protocol.bitmaps import bit_of
@@ -305,6 +305,20 @@ def test_results_gather_no_longer_than_the_pacers_quantum_nor_the_time_left() ->
     worker, window = _window_with(16, srtt=1.0)
     assert worker._pause(window, left=10.0) == PACING_QUANTUM
     assert worker._pause(window, left=0.0005) == 0.0005
+
+
+def test_what_falls_due_while_results_gather_is_sent_when_the_loop_wakes() -> None:
+    # The longest pause is within the pacer's quantum: a worker that slept it sends
+    # what its pacer let fall due meanwhile, not two packets (pauses of up to 3 ms
+    # with a 1 ms quantum cost DDP at 4 Mbit/s a seventh of its step).
+    srtt = 0.016  # a quarter of it is over the cap: the longest pause
+    worker, full = _window_with(16, srtt=srtt)
+    pause = worker._pause(full, left=10.0)
+    cc = CongestionWindow(16)
+    window = ReductionWindow(full.config, np.zeros(80 * P, dtype=np.int32), rto=worker.rto,
+                             cc=cc, joined=True)
+    window.packets_to_send(0.0)
+    assert len(window.packets_to_send(pause)) >= round(pause / cc.interval(srtt))
 
 
 def test_a_pause_shorter_than_a_sleeps_slack_is_not_taken() -> None:

@@ -114,9 +114,12 @@ PATIENCE_RECHECK = 1.0
 SYNC_CHECK_RTOS = 4
 SYNC_CHECK_MIN = 0.25
 #: Receive coalescing (``Caller._pause``): with at least this many packets
-#: outstanding, the worker waits this share of the smoothed round trip before it
-#: looks for results (so one wake takes several), unless that is shorter than
-#: COALESCE_LEAST seconds (a sleep costs a timer's slack, about 50 us).
+#: outstanding, the worker waits this share of the smoothed round trip (at most the
+#: pacer's quantum) before it looks for results (so one wake takes several), unless
+#: that is shorter than COALESCE_LEAST seconds (a sleep costs a timer's slack, about
+#: 50 us). Up to 3 ms, against 1 ms before: DDP's ranks on Figure 1 with links
+#: unlimited spent 31% less CPU a step; half the round trip went further there but
+#: made a window-limited worker slower (docs/benchmarks.md, "Training").
 COALESCE_IN_FLIGHT = 8
 COALESCE_SHARE = 4
 COALESCE_LEAST = 0.0002
@@ -689,10 +692,11 @@ class Caller:
     def _pause(self, window: ReductionWindow, left: float) -> float:
         """How long to let results gather before looking for them: a share of the
         round trip (COALESCE_SHARE) while COALESCE_IN_FLIGHT packets are outstanding,
-        no longer than the pacer's quantum (what it sends late goes back to back) nor
-        ``left``; 0 if shorter than COALESCE_LEAST. Each wake costs the worker tens of
-        microseconds of Python; a switch in a CPU-bound emulation answers a packet at
-        a time."""
+        no longer than the pacer's quantum (what falls due meanwhile goes back to back
+        when it wakes) nor ``left``; 0 if shorter than COALESCE_LEAST. Each wake costs
+        the worker tens of microseconds of Python; a switch in a CPU-bound emulation
+        answers a packet at a time, and is fed a packet at a time by a worker that
+        answers each result as it comes."""
         srtt = self.rto.srtt
         if srtt is None or len(window.outstanding) < COALESCE_IN_FLIGHT:
             return 0.0

@@ -82,8 +82,11 @@ PACING_BURST = 2
 #: worth in one burst (TSO autosizing). With a pacing interval below the time one
 #: turn of a worker's loop takes (a loopback, a short round trip), two packets a
 #: turn held the rate far below the window's (12,000 packets/s where the window
-#: asked for 100,000); with round trips of milliseconds per window, nothing changes.
-PACING_QUANTUM = 0.001
+#: asked for 100,000). It is also the longest the worker's loop lets results gather
+#: (ina.host.call.Caller._pause), so that what falls due while it sleeps is sent
+#: when it wakes, not forfeited: with a 1 ms quantum, a pause of up to 3 ms cost
+#: DDP on Figure 1 at 4 Mbit/s 14% of its median step and doubled its p99.
+PACING_QUANTUM = 0.003
 
 
 @dataclass
