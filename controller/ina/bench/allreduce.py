@@ -46,6 +46,8 @@ PS_PORT = 7100
 #: DDP with links unlimited, BMv2's results come 0.4-1.9 ms apart), and its packets.
 PACED_GAP = 0.0005
 PACED_PACKETS = 2000
+#: The host benchmark's window (packets in flight), the worker's and the floor's.
+HOST_WINDOW = 16
 RING_PORT = 7200
 
 
@@ -173,17 +175,17 @@ def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...]) -> CaseResul
 def reflector(gap: float = 0.0, address: str = "127.0.0.2") -> Iterator[str]:
     """``inabench reflect`` on ``address`` in another process while the block runs,
     answering one packet a ``gap`` if given: its address."""
-    reflector = subprocess.Popen([sys.executable, "-m", "ina.cli.inabench", "reflect",
-                                  address, "--gap", str(gap)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "ina.cli.inabench", "reflect", address,
+                             "--gap", str(gap)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        assert reflector.stdout is not None
-        if reflector.stdout.readline().strip() != b"ready":
-            raise RuntimeError(f"the reflector did not start: {reflector.stderr}")
+        assert proc.stdout is not None and proc.stderr is not None
+        if proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError("the reflector did not start: "
+                               + proc.stderr.read().decode(errors="replace"))
         yield address
     finally:
-        reflector.terminate()
-        reflector.wait()
+        proc.terminate()
+        proc.wait()
 
 
 def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0) -> HostRate:
@@ -200,8 +202,8 @@ def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0) -> Ho
     from ina.host.worker import Worker
 
     with reflector(gap) as address:
-        config = WorkerConfig(job_id=1, op=Op.SUM, pbm=1, target=address, window=16,
-                              root=address)
+        config = WorkerConfig(job_id=1, op=Op.SUM, pbm=1, target=address,
+                              window=HOST_WINDOW, root=address)
         with UdpTransport(config.target, bind="127.0.0.1") as transport:
             through = SharedTransport(transport).view(config.job_id) if shared else transport
             worker = Worker(config, through, timeout=10, rto=RtoEstimator(initial=0.05))
@@ -214,9 +216,9 @@ def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0) -> Ho
     return HostRate(packets / elapsed, size / elapsed, 1e6 * cpu / packets)
 
 
-def wake_floor(packets: int = PACED_PACKETS, gap: float = PACED_GAP, window: int = 16,
+def wake_floor(packets: int = PACED_PACKETS, gap: float = PACED_GAP,
                address: str = "127.0.0.2") -> HostRate:
-    """What a wake costs whatever the worker does in it: a loop with ``window``
+    """What a wake costs whatever the worker does in it: a loop with HOST_WINDOW
     packets in flight that only waits for the reflector's results (one at a time,
     ``gap`` apart), receives them (recvmmsg, copied out as the worker does) and
     answers each with one send (sendmmsg), on the worker's socket calls and
@@ -235,7 +237,7 @@ def wake_floor(packets: int = PACED_PACKETS, gap: float = PACED_GAP, window: int
         poll = select.poll()
         poll.register(sock, select.POLLIN)
         started, cpu = time.perf_counter(), time.process_time()
-        sent = batch.send([packet] * window, to)
+        sent = batch.send([packet] * HOST_WINDOW, to)
         got = 0
         while got < packets:
             if not poll.poll(1000):
