@@ -25,7 +25,7 @@ from ina.bench.collectives import (
     cpu_goals,
     goals,
 )
-from ina.bench.onlab import INA_WIRE_PER_VALUE
+from ina.bench.onlab import COLLECTIVE_SIZE_QUANTUM, INA_WIRE_PER_VALUE
 from ina.cli import inabench
 
 WORKERS = ["w1", "w2", "w3", "w4"]
@@ -189,7 +189,7 @@ def test_without_the_link_regime_no_goal_is_judged() -> None:
 
 
 def test_a_regime_measures_every_collective_by_every_method_and_barriers_by_each() -> None:
-    plan = commands(1024)
+    plan = commands(COLLECTIVE_SIZE_QUANTUM)
     float32 = [(c.method, c.collective) for c in plan if c.dtype == "float32"]
     assert set(float32) == ({(m, k) for k in (*ARRAY_COLLECTIVES, "barrier") for m in METHODS}
                             | {(OWNED, k) for k in ("broadcast", "allgather")})
@@ -197,7 +197,7 @@ def test_a_regime_measures_every_collective_by_every_method_and_barriers_by_each
 
 
 def test_a_regime_measures_float16_allreduce_in_both_widths_and_gloos() -> None:
-    fp16 = [(c.method, c.width) for c in commands(1024) if c.dtype == "float16"]
+    fp16 = [(c.method, c.width) for c in commands(COLLECTIVE_SIZE_QUANTUM) if c.dtype == "float16"]
     assert fp16 == [("INA", 16), ("INA", 32), ("gloo", None)]
 
 
@@ -228,8 +228,8 @@ def test_only_the_root_expects_a_reduces_result() -> None:
 
 
 @pytest.mark.parametrize("argv,says", [
-    (["--size", "1000"], "not a positive multiple of 1024"),
-    (["--size", "0"], "not a positive multiple of 1024"),
+    (["--size", str(COLLECTIVE_SIZE_QUANTUM + 4)], "not a positive multiple of"),
+    (["--size", "0"], "not a positive multiple of"),
     (["--size", "many"], "not a whole number"),
     (["--case", "leaf-spine"], "invalid choice"),
 ])

@@ -25,7 +25,7 @@ from ina.host.worker import Worker
 from ina.lab.mininet import wait_until
 from ina.model.embedded import EmbeddedNetwork, spawn
 from ina.model.network import Impairment
-from ina.protocol.constants import JobStat
+from ina.protocol.constants import ELEMS_PER_PACKET, JobStat
 from ina.protocol.frames import udp_frame
 from ina.spec.job import JobSpec
 from ina.spec.topology import Topology
@@ -101,7 +101,7 @@ def test_the_switches_aggregate_what_the_links_carry(embedded: EmbeddedNetwork) 
     status = asyncio.run(embedded.controller.status())
     # Figure 1: s1 aggregates w1 and w2, s7 w3 and w4, s6 (the root) s1's and s7's
     # results: two contributions each per packet of the call (its descriptor, its array).
-    packets = 1 + size // 256
+    packets = 1 + -(-size // ELEMS_PER_PACKET)
     for switch in ("s1", "s7", "s6"):
         assert status[switch].job_stats[1][JobStat.ABSORBED].packets == 2 * packets, switch
 

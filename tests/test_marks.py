@@ -22,7 +22,9 @@ from ina.model.harness import allreduce_on_model, deployed_network
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket, ina_payload, nodata_payload
 from ina.protocol.constants import (
+    ETHERNET_BYTES,
     INA_HEADER_BYTES,
+    INA_PAYLOAD_BYTES,
     IPV4_ECN_CE,
     MARK_QDEPTH,
     PHANTOM_RATE_SHIFT,
@@ -39,7 +41,8 @@ from inatest import ROOT, ModelLab, figure1_job, make_model_lab, open_call
 WORKERS = ("w1", "w2", "w3", "w4")
 S1_UP = 1  # s1's port toward s5: w1's and w2's partial result leaves by it
 S1_TO_W1 = 2
-INA_FRAME = 14 + 20 + 8 + 48 + 1024  # a contribution on a host's link
+#: A contribution on a host's link: Ethernet, IPv4 (20 bytes), UDP (8), the INA payload.
+INA_FRAME = ETHERNET_BYTES + 20 + 8 + INA_PAYLOAD_BYTES
 
 
 def _deploy(lab: ModelLab, **overrides: object) -> tuple[Job, int]:

@@ -237,7 +237,7 @@ def test_a_cell_takes_one_width_and_the_switches_refuse_bad_width_and_dest(
                           flags=Flag.NODATA).pack()
     bad_dest = InaHeader(job_id=1, seq=seq, pbm=bit_of(1), count=1, dest=4097,
                          flags=Flag.NODATA).pack()
-    too_many = InaHeader(job_id=1, seq=seq, pbm=bit_of(1), count=513, width=16,
+    too_many = InaHeader(job_id=1, seq=seq, pbm=bit_of(1), count=ELEMS16_PER_PACKET + 1, width=16,
                          flags=Flag.NODATA).pack()
     nodata_result = nodata_payload(1, seq, bit_of(1), 1, flags=Flag.RESULT)
     for payload in (bad_width, bad_dest, too_many, nodata_result):
@@ -247,8 +247,9 @@ def test_a_cell_takes_one_width_and_the_switches_refuse_bad_width_and_dest(
         SwitchStat.DROP_BAD_PBM)} == {SwitchStat.DROP_BAD_WIDTH: 1,
                                       SwitchStat.DROP_BAD_DEST: 1,
                                       SwitchStat.DROP_BAD_COUNT: 1, SwitchStat.DROP_BAD_PBM: 1}
-    # 512 16-bit values are a whole packet.
-    _send(model_lab, job, "w1", ina_payload(1, seq + 1, bit_of(1), [1] * 512, width=16))
+    # ELEMS16_PER_PACKET 16-bit values are a whole packet.
+    _send(model_lab, job, "w1", ina_payload(1, seq + 1, bit_of(1), [1] * ELEMS16_PER_PACKET,
+                                            width=16))
     assert switch_stat(model_lab, "s1", SwitchStat.DROP_BAD_COUNT) == 1
 
 

@@ -172,10 +172,11 @@ def test_call_plans_mix_sizes_and_kinds() -> None:
 
 
 def test_call_counts_are_the_counts_of_the_calls_packets() -> None:
-    assert chaos.call_counts(CallPlan(0, 1000, False)) == {6, 256, 1000 % 256}
-    assert chaos.call_counts(CallPlan(0, 512, False)) == {6, 256}
+    p = ELEMS_PER_PACKET
+    assert chaos.call_counts(CallPlan(0, 3 * p + 7, False)) == {6, p, 7}
+    assert chaos.call_counts(CallPlan(0, 2 * p, False)) == {6, p}
     assert chaos.call_counts(CallPlan(0, 3, True)) == {6, 3, 1}
-    assert chaos.call_counts(CallPlan(0, 65536, True)) == {6, 256}
+    assert chaos.call_counts(CallPlan(0, p * p, True)) == {6, p}
 
 
 # --- the member and the outsider --------------------------------------------------------

@@ -13,6 +13,7 @@ from ina.protocol.constants import (
     BIER_BIFT_ID,
     BIER_HEADER_LAYOUT,
     ELEMS16_PER_PACKET,
+    ELEMS_PER_PACKET,
     INA_HEADER_BYTES,
     INA_HEADER_LAYOUT,
     INA_PAYLOAD_BYTES,
@@ -209,15 +210,15 @@ def test_a_16_bit_payload_round_trips_with_edge_values_and_dest() -> None:
 def test_payloads_refuse_what_the_switches_would() -> None:
     with pytest.raises(ValueError, match="16-bit"):
         ina_payload(1, 0, 1, [2**15], width=16)
-    with pytest.raises(ValueError, match="1..512"):
-        ina_payload(1, 0, 1, [0] * 513, width=16)
-    with pytest.raises(ValueError, match="1..256"):
-        ina_payload(1, 0, 1, [0] * 257)
+    with pytest.raises(ValueError, match=f"1..{ELEMS16_PER_PACKET}"):
+        ina_payload(1, 0, 1, [0] * (ELEMS16_PER_PACKET + 1), width=16)
+    with pytest.raises(ValueError, match=f"1..{ELEMS_PER_PACKET}"):
+        ina_payload(1, 0, 1, [0] * (ELEMS_PER_PACKET + 1))
     with pytest.raises(ValueError, match="32 or 16"):
         ina_payload(1, 0, 1, [0], width=8)
     with pytest.raises(ValueError, match="BFR-id"):
         ina_payload(1, 0, 1, [0], dest=MAX_BFR_ID + 1)
-    with pytest.raises(ValueError, match="1..512"):
+    with pytest.raises(ValueError, match=f"1..{ELEMS16_PER_PACKET}"):
         nodata_payload(1, 0, 1, 0, width=16)
 
 
@@ -262,7 +263,7 @@ def test_the_new_fields_follow_gen_before_the_pbm() -> None:
 # --- version 5: ecn, the congestion marks ----------------------------------------------
 
 def test_version_5_carries_the_congestion_mark_in_the_byte_after_width() -> None:
-    assert INA_VERSION == 5
+    assert INA_VERSION >= 5
     payload = ina_payload(7, 9, bit_of(2), [1, 2, 3])
     assert InaPacket.unpack(payload).header.ecn == Ecn.NONE  # a worker sends none
     marked = replace(InaHeader.unpack(payload), ecn=Ecn.CE).pack() + payload[INA_HEADER_BYTES:]
@@ -286,3 +287,16 @@ def test_the_congestion_mark_round_trips_through_scapy_and_the_parser() -> None:
 
 def test_marks_are_shown_by_name_and_unknown_bits_as_a_number() -> None:
     assert (ecn_names(0), ecn_names(1), ecn_names(0x81)) == ("NONE", "CE", "CE|0x80")
+
+
+# --- version 6: five lanes ----------------------------------------------------------------
+
+def test_version_6_packets_carry_320_values_in_five_lanes_and_fit_a_1500_byte_mtu() -> None:
+    assert INA_VERSION == 6
+    wide = ina_payload(1, 0, 1, list(range(320)))
+    narrow = ina_payload(1, 0, 1, list(range(640)), width=16)
+    assert len(wide) == len(narrow) == 48 + 5 * 2048 // 8
+    assert InaPacket.unpack(wide).values[-1] == 319
+    in_bier = bier_frame("00:00:00:00:01:00", "00:00:00:00:02:00", "10.0.100.6",
+                         Bier.for_set(0, 0b11), wide)
+    assert len(in_bier) - 14 == 44 + 20 + 8 + 48 + 1280 <= 1500  # Ethernet's payload

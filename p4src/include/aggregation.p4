@@ -14,7 +14,7 @@
 // packet leaves with the array it came with, or none: it never grows. (It could
 // not: BMv2 lets a packet grow by at most 512 bytes over its arrival size, a
 // recirculated or cloned copy too, and aborts the switch past it; an array is
-// 1,024 bytes.) A round of data stores its first array (lanes_store) and combines
+// 1,280 bytes.) A round of data stores its first array (lanes_store) and combines
 // the others with it; a NODATA round only ORs P-BMs (and OVERFLOW flags) into the
 // cell, no lane work, and completes as NODATA.
 //

@@ -14,12 +14,12 @@ const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_BIER = 0xab37;  // RFC 8296
 const bit<8> IP_PROTO_UDP = 17;
 const bit<16> INA_UDP_PORT = 18753;
-const bit<4> INA_VERSION = 5;
-const bit<16> ELEMS_PER_PACKET = 256;  // of width 32
-const bit<16> ELEMS16_PER_PACKET = 512;  // of width 16
+const bit<4> INA_VERSION = 6;
+const bit<16> ELEMS_PER_PACKET = 320;  // of width 32
+const bit<16> ELEMS16_PER_PACKET = 640;  // of width 16
 const bit<8> WIDTH32 = 32;
 const bit<8> WIDTH16 = 16;
-const bit<16> ARRAY_BYTES = 1024;  // the array, of either width
+const bit<16> ARRAY_BYTES = 1280;  // the array, of either width
 const bit<16> MAX_BFR_ID = 4096;  // dest: 0 or a BFR-id up to this
 const bit<4> BIER_NIBBLE = 5;
 const bit<4> BIER_VERSION = 0;
@@ -128,12 +128,13 @@ const bit<8> SWITCH_STAT_DROP_BAD_DEST = 24;
 const bit<8> SWITCH_STAT_COMPLETION_SENT = 25;
 const bit<8> SWITCH_STAT_DROP_BAD_OWNED = 26;
 
-// The packet's array: 256 int32 values (or 512 int16 ones) as 4 lanes.
+// The packet's array: 320 int32 values (or 640 int16 ones) as 5 lanes.
 header ina_data_h {
     lane_t lane0;
     lane_t lane1;
     lane_t lane2;
     lane_t lane3;
+    lane_t lane4;
 }
 
 // Slices of cell_t, set_cell_t and phantom_t.

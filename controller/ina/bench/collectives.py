@@ -42,7 +42,15 @@ from typing import IO, Any
 from ina.bench.collective_rank import OWNED, OWNED_COLLECTIVES, Command
 from ina.bench.goals import Goal, Goals
 from ina.bench.goals import render as render_goals
-from ina.bench.onlab import CASES, INA_WIRE_PER_VALUE, Bench, Case, bench_on_lab, describe_vat
+from ina.bench.onlab import (
+    CASES,
+    COLLECTIVE_SIZES,
+    INA_WIRE_PER_VALUE,
+    Bench,
+    Case,
+    bench_on_lab,
+    describe_vat,
+)
 from ina.bench.output import (
     cases_from_figures,
     describe_regime,
@@ -60,10 +68,6 @@ NAMES = {"broadcast": "Broadcast", "reduce": "Reduce", "reduce_scatter": "Reduce
          "allgather": "Allgather", "allreduce": "AllReduce", "barrier": "Barrier"}
 #: Barriers in a row per measurement (their mean is the latency).
 BARRIER_REPEAT = 10
-#: Values S per collective, per case (``inabench allreduce``'s): a full run (both
-#: cases, both regimes, 21 measurements each) takes 4 to 6 minutes on a 2-core
-#: machine.
-SIZES = {"figure1": 262144, "fat-tree": 131072}
 #: The store's port on rank 0's host (gloo).
 MASTER_PORT = 29510
 #: Seconds a rank waits without progress before its collective fails.
@@ -673,6 +677,6 @@ def run(case_names: list[str], build_dir: Path, regimes: tuple[str, ...],
     from ina.lab.mininet import bmv2_build
 
     cases = [run_case(CASES[name].adjusted(rate_mbit=rate_mbit), build_dir, regimes,
-                      size or SIZES[name])
+                      size or COLLECTIVE_SIZES[name])
              for name in case_names]
     return CollectivesFigures(cases, bmv2_build(), torch.__version__)

@@ -33,6 +33,7 @@ from ina.bench.goals import Goals, render
 from ina.bench.onlab import CASES, INA_WIRE_PER_VALUE, Bench, bench_on_lab
 from ina.bench.output import pyplot, save
 from ina.bench.timing import Procs, start_together, wait_all, wait_for_go
+from ina.protocol.constants import ELEMS_PER_PACKET
 
 #: The TCP flow's ends and the link where it meets INA's traffic first.
 TCP_FROM, TCP_TO = "w5", "w1"
@@ -47,7 +48,7 @@ IPERF_INTERVAL = 0.25
 #: timestamps, 66 of Ethernet, IPv4 and TCP headers).
 TCP_WIRE_PER_BYTE = (1448 + 66) / 1448
 #: Values per AllReduce call: 32 packets, a fraction of a second at a fair share.
-CALL_VALUES = 8192
+CALL_VALUES = 32 * ELEMS_PER_PACKET
 #: How often the bottleneck's queue is sampled (s).
 QUEUE_SAMPLE = 0.25
 #: The goals: each flow's share of the link while they share it, the longest stop.

@@ -64,6 +64,16 @@ CASES = {
 }
 
 
+#: ``inabench collectives``' values S are a multiple of this: every case's worker
+#: count (4, 8) divides it into parts of whole packets.
+COLLECTIVE_SIZE_QUANTUM = 8 * ELEMS_PER_PACKET
+#: Values S per collective, per case (about ``inabench allreduce``'s: 2**18 and 2**17):
+#: a full run (both cases, both regimes, 23 measurements each) takes about 8 minutes
+#: on a 2-core machine.
+COLLECTIVE_SIZES = {"figure1": 102 * COLLECTIVE_SIZE_QUANTUM,
+                    "fat-tree": 51 * COLLECTIVE_SIZE_QUANTUM}
+
+
 def describe_vat(job: Job) -> str:
     below = [f"{sw} aggregates {', '.join(n.covers)}" for sw, n in sorted(job.nodes.items())
              if not n.is_root]

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ina.bench.onlab import CASES, REGIMES
+from ina.bench.onlab import CASES, COLLECTIVE_SIZE_QUANTUM, COLLECTIVE_SIZES, REGIMES
 from ina.bench.output import Drawn, Figures, read_json, write_json
 from ina.cli import common
 from ina.errors import UsageError
@@ -205,8 +205,9 @@ def _collectives_options(sub: common.SubParsers) -> None:
                                             "(needs the train extra)")
     _cases(co, ["figure1", "fat-tree"], "both (default: both)")
     co.add_argument("--size", type=_positive, metavar="N",
-                    help="values S per collective, a multiple of 1024 (default: figure1 "
-                         "262144, fat-tree 131072)")
+                    help=f"values S per collective, a multiple of {COLLECTIVE_SIZE_QUANTUM} "
+                         "(default: " + ", ".join(f"{name} {size}" for name, size
+                                                  in COLLECTIVE_SIZES.items()) + ")")
     co.add_argument("--rate", type=float, metavar="MBIT",
                     help="Mbit/s of every link in the link-bound regime (default: the "
                          "case's, as inabench allreduce: " + ", ".join(
@@ -217,14 +218,16 @@ def _collectives_options(sub: common.SubParsers) -> None:
 
 
 def _positive(text: str) -> int:
-    """A size of the collectives benchmark: a positive multiple of 1024 (every
-    case's worker count divides it, and each part is whole packets)."""
+    """A size of the collectives benchmark: a positive multiple of
+    COLLECTIVE_SIZE_QUANTUM (every case's worker count divides it, and each part is
+    whole packets)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0 or value % 1024:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive multiple of 1024")
+    if value <= 0 or value % COLLECTIVE_SIZE_QUANTUM:
+        raise argparse.ArgumentTypeError(
+            f"{value} is not a positive multiple of {COLLECTIVE_SIZE_QUANTUM}")
     return value
 
 

@@ -15,8 +15,10 @@ import enum
 BITSTRING_BITS = 256
 #: RFC 8296 BSL code for BITSTRING_BITS (1=64, 2=128, 3=256, ..., 7=4096).
 BIER_BSL_CODE = {64: 1, 128: 2, 256: 3, 512: 4, 1024: 5, 2048: 6, 4096: 7}[BITSTRING_BITS]
-#: int32 elements carried by every INA packet of width 32 (unused tail elements are zero).
-ELEMS_PER_PACKET = 256
+#: int32 elements carried by every INA packet of width 32 (unused tail elements are zero):
+#: as many whole lanes as fit a frame (BMv2's cost is per packet and per lane, a switch's
+#: CPU per value falls with more values a packet; INA_VERSION 6).
+ELEMS_PER_PACKET = 320
 #: Bits of one lane: the data plane holds and combines a packet's values as lanes of
 #: this many bits (p4c's widest ``bit<W>``), elements side by side (SWAR).
 LANE_BITS = 2048
@@ -46,7 +48,9 @@ INA_UDP_PORT = 0x4941  # 18753, "IA"
 #: 3: the header's 8 reserved bits are the generation of the job's plan (gen).
 #: 4: dest, width and 8 reserved bits after gen; flag NODATA (no array).
 #: 5: those 8 reserved bits are ``ecn``: congestion marks (Ecn), ORed through aggregation.
-INA_VERSION = 5
+#: 6: five lanes, not four: 320 int32 (640 int16) values a packet, whose frame inside
+#: BIER (1,414 bytes) still fits Ethernet's 1,500-byte payload; a sixth lane would not.
+INA_VERSION = 6
 
 BIER_NIBBLE = 0b0101  # RFC 8296: first nibble after the BIFT-id/TC/S/TTL word
 BIER_VERSION = 0
@@ -270,7 +274,7 @@ assert len(JobStat) <= JOB_STAT_STRIDE
 assert JOB_STAT_STRIDE & (JOB_STAT_STRIDE - 1) == 0
 assert AGG_SLOTS & (AGG_SLOTS - 1) == 0
 assert BIER_SETS & (BIER_SETS - 1) == 0 and BIER_SETS <= 256
-assert ELEMS_PER_PACKET & (ELEMS_PER_PACKET - 1) == 0
+
 assert ELEMS_PER_PACKET % ELEMS_PER_LANE == 0, "a packet holds whole lanes"
 
 #: Highest BFR-id a host can have.
@@ -286,6 +290,10 @@ assert ARRAY_BYTES == 2 * ELEMS16_PER_PACKET == LANES * LANE_BITS // 8
 INA_PAYLOAD_BYTES = INA_HEADER_BYTES + ARRAY_BYTES
 #: Bytes of the RFC 8296 header with its BitString.
 BIER_HEADER_BYTES = 12 + BITSTRING_BYTES
+#: An Ethernet frame's payload at most (the links' MTU): an INA data packet inside BIER,
+#: with its IPv4 and UDP headers (20 and 8 bytes), fits it.
+ETHERNET_MTU = 1500
+assert BIER_HEADER_BYTES + 20 + 8 + INA_PAYLOAD_BYTES <= ETHERNET_MTU
 
 #: The INA header's fields in wire order, (name, bits), most significant bit first
 #: (ina.protocol.codec.InaHeader packs them; the Wireshark dissector's field table,
