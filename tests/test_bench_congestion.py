@@ -1,14 +1,20 @@
 """make bench-congestion's arithmetic, on made-up runs: each flow's share of the
-link, the stops, the goals (the measurement itself needs Mininet + BMv2 + iperf3)."""
+link, the stops, the goals (the measurement itself needs Mininet + BMv2 + iperf3);
+and its workers' loop of calls on the reference model."""
 
 from __future__ import annotations
 
 import json
+from functools import partial
 
+import numpy as np
 import pytest
 
-from ina.bench.congestion import TCP_WIRE_PER_BYTE, Call, CongestionRun
+from ina.bench.congestion import TCP_WIRE_PER_BYTE, Call, CongestionRun, calls
 from ina.bench.onlab import INA_WIRE_PER_VALUE
+from ina.host.arrays import random_array
+
+from inatest import ModelLab, figure1_job, in_threads, model_workers
 
 RATE = 4.0  # Mbit/s
 VALUES = 8192
@@ -80,3 +86,21 @@ def test_the_figures_read_back_from_json_are_the_run() -> None:
 def test_the_report_names_the_tcp_flows_congestion_control() -> None:
     # The machine's default may be BBR, which ignores the marks: the share depends on it.
     assert "iperf3, cubic, ECN on" in _run().render()
+
+
+# --- the loop on each worker's host ------------------------------------------------------
+
+
+def test_the_workers_loops_stop_after_the_same_call_when_one_workers_time_is_up(
+        model_lab: ModelLab) -> None:
+    job = figure1_job(model_lab.topology)
+    model_lab.deploy(job)
+    workers = model_workers(model_lab, job)
+    arrays = {w: random_array(300, i) for i, w in enumerate(job.workers)}
+    expected = np.sum([a.astype(np.int64) for a in arrays.values()], axis=0)
+    seconds = {w: 0.0 if w == "w3" else 60.0 for w in job.workers}  # w3's are up at once
+    made = in_threads({w: partial(calls, workers[w], arrays[w], expected, len(job.workers),
+                                  seconds[w]) for w in job.workers})
+    for w, outcome in made.items():
+        assert isinstance(outcome, list), (w, outcome)
+        assert len(outcome) == 1 and outcome[0]["exact"], w

@@ -27,13 +27,19 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
 
 from ina.bench.goals import Goals, render
 from ina.bench.onlab import CASES, INA_WIRE_PER_VALUE, Bench, bench_on_lab
 from ina.bench.output import pyplot, save
 from ina.bench.timing import Procs, start_together, wait_all, wait_for_go
 from ina.protocol.constants import ELEMS_PER_PACKET
+
+if TYPE_CHECKING:
+    from ina.host.worker import Worker
 
 #: The TCP flow's ends and the link where it meets INA's traffic first.
 TCP_FROM, TCP_TO = "w5", "w1"
@@ -340,8 +346,8 @@ class _QueueSampler:
 
 
 def loop(argv: list[str] | None = None) -> int:
-    """AllReduce calls of the same array for ``--seconds`` after ``go``; the last line
-    on stdout: {"calls": [{start, end, exact, cwnd, marked}, ...]}."""
+    """AllReduce calls of the same array for ``--seconds`` after ``go`` (``calls``);
+    the last line on stdout: {"calls": [{start, end, exact, cwnd, marked}, ...]}."""
     from ina.host.arrays import random_array
     from ina.host.config import WorkerConfig
     from ina.host.transport import UdpTransport
@@ -355,25 +361,45 @@ def loop(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, required=True)
     args = p.parse_args(argv)
     mine = random_array(args.values, args.seed)
-    expected = sum(random_array(args.values, i).astype("int64") for i in range(args.workers))
+    expected = np.sum([random_array(args.values, i).astype(np.int64)
+                       for i in range(args.workers)], axis=0)
     config = WorkerConfig.from_files(args.topology, args.job, args.worker)
-    calls = []
     with UdpTransport(config.target) as transport:
         worker = Worker(config, transport, timeout=60)
         wait_for_go()
-        until = time.monotonic() + args.seconds
-        while time.monotonic() < until:
-            marked, start = worker.stats.marked, time.time()
-            cuts = dict(worker.cc.cuts) if worker.cc else {}
-            result = worker.allreduce(mine)
-            now = worker.cc.cuts if worker.cc else {}
-            calls.append({"start": start, "end": time.time(),
-                          "exact": bool((result.values == expected).all()),
-                          "cwnd": round(worker.cc.cwnd if worker.cc else 0.0, 2),
-                          "marked": worker.stats.marked - marked,
-                          "cuts": {k: n - cuts.get(k, 0) for k, n in now.items()}})
-    print(json.dumps({"calls": calls}), flush=True)
+        made = calls(worker, mine, expected, args.workers, args.seconds)
+    print(json.dumps({"calls": made}), flush=True)
     return 0
+
+
+def calls(worker: Worker, mine: npt.NDArray[np.int32], expected: npt.NDArray[np.int64],
+          workers: int, seconds: float) -> list[dict[str, Any]]:
+    """``worker``'s AllReduce calls of ``mine`` for ``seconds``, each checked against
+    ``expected``: its start and end, whether exact, its window and marks.
+
+    The workers stop together: each worker's last value is its vote to go on (1
+    before its ``seconds`` are up, else 0), and every worker stops after the first
+    call whose votes add up to fewer than ``workers``. A worker that stopped by its
+    own clock alone would leave the others waiting in a call it never makes (each
+    got ``go`` at its own moment) until their timeout."""
+    mine, vote = mine.copy(), mine.size - 1
+    made: list[dict[str, Any]] = []
+    until = time.monotonic() + seconds
+    going = True
+    while going:
+        marked, start = worker.stats.marked, time.time()
+        cuts = dict(worker.cc.cuts) if worker.cc else {}
+        mine[vote] = 1 if time.monotonic() < until else 0
+        result = worker.allreduce(mine)
+        going = bool(result.values[vote] == workers)
+        now = worker.cc.cuts if worker.cc else {}
+        made.append({"start": start, "end": time.time(),
+                     "exact": bool((result.values[:vote] == expected[:vote]).all()
+                                   and 0 <= result.values[vote] <= workers),
+                     "cwnd": round(worker.cc.cwnd if worker.cc else 0.0, 2),
+                     "marked": worker.stats.marked - marked,
+                     "cuts": {k: n - cuts.get(k, 0) for k, n in now.items()}})
+    return made
 
 
 if __name__ == "__main__":
