@@ -168,7 +168,7 @@ PHANTOM_RATE_SHIFT = 10
 #: Defaults of the topology's ``queues`` (bytes): the lab's bounded egress buffer per
 #: interface (a byte FIFO under the link's rate), and the phantom queue's marking
 #: threshold: a shallow buffer as a data-centre switch port has, marking at a quarter
-#: of it (DCTCP's K), about 26 and 6 INA frames of 1,158 bytes.
+#: of it (DCTCP's K), about 21 and 5 INA frames of 1,414 bytes (26 and 6 of version 5's).
 QUEUE_BUFFER = 30000
 QUEUE_MARK = 7500
 #: BMv2's strict-priority egress queues per port (simple_switch ``--priority-queues``;
@@ -274,7 +274,6 @@ assert len(JobStat) <= JOB_STAT_STRIDE
 assert JOB_STAT_STRIDE & (JOB_STAT_STRIDE - 1) == 0
 assert AGG_SLOTS & (AGG_SLOTS - 1) == 0
 assert BIER_SETS & (BIER_SETS - 1) == 0 and BIER_SETS <= 256
-
 assert ELEMS_PER_PACKET % ELEMS_PER_LANE == 0, "a packet holds whole lanes"
 
 #: Highest BFR-id a host can have.
