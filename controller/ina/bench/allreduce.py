@@ -225,11 +225,10 @@ def wake_floor(packets: int = PACED_PACKETS, gap: float = PACED_GAP,
     nothing else: no window, no timers. The worker's CPU per packet above this is
     what its window and call loop add (all a compiled window could save)."""
     from ina.host import mmsg
-    from ina.protocol.codec import InaHeader
-    from ina.protocol.constants import ARRAY_BYTES, INA_UDP_PORT
+    from ina.protocol.codec import ina_payload
+    from ina.protocol.constants import INA_UDP_PORT
 
-    packet = InaHeader(job_id=1, seq=0, pbm=1, count=ELEMS_PER_PACKET).pack() + \
-        bytes(ARRAY_BYTES)
+    packet = ina_payload(1, 0, 1, [0] * ELEMS_PER_PACKET)
     with reflector(gap, address), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(("127.0.0.1", 0))
         sock.setblocking(False)

@@ -52,7 +52,14 @@ from ina.lab import sandbox
 from ina.lab.mininet import bmv2_build
 from ina.lab.pki import make_lab_pki, switch_tls_args
 from ina.protocol.codec import InaHeader, ina_payload
-from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES, INA_UDP_PORT, Flag
+from ina.protocol.constants import (
+    ELEMS_PER_PACKET,
+    ETHERNET_BYTES,
+    INA_PAYLOAD_BYTES,
+    INA_UDP_PORT,
+    IPV4_UDP_BYTES,
+    Flag,
+)
 from ina.protocol.frames import Bier, bier_frame, ina_frame, udp_frame
 from ina.spec.job import JobSpec, validate_job
 from ina.spec.topology import Topology
@@ -60,9 +67,9 @@ from ina.spec.topology import Topology
 SWITCH = "s1"
 HOSTS = ("h1", "h2", "h3", "h4")
 #: Frame size of every path: an INA packet (Ethernet, IPv4, UDP, INA header, array).
-FRAME_BYTES = 14 + 20 + 8 + INA_PAYLOAD_BYTES
+FRAME_BYTES = ETHERNET_BYTES + IPV4_UDP_BYTES + INA_PAYLOAD_BYTES
 #: Offset of the INA sequence number in a frame.
-SEQ_OFFSET = 14 + 20 + 8 + 4
+SEQ_OFFSET = ETHERNET_BYTES + IPV4_UDP_BYTES + 4
 PACKET_OUTGOING = 4  # socket.PACKET_OUTGOING: our own transmissions, seen by raw sockets
 ETH_P_ALL = 0x0003
 

@@ -23,14 +23,19 @@ from ina.bench.timing import Procs
 from ina.lab.deploy import deploy
 from ina.lab.mininet import Lab, LabOptions
 from ina.lab.ranks import Rank, rank_env
-from ina.protocol.constants import ELEMS_PER_PACKET, INA_PAYLOAD_BYTES
+from ina.protocol.constants import (
+    ELEMS_PER_PACKET,
+    ETHERNET_BYTES,
+    INA_PAYLOAD_BYTES,
+    IPV4_UDP_BYTES,
+)
 from ina.spec.job import Job, JobSpec
 from ina.spec.topology import Topology
 
 #: The repository's root: its topologies, jobs and examples.
 ROOT = Path(__file__).resolve().parents[3]
 #: An INA packet on a host link, and inside BIER between switches: bytes per value.
-INA_WIRE_PER_VALUE = (14 + 20 + 8 + INA_PAYLOAD_BYTES) / ELEMS_PER_PACKET
+INA_WIRE_PER_VALUE = (ETHERNET_BYTES + IPV4_UDP_BYTES + INA_PAYLOAD_BYTES) / ELEMS_PER_PACKET
 REGIMES = ("cpu", "link")
 
 

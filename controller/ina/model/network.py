@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from ina.control.memory_switch import MemorySwitch
 from ina.model.switch import ModelSwitch, packet_out_frame, split_packet_in
-from ina.protocol.constants import CPU_PORT
+from ina.protocol.constants import CPU_PORT, ETHERNET_BYTES, IPV4_UDP_BYTES
 from ina.protocol.frames import ina_frame, parse_frame
 from ina.spec.topology import Topology
 
@@ -162,7 +162,7 @@ class ModelNetwork:
             frame = parse_frame(raw)
             if (frame.ipv4 is not None and frame.ipv4.dst == self.topology.hosts[host].ip
                     and frame.ina is not None and frame.error is None):
-                out.append((frame.ipv4.src, frame.pack()[14 + 20 + 8:]))
+                out.append((frame.ipv4.src, frame.pack()[ETHERNET_BYTES + IPV4_UDP_BYTES:]))
         return out
 
     def received_payloads(self, host: str, limit: int | None = None) -> list[bytes]:

@@ -39,6 +39,9 @@ ELEMS_BY_WIDTH = {WIDTH32: ELEMS_PER_PACKET, WIDTH16: ELEMS16_PER_PACKET}
 
 #: Bytes of an Ethernet header (no VLAN tag).
 ETHERNET_BYTES = 14
+#: Bytes of an IPv4 header without options and a UDP header: what carries an INA payload
+#: after Ethernet (or BIER).
+IPV4_UDP_BYTES = 20 + 8
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_BIER = 0xAB37  # RFC 8296 over Ethernet
 IP_PROTO_UDP = 17
@@ -290,9 +293,9 @@ INA_PAYLOAD_BYTES = INA_HEADER_BYTES + ARRAY_BYTES
 #: Bytes of the RFC 8296 header with its BitString.
 BIER_HEADER_BYTES = 12 + BITSTRING_BYTES
 #: An Ethernet frame's payload at most (the links' MTU): an INA data packet inside BIER,
-#: with its IPv4 and UDP headers (20 and 8 bytes), fits it.
+#: with its IPv4 and UDP headers, fits it.
 ETHERNET_MTU = 1500
-assert BIER_HEADER_BYTES + 20 + 8 + INA_PAYLOAD_BYTES <= ETHERNET_MTU
+assert BIER_HEADER_BYTES + IPV4_UDP_BYTES + INA_PAYLOAD_BYTES <= ETHERNET_MTU
 
 #: The INA header's fields in wire order, (name, bits), most significant bit first
 #: (ina.protocol.codec.InaHeader packs them; the Wireshark dissector's field table,
