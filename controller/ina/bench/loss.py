@@ -1,6 +1,7 @@
 """INA under loss (``inabench loss``, ``make bench-loss``): the INA AllReduce of
 Figure 1 with frames dropped (nftables) on every link, against the same AllReduce
-without loss, in one run."""
+without loss, in one run; links unlimited (the switches' CPU bounds the rate), or
+at a rate (``--rate``: the links bound it, as on hardware switches)."""
 
 from __future__ import annotations
 
@@ -21,19 +22,21 @@ class LossRun:
     retransmissions: int  # in the median round
     early_retransmissions: int
     rounds: list[float]  # seconds of each round
+    rate_mbit: float | None = None  # every link's rate (None: unlimited)
 
 
 def run(build_dir: Path, losses: list[float], size: int, case: Case,
-        rounds: int = 3) -> list[LossRun]:
+        rounds: int = 3, rate_mbit: float | None = None) -> list[LossRun]:
     """Inside the sandbox: the INA AllReduce of ``case`` at each loss rate, ``rounds``
     times, the loss rates taking turns (the median is reported: one stall of the
-    machine does not decide a figure)."""
+    machine does not decide a figure), every link at ``rate_mbit`` (None: unlimited)."""
     from ina.host.arrays import digest, random_array
     from ina.model.harness import reduce_arrays
 
     reports: dict[float, list[dict[str, Any]]] = {loss: [] for loss in losses}
     with bench_on_lab(case, build_dir) as bench:
         job, lab = bench.job, bench.lab
+        lab.limit_links(rate_mbit)
         expected = digest(reduce_arrays(job.op, [random_array(size, i)
                                                  for i in range(len(job.workers))]))
         for _ in range(rounds):
@@ -57,7 +60,7 @@ def run(build_dir: Path, losses: list[float], size: int, case: Case,
         lossless = runs[0].values_per_s if runs else size / seconds
         runs.append(LossRun(loss, seconds, size / seconds, size / seconds / lossless,
                             int(median["retransmissions"]), int(median["early"]),
-                            [float(r["seconds"]) for r in reports[loss]]))
+                            [float(r["seconds"]) for r in reports[loss]], rate_mbit))
     return runs
 
 
@@ -80,10 +83,12 @@ class LossFigures:
     def render(self) -> str:
         runs = self.runs
         size = round(runs[0].values_per_s * runs[0].seconds)  # values per worker
-        lines = [f"INA AllReduce of {size} values per worker on {self.case.name}, frames "
-                 "dropped on every link (each direction) by nftables; in one run, the median "
-                 f"of {len(runs[0].rounds)} AllReduces per loss rate (taking turns), every "
-                 "result exact.", "",
+        links = ("links unlimited" if runs[0].rate_mbit is None
+                 else f"links at {runs[0].rate_mbit:g} Mbit/s")
+        lines = [f"INA AllReduce of {size} values per worker on {self.case.name} ({links}), "
+                 "frames dropped on every link (each direction) by nftables; in one run, the "
+                 f"median of {len(runs[0].rounds)} AllReduces per loss rate (taking turns), "
+                 "every result exact.", "",
                  f"{'loss per link':>14} {'seconds':>8} {'values/s':>10} {'of lossless':>12} "
                  f"{'retransmissions':>16} {'(early)':>8}"]
         for r in runs:

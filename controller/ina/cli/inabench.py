@@ -2,7 +2,7 @@
 """inabench: benchmarks on Mininet + BMv2, each measured side by side in one run.
 
     inabench allreduce [--case figure1 --case fat-tree] [--rate 4] [--json-out F] [--png F]
-    inabench loss [--losses 0 0.01 0.05] [--size 65536] [--json-out F]
+    inabench loss [--losses 0 0.01 0.05] [--size 65536] [--rate R] [--json-out F]
     inabench deploy
     inabench host
     inabench dataplane [--json-out F] [--png F]
@@ -116,6 +116,8 @@ def _loss_options(sub: common.SubParsers) -> None:
                     metavar="P", help="loss rates per link and direction, 0 to 1")
     lo.add_argument("--size", type=int, default=262144, help="values per worker")
     lo.add_argument("--rounds", type=int, default=3, help="AllReduces per loss rate")
+    lo.add_argument("--rate", type=float, metavar="MBIT",
+                    help="every link's rate (default: unlimited, the switches' CPU bounds it)")
     _outputs(lo, None)
 
 
@@ -393,7 +395,7 @@ def _loss(args: argparse.Namespace) -> Any:
     from ina.bench import loss
 
     figures = loss.LossFigures(loss.run(args.build, args.losses, args.size, CASES["figure1"],
-                                        args.rounds))
+                                        args.rounds, args.rate))
     return figures.figures()
 
 
