@@ -11,6 +11,11 @@ from typing import Any
 
 from ina.bench.onlab import CASES, Case, bench_on_lab
 from ina.bench.timing import start_together, wait_all
+from ina.control.controller import Controller
+from ina.lab.deploy import controller_call
+from ina.lab.mininet import Lab
+from ina.protocol.constants import JobStat
+from ina.spec.job import Job
 
 
 @dataclass
@@ -23,6 +28,25 @@ class LossRun:
     early_retransmissions: int
     rounds: list[float]  # seconds of each round
     rate_mbit: float | None = None  # every link's rate (None: unlimited)
+    #: In the median round, at the switches: retransmissions that found their sender's
+    #: contribution already in an incomplete round (another contribution was lost:
+    #: the copy was not needed), and ones that found the round complete (its result
+    #: sent again, by BIER to the sender).
+    duplicates: int = 0
+    resent: int = 0
+
+
+def _job_counts(lab: Lab, job: Job) -> dict[JobStat, int]:
+    """The switches' DROP_DUPLICATE and RESENT counts of ``job``, summed."""
+    async def read(ctl: Controller) -> dict[JobStat, int]:
+        counts = dict.fromkeys((JobStat.DROP_DUPLICATE, JobStat.RESENT), 0)
+        for status in (await ctl.status()).values():
+            for stat, value in status.job_stats.get(job.job_id, {}).items():
+                if stat in counts:
+                    counts[stat] += value.packets
+        return counts
+
+    return controller_call(lab, read, write=False)
 
 
 def run(build_dir: Path, losses: list[float], size: int, case: Case,
@@ -41,17 +65,21 @@ def run(build_dir: Path, losses: list[float], size: int, case: Case,
                                                  for i in range(len(job.workers))]))
         for _ in range(rounds):
             for loss in losses:
+                before = _job_counts(lab, job)
                 lab.impair(loss=loss)
                 procs, _ = bench.ina(size)
                 start_together(procs)
                 workers = wait_all(procs, {}, timeout=1800)
                 lab.impair()
+                after = _job_counts(lab, job)
                 if any(r["sha256"] != expected for r in workers.values()):
                     raise RuntimeError(f"a result at loss {loss} is not exact")
                 reports[loss].append({
                     "seconds": max(r["elapsed"] for r in workers.values()),
                     "retransmissions": sum(r["retransmissions"] for r in workers.values()),
-                    "early": sum(r["early_retransmissions"] for r in workers.values())})
+                    "early": sum(r["early_retransmissions"] for r in workers.values()),
+                    "duplicates": after[JobStat.DROP_DUPLICATE] - before[JobStat.DROP_DUPLICATE],
+                    "resent": after[JobStat.RESENT] - before[JobStat.RESENT]})
     runs: list[LossRun] = []
     for loss in losses:
         by_time = sorted(reports[loss], key=lambda r: float(r["seconds"]))
@@ -60,7 +88,8 @@ def run(build_dir: Path, losses: list[float], size: int, case: Case,
         lossless = runs[0].values_per_s if runs else size / seconds
         runs.append(LossRun(loss, seconds, size / seconds, size / seconds / lossless,
                             int(median["retransmissions"]), int(median["early"]),
-                            [float(r["seconds"]) for r in reports[loss]], rate_mbit))
+                            [float(r["seconds"]) for r in reports[loss]], rate_mbit,
+                            int(median["duplicates"]), int(median["resent"])))
     return runs
 
 
@@ -90,9 +119,12 @@ class LossFigures:
                  f"median of {len(runs[0].rounds)} AllReduces per loss rate (taking turns), "
                  "every result exact.", "",
                  f"{'loss per link':>14} {'seconds':>8} {'values/s':>10} {'of lossless':>12} "
-                 f"{'retransmissions':>16} {'(early)':>8}"]
+                 f"{'retransmissions':>16} {'(early)':>8} {'duplicates':>11} {'resent':>7}"]
         for r in runs:
             lines.append(f"{r.loss:>14.0%} {r.seconds:>8.2f} {r.values_per_s:>10,.0f} "
                          f"{r.of_lossless:>11.0%} {r.retransmissions:>16} "
-                         f"{r.early_retransmissions:>8}")
+                         f"{r.early_retransmissions:>8} {r.duplicates:>11} {r.resent:>7}")
+        lines += ["", "duplicates: retransmissions the switches found already in an "
+                  "incomplete round (another worker's contribution was lost); resent: ones "
+                  "that found the round complete (the result sent again to their sender)."]
         return "\n".join(lines)
