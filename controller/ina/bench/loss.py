@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ina.bench.onlab import CASES, Case, bench_on_lab
+from ina.bench.onlab import CASES, Bench, Case, bench_on_lab
 from ina.bench.timing import start_together, wait_all
 from ina.control.controller import Controller
 from ina.lab.deploy import controller_call
@@ -51,35 +51,31 @@ def _job_counts(lab: Lab, job: Job) -> dict[JobStat, int]:
 
 def run(build_dir: Path, losses: list[float], size: int, case: Case,
         rounds: int = 3, rate_mbit: float | None = None) -> list[LossRun]:
-    """Inside the sandbox: the INA AllReduce of ``case`` at each loss rate, ``rounds``
-    times, the loss rates taking turns (the median is reported: one stall of the
-    machine does not decide a figure), every link at ``rate_mbit`` (None: unlimited)."""
+    """Inside the sandbox: ``measure_on_bench`` on ``case``'s lab with its job deployed."""
+    with bench_on_lab(case, build_dir) as bench:
+        return measure_on_bench(bench, losses, size, rounds, rate_mbit)
+
+
+def measure_on_bench(bench: Bench, losses: list[float], size: int, rounds: int = 3,
+                     rate_mbit: float | None = None) -> list[LossRun]:
+    """The INA AllReduce of ``size`` values of the bench's job at each loss rate,
+    ``rounds`` times, the loss rates taking turns (the median is reported: one stall
+    of the machine does not decide a figure), every link at ``rate_mbit`` (None:
+    unlimited) meanwhile and unlimited after. RuntimeError if a result is not exact."""
     from ina.host.arrays import digest, random_array
     from ina.model.harness import reduce_arrays
 
+    job, lab = bench.job, bench.lab
+    expected = digest(reduce_arrays(job.op, [random_array(size, i)
+                                             for i in range(len(job.workers))]))
     reports: dict[float, list[dict[str, Any]]] = {loss: [] for loss in losses}
-    with bench_on_lab(case, build_dir) as bench:
-        job, lab = bench.job, bench.lab
-        lab.limit_links(rate_mbit)
-        expected = digest(reduce_arrays(job.op, [random_array(size, i)
-                                                 for i in range(len(job.workers))]))
+    lab.limit_links(rate_mbit)
+    try:
         for _ in range(rounds):
             for loss in losses:
-                before = _job_counts(lab, job)
-                lab.impair(loss=loss)
-                procs, _ = bench.ina(size)
-                start_together(procs)
-                workers = wait_all(procs, {}, timeout=1800)
-                lab.impair()
-                after = _job_counts(lab, job)
-                if any(r["sha256"] != expected for r in workers.values()):
-                    raise RuntimeError(f"a result at loss {loss} is not exact")
-                reports[loss].append({
-                    "seconds": max(r["elapsed"] for r in workers.values()),
-                    "retransmissions": sum(r["retransmissions"] for r in workers.values()),
-                    "early": sum(r["early_retransmissions"] for r in workers.values()),
-                    "duplicates": after[JobStat.DROP_DUPLICATE] - before[JobStat.DROP_DUPLICATE],
-                    "resent": after[JobStat.RESENT] - before[JobStat.RESENT]})
+                reports[loss].append(_round(bench, loss, size, expected))
+    finally:
+        lab.limit_links(None)
     runs: list[LossRun] = []
     for loss in losses:
         by_time = sorted(reports[loss], key=lambda r: float(r["seconds"]))
@@ -91,6 +87,26 @@ def run(build_dir: Path, losses: list[float], size: int, case: Case,
                             [float(r["seconds"]) for r in reports[loss]], rate_mbit,
                             int(median["duplicates"]), int(median["resent"])))
     return runs
+
+
+def _round(bench: Bench, loss: float, size: int, expected: str) -> dict[str, Any]:
+    """One AllReduce at ``loss`` per link: its time, the workers' retransmissions and
+    the switches' counts (LossRun's)."""
+    job, lab = bench.job, bench.lab
+    before = _job_counts(lab, job)
+    lab.impair(loss=loss)
+    procs, _ = bench.ina(size)
+    start_together(procs)
+    workers = wait_all(procs, {}, timeout=1800)
+    lab.impair()
+    after = _job_counts(lab, job)
+    if any(r["sha256"] != expected for r in workers.values()):
+        raise RuntimeError(f"a result at loss {loss} is not exact")
+    return {"seconds": max(r["elapsed"] for r in workers.values()),
+            "retransmissions": sum(r["retransmissions"] for r in workers.values()),
+            "early": sum(r["early_retransmissions"] for r in workers.values()),
+            "duplicates": after[JobStat.DROP_DUPLICATE] - before[JobStat.DROP_DUPLICATE],
+            "resent": after[JobStat.RESENT] - before[JobStat.RESENT]}
 
 
 @dataclass
