@@ -1,5 +1,6 @@
 """inabench's figures without a benchmark run: --from-json reports and draws what an
-earlier run wrote (the committed docs/*.json), --json prints the figures as JSON."""
+earlier run wrote (the committed docs/*.json), --json prints the figures as JSON; and
+its arguments refused before any lab starts."""
 
 from __future__ import annotations
 
@@ -75,3 +76,15 @@ def test_the_host_rate_reports_the_workers_cpu_time_per_packet_when_measured(
         in capsys.readouterr().out
     assert inabench.main(["allreduce", "--from-json", str(figures), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == doc
+
+
+@pytest.mark.parametrize("command", ["allreduce", "loss", "train", "collectives", "congestion"])
+@pytest.mark.parametrize("rate,says", [("0", "is not a link rate"),
+                                       ("-4", "is not a link rate"),
+                                       ("fast", "not a number of Mbit/s")])
+def test_a_rate_no_link_can_have_exits_2_before_any_lab_starts(
+        command: str, rate: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ended:
+        inabench.main([command, "--rate", rate])
+    assert ended.value.code == 2
+    assert says in capsys.readouterr().err

@@ -48,6 +48,7 @@ from ina.errors import UsageError
 from ina.host import mmsg
 from ina.lab import sandbox
 from ina.protocol.constants import INA_UDP_PORT, Flag
+from ina.spec.topology import MAX_RATE, MIN_RATE
 
 PROG = "inabench"
 
@@ -102,7 +103,7 @@ def _allreduce_options(sub: common.SubParsers) -> None:
                                          "unlimited (CPU-bound) and limited (link-bound)")
     _cases(a, sorted(CASES), "several (default: every case)")
     a.add_argument("--size", type=int, help="values per worker (default: the case's)")
-    a.add_argument("--rate", type=float, metavar="MBIT",
+    a.add_argument("--rate", type=_link_rate, metavar="MBIT",
                    help="Mbit/s of every link in the link-bound regime (default: the "
                         "case's, " + ", ".join(f"{c.name} {c.rate_mbit:g}"
                                                for c in CASES.values()) + ")")
@@ -116,7 +117,7 @@ def _loss_options(sub: common.SubParsers) -> None:
                     metavar="P", help="loss rates per link and direction, 0 to 1")
     lo.add_argument("--size", type=int, default=262144, help="values per worker")
     lo.add_argument("--rounds", type=int, default=3, help="AllReduces per loss rate")
-    lo.add_argument("--rate", type=float, metavar="MBIT",
+    lo.add_argument("--rate", type=_link_rate, metavar="MBIT",
                     help="every link's rate (default: unlimited, the switches' CPU bounds it)")
     _outputs(lo, None)
 
@@ -156,7 +157,7 @@ def _train_options(sub: common.SubParsers) -> None:
     t.add_argument("--steps", type=int, default=200, help="training steps per run")
     t.add_argument("--hidden", type=int, default=128,
                    help="width of the MLP's two hidden layers")
-    t.add_argument("--rate", type=float, metavar="MBIT",
+    t.add_argument("--rate", type=_link_rate, metavar="MBIT",
                    help="Mbit/s of every link in the link-bound regime (default: the "
                         "case's, as inabench allreduce: " + ", ".join(
                             f"{name} {CASES[name].rate_mbit:g}"
@@ -173,7 +174,7 @@ def _congestion_options(sub: common.SubParsers) -> None:
 
     c = common.command(sub, "congestion", "INA and a TCP bulk flow (iperf3) on one bottleneck, "
                                           "then INA alone")
-    c.add_argument("--rate", type=float, default=Settings.rate_mbit, metavar="MBIT",
+    c.add_argument("--rate", type=_link_rate, default=Settings.rate_mbit, metavar="MBIT",
                    help="Mbit/s of every link")
     c.add_argument("--seconds", type=float, default=Settings.shared,
                    help="seconds both flows run")
@@ -210,13 +211,26 @@ def _collectives_options(sub: common.SubParsers) -> None:
                     help=f"values S per collective, a multiple of {COLLECTIVE_SIZE_QUANTUM} "
                          "(default: " + ", ".join(f"{name} {size}" for name, size
                                                   in COLLECTIVE_SIZES.items()) + ")")
-    co.add_argument("--rate", type=float, metavar="MBIT",
+    co.add_argument("--rate", type=_link_rate, metavar="MBIT",
                     help="Mbit/s of every link in the link-bound regime (default: the "
                          "case's, as inabench allreduce: " + ", ".join(
                              f"{name} {CASES[name].rate_mbit:g}"
                              for name in ("figure1", "fat-tree")) + ")")
     _regime_option(co)
     _outputs(co, "values per second and bytes per value of every collective")
+
+
+def _link_rate(text: str) -> float:
+    """A ``--rate``: Mbit/s every link can be given (the topology files' bounds),
+    checked before any lab starts."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of Mbit/s: {text!r}") from None
+    if not MIN_RATE <= value <= MAX_RATE:
+        raise argparse.ArgumentTypeError(
+            f"{value:g} Mbit/s is not a link rate: {MIN_RATE:g} to {MAX_RATE:g}")
+    return value
 
 
 def _positive(text: str) -> int:
