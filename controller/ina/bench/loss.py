@@ -11,7 +11,7 @@ from typing import Any
 
 from ina.bench.onlab import CASES, Bench, Case, bench_on_lab
 from ina.bench.timing import start_together, wait_all
-from ina.control.controller import Controller
+from ina.control.switch import CounterValue
 from ina.lab.deploy import controller_call
 from ina.lab.mininet import Lab
 from ina.protocol.constants import JobStat
@@ -38,15 +38,10 @@ class LossRun:
 
 def _job_counts(lab: Lab, job: Job) -> dict[JobStat, int]:
     """The switches' DROP_DUPLICATE and RESENT counts of ``job``, summed."""
-    async def read(ctl: Controller) -> dict[JobStat, int]:
-        counts = dict.fromkeys((JobStat.DROP_DUPLICATE, JobStat.RESENT), 0)
-        for status in (await ctl.status()).values():
-            for stat, value in status.job_stats.get(job.job_id, {}).items():
-                if stat in counts:
-                    counts[stat] += value.packets
-        return counts
-
-    return controller_call(lab, read, write=False)
+    statuses = controller_call(lab, lambda ctl: ctl.status(), write=False).values()
+    return {stat: sum(s.job_stats.get(job.job_id, {}).get(stat, CounterValue()).packets
+                      for s in statuses)
+            for stat in (JobStat.DROP_DUPLICATE, JobStat.RESENT)}
 
 
 def run(build_dir: Path, losses: list[float], size: int, case: Case,
@@ -60,8 +55,9 @@ def measure_on_bench(bench: Bench, losses: list[float], size: int, rounds: int =
                      rate_mbit: float | None = None) -> list[LossRun]:
     """The INA AllReduce of ``size`` values of the bench's job at each loss rate,
     ``rounds`` times, the loss rates taking turns (the median is reported: one stall
-    of the machine does not decide a figure), every link at ``rate_mbit`` (None:
-    unlimited) meanwhile and unlimited after. RuntimeError if a result is not exact."""
+    of the machine does not decide a figure), every link at ``rate_mbit`` meanwhile
+    (None: as the lab has them), the lab's own links again after. RuntimeError if a
+    result is not exact."""
     from ina.host.arrays import digest, random_array
     from ina.model.harness import reduce_arrays
 
@@ -69,13 +65,16 @@ def measure_on_bench(bench: Bench, losses: list[float], size: int, rounds: int =
     expected = digest(reduce_arrays(job.op, [random_array(size, i)
                                              for i in range(len(job.workers))]))
     reports: dict[float, list[dict[str, Any]]] = {loss: [] for loss in losses}
-    lab.limit_links(rate_mbit)
+    queues = lab.topology.queues
+    if rate_mbit is not None:
+        lab.limit_links(rate_mbit)
     try:
         for _ in range(rounds):
             for loss in losses:
                 reports[loss].append(_round(bench, loss, size, expected))
     finally:
-        lab.limit_links(None)
+        if lab.topology.queues != queues:
+            lab.set_queues(queues)
     runs: list[LossRun] = []
     for loss in losses:
         by_time = sorted(reports[loss], key=lambda r: float(r["seconds"]))
