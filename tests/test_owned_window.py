@@ -23,7 +23,7 @@ CHUNKS = 3
 
 def _config(bfr_id: int) -> WorkerConfig:
     return WorkerConfig(job_id=4, op=Op.SUM, pbm=bit_of(bfr_id), target="10.0.100.1",
-                        window=CHUNKS, root="10.0.100.6")
+                        window=2 * CHUNKS, root="10.0.100.6")
 
 
 def _window(bfr_id: int, values: np.ndarray, rto: float = 0.25) -> ReductionWindow:

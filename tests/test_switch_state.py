@@ -9,6 +9,7 @@ from ina.control.switch_state import base_plan, job_plan
 from ina.errors import CapacityError
 from ina.protocol.constants import AGG_SLOTS, BIER_MCAST_GROUP
 from ina.protocol.frames import ip_int
+from ina.spec.job import DEFAULT_SLOTS
 from ina.spec.topology import Topology
 
 from inatest import figure1_job
@@ -51,5 +52,6 @@ def test_second_job_gets_other_slots_and_counter_blocks(figure1: Topology) -> No
 def test_job_that_does_not_fit_is_refused_with_the_reason(figure1: Topology) -> None:
     big = figure1_job(figure1, slots=AGG_SLOTS)
     existing = job_plan(big, figure1, allocate(big, figure1, {}), epoch=5)
-    with pytest.raises(CapacityError, match="s1 has no free run of 16 aggregation slots"):
+    with pytest.raises(CapacityError,
+                       match=f"s1 has no free run of {DEFAULT_SLOTS} aggregation slots"):
         allocate(figure1_job(figure1, job_id=2), figure1, existing)

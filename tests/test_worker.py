@@ -14,7 +14,7 @@ from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import ELEMS_PER_PACKET, Ecn, Flag, Op
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 
-CONFIG = WorkerConfig(job_id=4, op=Op.SUM, pbm=bit_of(2), target="10.0.100.1", window=2,
+CONFIG = WorkerConfig(job_id=4, op=Op.SUM, pbm=bit_of(2), target="10.0.100.1", window=4,
                       root="10.0.100.6")
 
 
@@ -32,12 +32,24 @@ def test_array_is_cut_into_packets_of_elems_per_packet() -> None:
     assert packets[1].meaningful == (P, P + 1, P + 2) and packets[0].header.pbm == bit_of(2)
 
 
-def test_window_limits_packets_in_flight() -> None:
+def test_the_congestion_window_takes_half_the_slots() -> None:
     session = ReductionWindow(CONFIG, np.zeros(5 * ELEMS_PER_PACKET, dtype=np.int32))
-    assert len(session.packets_to_send()) == 2
+    assert len(session.packets_to_send()) == 2  # of 4 slots
     assert session.packets_to_send() == []
     assert session.accept(_result(0, [0] * ELEMS_PER_PACKET))
     assert len(session.packets_to_send()) == 1
+
+
+def test_chunks_keep_going_past_a_missing_one_within_the_slots() -> None:
+    # The other half of the slots: room to send while chunk 0 is recovered (a window
+    # that filled its slots stopped for every loss until its recovery).
+    session = ReductionWindow(CONFIG, np.zeros(6 * ELEMS_PER_PACKET, dtype=np.int32))
+    session.packets_to_send()  # chunks 0 and 1
+    for seq in (1, 2):
+        session.accept(_result(seq, [0] * ELEMS_PER_PACKET))
+        assert [InaHeader.unpack(p).seq for p in session.packets_to_send()] == [seq + 1]
+    session.accept(_result(3, [0] * ELEMS_PER_PACKET))
+    assert session.packets_to_send() == []  # chunk 4 is 4 slots past chunk 0: it waits
 
 
 def test_results_fill_the_array_and_duplicates_are_ignored() -> None:
@@ -176,8 +188,8 @@ def test_round_trips_are_measured_from_packets_sent_once() -> None:
 
 
 def test_a_missing_result_is_resent_at_once_when_later_results_arrive() -> None:
-    config = WorkerConfig(4, Op.SUM, bit_of(2), "10.0.100.1", window=8, root="10.0.100.6")
-    session = ReductionWindow(config, np.zeros(16 * ELEMS_PER_PACKET, dtype=np.int32),
+    config = WorkerConfig(4, Op.SUM, bit_of(2), "10.0.100.1", window=16, root="10.0.100.6")
+    session = ReductionWindow(config, np.zeros(8 * ELEMS_PER_PACKET, dtype=np.int32),
                                rto=1.0)
     first = session.packets_to_send(now=0.0)
     for seq in (1, 2):
@@ -193,8 +205,8 @@ def test_overtaken_chunks_are_not_resent_sooner_than_the_least_rto() -> None:
     # A round waits for its slowest worker, so results overtake each other by a few
     # ms without a loss; with a least RTO of 10 s (the differential tests) nothing
     # may be sent twice.
-    config = WorkerConfig(4, Op.SUM, bit_of(2), "10.0.100.1", window=8, root="10.0.100.6")
-    session = ReductionWindow(config, np.zeros(16 * ELEMS_PER_PACKET, dtype=np.int32),
+    config = WorkerConfig(4, Op.SUM, bit_of(2), "10.0.100.1", window=16, root="10.0.100.6")
+    session = ReductionWindow(config, np.zeros(8 * ELEMS_PER_PACKET, dtype=np.int32),
                                rto=RtoEstimator(initial=10.0, floor=10.0))
     session.packets_to_send(now=0.0)
     for seq in (1, 2, 3, 4):
@@ -217,7 +229,7 @@ def test_a_result_of_a_resent_chunk_does_not_count_as_overtaking() -> None:
 def test_at_a_timeout_every_chunk_a_later_result_overtook_is_sent_again() -> None:
     # The differential Allgather's stall: a burst lost most of a window, and recovery
     # sent one chunk per RTO (10 s each).
-    config = WorkerConfig(4, Op.SUM, bit_of(2), "10.0.100.1", window=8, root="10.0.100.6")
+    config = WorkerConfig(4, Op.SUM, bit_of(2), "10.0.100.1", window=16, root="10.0.100.6")
     session = ReductionWindow(config, np.zeros(8 * ELEMS_PER_PACKET, dtype=np.int32),
                                rto=RtoEstimator(initial=10.0, floor=10.0))
     first = session.packets_to_send(now=0.0)
@@ -229,9 +241,9 @@ def test_at_a_timeout_every_chunk_a_later_result_overtook_is_sent_again() -> Non
 
 
 def test_a_stalled_window_probes_its_oldest_chunk_before_the_rto() -> None:
-    # Window 2, both sent, chunk 1 answered: nothing more can be sent, so no later
+    # Both chunks sent, chunk 1 answered: nothing more can be sent, so no later
     # result can reveal chunk 0's loss. It is sent again after two round trips.
-    session = ReductionWindow(CONFIG, np.zeros(4 * ELEMS_PER_PACKET, dtype=np.int32),
+    session = ReductionWindow(CONFIG, np.zeros(2 * ELEMS_PER_PACKET, dtype=np.int32),
                                rto=RtoEstimator(initial=1.0, floor=0.005), joined=True)
     first = session.packets_to_send(now=0.0)
     session.accept(_result(1, [0] * ELEMS_PER_PACKET), now=0.02)  # a 20 ms round trip
@@ -284,7 +296,7 @@ def test_a_marked_result_makes_the_window_probe_later() -> None:
 
 
 def _window_with(outstanding: int, srtt: float) -> tuple[Worker, ReductionWindow]:
-    config = WorkerConfig(job_id=4, op=Op.SUM, pbm=bit_of(2), target="10.0.100.1", window=16)
+    config = WorkerConfig(job_id=4, op=Op.SUM, pbm=bit_of(2), target="10.0.100.1", window=32)
     worker = Worker(config, _SilentTransport(), rto=RtoEstimator(srtt=srtt))
     window = ReductionWindow(config, np.zeros(outstanding * P, dtype=np.int32))
     assert len(window.packets_to_send()) == outstanding

@@ -447,7 +447,7 @@ def test_a_planned_job_file_configures_a_worker_that_sends_to_its_edge_switch() 
                                      ROOT / "jobs/figure1-planned.yaml", "w3")
     assert (config.job_id, config.op, config.target, config.sync_target) == (
         2, Op.SUM, "10.0.100.2", "10.0.100.2")  # s2's loopback, w3's edge switch
-    assert (config.window, config.workers, config.rank) == (16, 4, 2)  # the file's slots
+    assert (config.window, config.workers, config.rank) == (32, 4, 2)  # the file's slots
     assert config.peers == ("w1", "w2", "w3", "w4")
     assert config.addresses == ("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4")
     assert config.pbm == bit_of(3)

@@ -36,7 +36,7 @@ from ina.protocol.constants import (
     SwitchStat,
 )
 from ina.protocol.frames import ina_frame, mac_bytes, udp_frame
-from ina.spec.job import JobSpec
+from ina.spec.job import DEFAULT_SLOTS, JobSpec
 from ina.spec.topology import Topology
 
 from bmv2.bmv2lab import Labs
@@ -222,7 +222,7 @@ def test_bmv2_and_the_model_agree_on_notices_and_a_calls_start(labs: Labs) -> No
 #: w1 and w2 send to the root s6 directly; s7 aggregates w3 and w4 below it.
 WINDOW_SPEC = {"job_id": 16, "op": "sum", "workers": ["w1", "w2", "w3", "w4"], "root": "s6",
                "aggregators": {"s7": ["w3", "w4"]}}
-W = 16  # the job's slots
+W = DEFAULT_SLOTS  # the job's slots
 #: The first SYNC proposes START: the root's progress is START - 2W - 1 after it.
 START = 1000
 PROGRESS = START - 2 * W - 1

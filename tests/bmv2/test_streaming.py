@@ -25,7 +25,7 @@ from ina.protocol.codec import InaPacket
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import INA_UDP_PORT, JobStat, Op, SwitchStat
 from ina.protocol.scapy_layers import INA
-from ina.spec.job import Job
+from ina.spec.job import DEFAULT_SLOTS, Job
 
 from bmv2.bmv2lab import NetLab
 
@@ -85,11 +85,11 @@ def _frame(lab: NetLab, worker: str, job: Job, seq: int, values: list[int]) -> b
 def test_reordered_and_duplicated_packets_give_exact_results_once(
         figure1_lab: NetLab, figure1_job: tuple[Path, Job], tmp_path: Path) -> None:
     _, job = figure1_job
-    seqs = 16  # the job's slots: all in flight at once
+    seqs = DEFAULT_SLOTS  # the job's slots: all in flight at once
     rng = random.Random(3)
     values = {(w, q): [rng.randrange(-1000, 1000) for _ in range(8)]
               for w in job.workers for q in range(seqs)}
-    # The root's progress at -1 (as after a call that ended there): 0..15 is a window.
+    # The root's progress at -1 (as after a call that ended there): 0..W-1 is a window.
     figure1_lab.open_call(job, proposal=seqs)
     record = tmp_path / "w1.hex"
     listener = figure1_lab.listen("w1", record)

@@ -17,7 +17,7 @@ from ina.protocol.codec import InaHeader, InaPacket
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import Flag, JobStat, Op
 from ina.protocol.frames import ina_frame
-from ina.spec.job import Job
+from ina.spec.job import DEFAULT_SLOTS, Job
 
 from bmv2.bmv2lab import Deployed, NetLab
 from inatest import FIGURE1_SPEC
@@ -26,7 +26,7 @@ ROOT_IP = "10.0.100.6"  # s6
 SIZE = P * 2 + 3  # three packets a worker
 #: Fresh workers start the first call at 0: the descriptor, then the array.
 PROGRESS = 3  # the root's progress after the first call
-W = 16  # the jobs' slots
+W = DEFAULT_SLOTS  # the jobs' slots
 NEXT_START = PROGRESS + 2 * W + 1
 #: w1 and w2 send to the root s6 directly (s7 aggregates w3, w4).
 ROOT_PARENT_SPEC = {**FIGURE1_SPEC, "job_id": 3, "aggregators": {"s7": ["w3", "w4"]}}

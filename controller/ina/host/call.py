@@ -58,7 +58,7 @@ import numpy.typing as npt
 
 from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch, PlanChanged
 from ina.host.config import WorkerConfig
-from ina.host.congestion import PACING_QUANTUM, CongestionWindow
+from ina.host.congestion import PACING_QUANTUM, CongestionWindow, congestion_limit
 from ina.host.flow import Flow
 from ina.host.guesses import Guesses
 from ina.host.onhosts import call_on_hosts
@@ -619,7 +619,7 @@ class Caller:
         values reduced with MAX before it, in its window); PlanChanged if the edge
         switch turns a contribution back with news."""
         if self.cc is None:
-            self.cc = CongestionWindow(self.config.window)
+            self.cc = CongestionWindow(congestion_limit(self.config.window))
         window = ReductionWindow(self.config, values, seq_base, self.rto, op, self.gen, flow,
                                  self.cc, lead, self._joined)
         last_progress = began = time.monotonic()

@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from ina.errors import AllreduceError
 from ina.host.config import WorkerConfig
-from ina.host.congestion import RECENT_SAMPLES, CongestionWindow
+from ina.host.congestion import RECENT_SAMPLES, CongestionWindow, congestion_limit
 from ina.host.flow import Flow, elems_per_packet
 from ina.host.results import AllreduceResult, Lead
 from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, SEQ_MODULO, seq_add
@@ -392,7 +392,7 @@ class ReductionWindow:
             sent, dest)
         self.rto = rto if isinstance(rto, RtoEstimator) else RtoEstimator(
             initial=DEFAULT_RTO if rto is None else rto)
-        self.cc = CongestionWindow(config.window) if cc is None else cc
+        self.cc = CongestionWindow(congestion_limit(config.window)) if cc is None else cc
         # The results' arrays as they came on the wire, converted once in outcome().
         self.result_wire = bytearray(chunks * ARRAY_BYTES)
         self.itemsize = ARRAY_BYTES // self.per_packet

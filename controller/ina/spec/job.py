@@ -35,7 +35,7 @@ from ina.protocol.constants import AGG_SLOTS, Op
 from ina.spec.topology import Topology
 from ina.spec.yamlfile import load_yaml
 
-DEFAULT_SLOTS = 16
+DEFAULT_SLOTS = 32
 MAX_JOB_ID = 0xFFFF
 
 
