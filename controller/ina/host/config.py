@@ -57,7 +57,7 @@ class WorkerConfig:
     op: Op
     pbm: int  # the worker's own bit
     target: str  # where its packets go: its edge switch's loopback
-    window: int  # packets outstanding at most (the job's slots)
+    window: int  # the sliding window: the job's slots (half of them outstanding at most)
     workers: int = 1  # workers in the job (float SUM needs the headroom)
     root: str = ""  # where its SYNCs go, if not to target
     name: str = "worker"  # this worker, for messages

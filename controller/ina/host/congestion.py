@@ -105,9 +105,10 @@ def congestion_limit(slots: int) -> int:
 class CongestionWindow:
     """One worker's congestion window over its calls (see the module's docstring).
 
-    ``limit``: the largest window (the job's slots). ``cwnd``: the window, in
-    packets outstanding; it starts at ``limit`` (a job's first call sends its window
-    at once, as without congestion control). The counters say what moved it."""
+    ``limit``: the largest window (``congestion_limit`` of the job's slots).
+    ``cwnd``: the window, in packets outstanding; it starts at ``limit`` (a job's
+    first call sends its window at once, as without congestion control). The
+    counters say what moved it."""
 
     limit: int
     cwnd: float = 0.0

@@ -2,9 +2,10 @@
 an integer array through the network and collects its result, without any I/O.
 
 A sliding window of ``window`` packets (the job's slots), of which the congestion
-window (ina.host.congestion) lets ``allowed`` be outstanding, paced over a round
-trip; retransmission after an adaptive timeout (``RtoEstimator``, from measured
-round trips) and early retransmission of a packet whose result is missing while
+window (ina.host.congestion) lets ``allowed`` be outstanding (at most half: the rest
+is room to send while a lost packet is recovered), paced over a round trip;
+retransmission after an adaptive timeout (``RtoEstimator``, from measured round
+trips) and early retransmission of a packet whose result is missing while
 DUPLICATE_RESULTS results of packets sent after it have arrived. A call
 (ina.host.call) drives one window per reduction over a ``Transport``
 (ina.host.transport).
