@@ -9,7 +9,8 @@ Format (YAML)::
     aggregators:            # every other VAT node: switch -> the workers it covers (its A-BM)
       s1: [w1, w2]
       s7: [w3, w4]
-    slots: 16               # optional: aggregation slots per VAT node (power of two)
+    slots: 32               # optional: aggregation slots per VAT node (power of two;
+                            # default 32; a worker keeps half of them outstanding)
 
 Without ``aggregators`` the job is planned (ina.control.vat_planner), and ``root`` is
 optional: give it to fix the root, leave it out to let the planner choose.
