@@ -54,6 +54,12 @@ def _kinds(payloads: list[bytes]) -> list[tuple[int, str]]:
 VALUES = np.arange(CHUNKS * P, dtype=np.int32)
 
 
+def _copies() -> list[bytes]:
+    """The owner's values of every chunk, as its edge switch sends them on."""
+    return [p for p in _window(OWNER, VALUES).packets_to_send(0.0)
+            if InaHeader.unpack(p).op == OP_COPY]
+
+
 def test_an_owner_sends_each_chunks_values_once_with_its_nodata_contribution() -> None:
     window = _window(OWNER, VALUES)
     sent = window.packets_to_send(0.0)
@@ -72,8 +78,7 @@ def test_an_owner_ends_its_chunks_with_their_completions() -> None:
 def test_a_worker_contributes_to_a_chunk_only_once_its_owners_values_are_held() -> None:
     window = _window(OTHER, np.zeros(CHUNKS * P, dtype=np.int32))
     assert window.packets_to_send(0.0) == [] and window.next_timer() is None
-    owner = _window(OWNER, VALUES)
-    values = [p for p in owner.packets_to_send(0.0) if InaHeader.unpack(p).op == OP_COPY]
+    values = _copies()
     assert not window.accept(values[0], 0.01)  # held: not a result
     assert _kinds(window.packets_to_send(0.01)) == [(10, "nodata")]
     assert not window.accept(values[2], 0.01)  # held, out of order: waits for chunk 1's
@@ -107,12 +112,6 @@ def test_an_owner_sends_its_values_again_with_each_retransmission() -> None:
     assert _kinds(window.packets_to_send(0.0)) == [(10, "values"), (10, "nodata")]
     assert window.packets_to_send(0.1) == []
     assert _kinds(window.packets_to_send(0.3)) == [(10, "values"), (10, "nodata")]
-
-
-def _copies() -> list[bytes]:
-    """The owner's values of every chunk, as its edge switch sends them on."""
-    return [p for p in _window(OWNER, VALUES).packets_to_send(0.0)
-            if InaHeader.unpack(p).op == OP_COPY]
 
 
 def test_a_worker_waiting_for_its_next_chunks_values_does_not_probe_its_oldest() -> None:
@@ -172,8 +171,7 @@ class _Switch:
 def test_an_owners_values_that_came_before_their_window_are_kept_for_it() -> None:
     # The owner started the call while this worker was still in its last one (or
     # asking the root for this one's start): its values came to that window.
-    owner = _window(OWNER, VALUES)
-    early = [p for p in owner.packets_to_send(0.0) if InaHeader.unpack(p).op == OP_COPY]
+    early = _copies()
     switch = _Switch()
     caller = Caller(_config(OTHER), switch, timeout=1.0)
     last_call = ReductionWindow(_config(OTHER), np.zeros(P, dtype=np.int32), seq_base=0)

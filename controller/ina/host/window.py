@@ -398,7 +398,7 @@ class ReductionWindow:
         self.result_wire = bytearray(chunks * ARRAY_BYTES)
         self.itemsize = ARRAY_BYTES // self.per_packet
         for chunk in np.flatnonzero(np.frombuffer(self.owns, dtype=np.uint8)).tolist():
-            self._hold(chunk, self.owned_payloads, (chunk - self.offset) * self.stride)
+            self._hold(chunk, self.owned_payloads, self._at(chunk))
         self.received = bytearray(self.chunks)  # 1: the chunk's result arrived
         self.results = 0
         self.completions = 0  # results without data (NODATA), of chunks sent elsewhere
@@ -439,8 +439,13 @@ class ReductionWindow:
             lead = bytearray(self.lead_payload)
             _U32.pack_into(lead, _SEQ, self.seq_of(chunk))
             return bytes(lead)
-        lo = (chunk - self.offset) * self.stride
+        lo = self._at(chunk)
         return bytes(self.packets[lo: lo + self.lengths[chunk - self.offset]])
+
+    def _at(self, chunk: int) -> int:
+        """Where ``chunk``'s packet lies in ``packets`` (and its owned values' in
+        ``owned_payloads``): the array's chunks only, not the lead."""
+        return (chunk - self.offset) * self.stride
 
     def _hold(self, chunk: int, packet: bytes | memoryview, at: int = 0) -> None:
         """Keep the values of ``chunk`` that a packet at ``at`` carries (a result's,
@@ -453,7 +458,7 @@ class ReductionWindow:
         """Send ``chunk`` (again): its packet, after its owned values if they are
         this worker's."""
         if self.owns[chunk]:
-            lo = (chunk - self.offset) * self.stride
+            lo = self._at(chunk)
             out.append(bytes(self.owned_payloads[lo: lo + self.stride]))
         state = self.outstanding.get(chunk)
         deadline = now + self.rto.rto
@@ -648,7 +653,7 @@ class ReductionWindow:
             # worker, its owner too, as a result carries its contributions' marks
             # (and TCP's ECE a CE). Else no owner learns of the queues its copies
             # meet: nothing answers a copy itself.
-            at = (chunk - self.offset) * self.stride + _ECN
+            at = self._at(chunk) + _ECN
             self.packets[at] = self.packets[at] | ECN_CE
         return True
 
