@@ -141,7 +141,9 @@ def test_with_queues_changes_only_the_queues_and_failures_keep_them() -> None:
 
 
 def test_queues_made_in_python_are_checked_too() -> None:
-    with pytest.raises(ValueError, match="queues need a rate"):
+    with pytest.raises(ValueError, match="queues need a buffer"):
         Queues(rate=2.0, buffer=100_000)
-    with pytest.raises(ValueError, match="queues need a rate"):
+    with pytest.raises(ValueError, match="queues need a buffer"):
         Queues(rate=2.0, buffer=20_000, mark=20_000)
+    with pytest.raises(ValueError, match="0.01 Mbit/s is not a link rate"):
+        Queues(rate=0.01)

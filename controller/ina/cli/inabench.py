@@ -48,7 +48,7 @@ from ina.errors import UsageError
 from ina.host import mmsg
 from ina.lab import sandbox
 from ina.protocol.constants import INA_UDP_PORT, Flag
-from ina.spec.topology import MAX_RATE, MIN_RATE
+from ina.spec.topology import check_link_rate
 
 PROG = "inabench"
 
@@ -227,10 +227,10 @@ def _link_rate(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of Mbit/s: {text!r}") from None
-    if not MIN_RATE <= value <= MAX_RATE:
-        raise argparse.ArgumentTypeError(
-            f"{value:g} Mbit/s is not a link rate: {MIN_RATE:g} to {MAX_RATE:g}")
-    return value
+    try:
+        return check_link_rate(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(text: str) -> int:

@@ -158,6 +158,13 @@ MAX_RATE = 100_000.0
 MIN_RATE = 0.1
 
 
+def check_link_rate(rate: float) -> float:
+    """``rate`` (Mbit/s) if a link can be given it, else ValueError saying the bounds."""
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise ValueError(f"{rate:g} Mbit/s is not a link rate: {MIN_RATE:g} to {MAX_RATE:g}")
+    return rate
+
+
 @dataclass(frozen=True)
 class Queues:
     """Every link's rate and queue (the topology's ``queues``): ``rate`` Mbit/s each
@@ -173,11 +180,10 @@ class Queues:
     def __post_init__(self) -> None:
         """ValueError for what a topology file would be refused (``from_dict`` says
         which field of the file, and why)."""
-        if not (MIN_RATE <= self.rate <= MAX_RATE and MIN_BUFFER <= self.buffer <= MAX_BUFFER
-                and 0 <= self.mark < self.buffer):
-            raise ValueError(f"queues need a rate of {MIN_RATE:g}..{MAX_RATE:g} Mbit/s, a "
-                             f"buffer of {MIN_BUFFER}..{MAX_BUFFER} bytes and a mark below "
-                             f"it: {self}")
+        check_link_rate(self.rate)
+        if not (MIN_BUFFER <= self.buffer <= MAX_BUFFER and 0 <= self.mark < self.buffer):
+            raise ValueError(f"queues need a buffer of {MIN_BUFFER}..{MAX_BUFFER} bytes and "
+                             f"a mark below it: {self}")
 
     @property
     def phantom_rate(self) -> int:
