@@ -289,10 +289,10 @@ def test_marks_are_shown_by_name_and_unknown_bits_as_a_number() -> None:
     assert (ecn_names(0), ecn_names(1), ecn_names(0x81)) == ("NONE", "CE", "CE|0x80")
 
 
-# --- version 6: five lanes ----------------------------------------------------------------
+# --- version 6: five lanes (version 7 adds QUERY, same layout) ---------------------------
 
 def test_version_6_packets_carry_320_values_in_five_lanes_and_fit_a_1500_byte_mtu() -> None:
-    assert INA_VERSION == 6
+    assert INA_VERSION in (6, 7)
     wide = ina_payload(1, 0, 1, list(range(320)))
     narrow = ina_payload(1, 0, 1, list(range(640)), width=16)
     assert len(wide) == len(narrow) == 48 + 5 * 2048 // 8

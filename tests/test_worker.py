@@ -1,5 +1,7 @@
 """The worker's protocol logic: chunks, window, results, timeouts."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ from ina.host.window import ReductionWindow, RtoEstimator
 from ina.host.worker import Worker
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket
-from ina.protocol.constants import ELEMS_PER_PACKET, Ecn, Flag, Op
+from ina.protocol.constants import ELEMS_PER_PACKET, QUERY, Ecn, Flag, Op
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 
 CONFIG = WorkerConfig(job_id=4, op=Op.SUM, pbm=bit_of(2), target="10.0.100.1", window=4,
@@ -23,6 +25,13 @@ def _result(seq: int, values: list[int], flags: Flag = Flag.RESULT, job_id: int 
     header = InaHeader(job_id=job_id, seq=seq, pbm=0b11, count=len(values), flags=flags,
                        ecn=ecn)
     return InaPacket(header, tuple(values)).pack()
+
+
+def _query(packet: bytes) -> bytes:
+    """The QUERY a window sends about ``packet``'s chunk before its values again
+    (tests/test_query.py): its header, flagged QUERY, alone."""
+    header = InaHeader.unpack(packet)
+    return dataclasses.replace(header, flags=header.flags | QUERY).pack()
 
 
 def test_array_is_cut_into_packets_of_elems_per_packet() -> None:
@@ -112,10 +121,10 @@ def test_a_chunk_without_result_is_sent_again_with_backoff() -> None:
     session = ReductionWindow(CONFIG, np.array([1]), rto=0.25)
     first = session.packets_to_send(now=0.0)
     assert session.packets_to_send(now=0.2) == []
-    assert session.packets_to_send(now=0.25) == first
+    assert session.packets_to_send(now=0.25) == [_query(first[0])]  # asked about first
     assert session.next_timer() == 0.75  # the second retry waits twice as long
-    assert session.packets_to_send(now=0.75) == first
-    assert session.retransmissions == 2
+    assert session.packets_to_send(now=0.75) == first  # no answer: the values
+    assert (session.queries, session.retransmissions) == (1, 1)
 
 
 def test_backoff_never_waits_longer_than_the_rto_cap() -> None:
@@ -197,7 +206,7 @@ def test_a_missing_result_is_resent_at_once_when_later_results_arrive() -> None:
     assert session.packets_to_send(now=0.01) == []  # two later results: not yet
     session.accept(_result(3, [0] * ELEMS_PER_PACKET), now=0.01)
     assert session.next_timer() == 0.0
-    assert session.packets_to_send(now=0.01) == [first[0]]
+    assert session.packets_to_send(now=0.01) == [_query(first[0])]
     assert session.early_retransmissions == 1
 
 
@@ -235,8 +244,8 @@ def test_at_a_timeout_every_chunk_a_later_result_overtook_is_sent_again() -> Non
     first = session.packets_to_send(now=0.0)
     for seq in (3, 6):
         session.accept(_result(seq, [0] * ELEMS_PER_PACKET), now=0.01)
-    assert session.packets_to_send(now=10.01) == [first[0]]  # the oldest timed out
-    assert session.packets_to_send(now=10.01) == [first[c] for c in (1, 2, 4, 5)]
+    assert session.packets_to_send(now=10.01) == [_query(first[0])]  # the oldest timed out
+    assert session.packets_to_send(now=10.01) == [_query(first[c]) for c in (1, 2, 4, 5)]
     assert session.packets_to_send(now=10.01) == []  # 7: nothing overtook it
 
 
@@ -248,7 +257,7 @@ def test_a_stalled_window_probes_its_oldest_chunk_before_the_rto() -> None:
     first = session.packets_to_send(now=0.0)
     session.accept(_result(1, [0] * ELEMS_PER_PACKET), now=0.02)  # a 20 ms round trip
     assert session.next_timer() == pytest.approx(0.06)
-    assert session.packets_to_send(now=0.06) == [first[0]]
+    assert session.packets_to_send(now=0.06) == [_query(first[0])]
 
 
 def test_the_probe_waits_at_least_a_typical_round_trip_when_the_least_is_short() -> None:

@@ -57,6 +57,17 @@
 // one is exact. Since ABORTs are legitimate, a member can also move the job's
 // calls forward, at most 3W sequence numbers per ABORT.
 //
+// Queries (INA version 7). Before a worker sends a chunk's values again, it asks
+// the node that holds its bit (its parent VAT node) with a QUERY, a header alone:
+// HELD if the node holds its contribution in a round still waiting for others,
+// else SEND (the node lacks it; or, at the root, the round is complete: its
+// result was lost on the way, and the values sent again make the root send it
+// again). A node below the root whose round is complete asks its parent in turn,
+// for its own bits (the A-BM), on the worker's behalf: the answer goes to the
+// worker (the query keeps its IPv4 source). So a round that lost one
+// contribution gets values again from that contribution's worker only, not from
+// every worker. Nothing is written for a query.
+//
 // Registers hold only what the data plane writes. A cell whose epoch differs
 // from the job entry's is a leftover of a torn-down job and counts as empty.
 control Aggregation(inout headers_t hdr, inout metadata_t meta,
@@ -266,6 +277,29 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.consumed = !complete;
     }
 
+    // A QUERY's answer, back to the worker: HELD or SEND (in count).
+    action answer_query(bool held) {
+        hdr.ina.count = held ? QUERY_HELD : QUERY_SEND;
+        hdr.ina.flags = hdr.ina.flags | FLAG_REPLY;
+        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+        hdr.ipv4.src_addr = meta.node_ip;
+        hdr.ipv4.ttl = IPV4_INITIAL_TTL;
+        hdr.udp.checksum = 0;
+        meta.to_me = false;
+        meta.job_stat = JOB_STAT_QUERIED;
+        meta.job_stat2 = held ? JOB_STAT_QUERY_HELD : JOB_STAT_NONE;
+    }
+
+    // A QUERY for a round complete here, below the root: the parent says whether it
+    // holds this node's aggregate (the query's P-BM is now this node's A-BM).
+    action ask_parent() {
+        hdr.ina.pbm = meta.abm;
+        hdr.ipv4.dst_addr = meta.parent_ip;
+        hdr.udp.checksum = 0;
+        meta.to_me = false;
+        meta.job_stat = JOB_STAT_QUERY_UP;
+    }
+
     // At the root: the highest sequence number completed or given up, for the next
     // call's start. (The window's checks let in only packets of this plan's epoch.)
     action advance(bit<32> seq) {
@@ -334,6 +368,30 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             // A call's control packet: never absorbed.
             if (!meta.to_me) {
                 meta.job_stat = JOB_STAT_PASSED;  // to the root, or its answer back
+            } else if ((hdr.ina.flags & (FLAG_QUERY | FLAG_REPLY)) == FLAG_QUERY) {
+                if ((meta.abm & hdr.ina.pbm) == 0 || (hdr.ina.pbm & ~meta.abm) != 0
+                        || hdr.ina.si != meta.node_si) {
+                    refuse(JOB_STAT_DROP_FOREIGN_PBM);  // not its worker's node
+                } else if (meta.job_role != ROLE_ROOT || meta.sets == 1) {
+                    open_cell();
+                    if (hdr.ina.gen != meta.gen || cs[CELL_EPOCH] != meta.epoch
+                            || cs[CELL_SEQ] != hdr.ina.seq
+                            || (cs[CELL_BITMAP] & hdr.ina.pbm) == 0) {
+                        answer_query(false);  // not held here: send it
+                    } else if (cs[CELL_DONE] == 0) {
+                        answer_query(true);
+                    } else if (meta.job_role == ROLE_ROOT) {
+                        answer_query(false);  // its result was lost: send it again
+                    } else {
+                        ask_parent();
+                    }
+                } else {
+                    open_cell();
+                    open_sets();
+                    answer_query(hdr.ina.gen == meta.gen && !fresh
+                                 && cs[CELL_SEQ] == hdr.ina.seq && done != meta.sets
+                                 && (bitmap & hdr.ina.pbm) != 0);
+                }
             } else if (meta.job_role != ROLE_ROOT || (hdr.ina.flags & FLAG_REPLY) != 0) {
                 refuse(JOB_STAT_DROP_FOREIGN_PBM);  // not the job's root
             } else if ((hdr.ina.flags & FLAG_ABORT) != 0) {

@@ -53,7 +53,8 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     }
 
     // A worker's edge switch steers its packets: SYNCs and ABORTs to the job's
-    // root (in the plan's generation), contributions to its parent VAT node.
+    // root (in the plan's generation), contributions and QUERYs (about a
+    // contribution) to its parent VAT node.
     // The new destination is in the UDP checksum's pseudo-header: no checksum
     // (0, valid for IPv4), or a server root's kernel would drop the datagram.
     action to_root() {
@@ -80,10 +81,11 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
 
     // The worker must know something first: the job's plan changed (its packet is
     // of another generation), or no switch aggregates the job now. The packet goes
-    // back as a notice (SYNC | REPLY | what) in the plan's generation; its array,
-    // if any, goes with it (cutting it off would cost BMv2 more than sending it).
+    // back as a notice (SYNC | REPLY | what, and NODATA if it had no array) in the
+    // plan's generation; its array, if any, goes with it (cutting it off would cost
+    // BMv2 more than sending it).
     action tell_worker(bit<8> what) {
-        hdr.ina.flags = FLAG_SYNC | FLAG_REPLY | what;
+        hdr.ina.flags = FLAG_SYNC | FLAG_REPLY | what | (hdr.ina.flags & FLAG_NODATA);
         hdr.ina.gen = meta.member_gen;
         hdr.udp.checksum = 0;
         ipv4_addr_t worker = hdr.ipv4.src_addr;
@@ -104,7 +106,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         init_metadata();
         edge.apply(hdr, std.ingress_port, meta);  // may refuse: undeclared port, policed
         if (meta.from_host && meta.membership == MEMBER_WORKER) {
-            if ((hdr.ina.flags & FLAG_SYNC) != 0) {
+            if ((hdr.ina.flags & FLAG_QUERY) == FLAG_SYNC) {
                 to_root();
             } else if (hdr.ina.gen == meta.member_gen) {
                 to_parent();
@@ -174,7 +176,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                                 tell_worker(FLAG_ON_HOSTS);
                             }
                         } else if (meta.membership == MEMBER_WORKER
-                                   && (hdr.ina.flags & FLAG_SYNC) == 0
+                                   && (hdr.ina.flags & FLAG_QUERY) != FLAG_SYNC
                                    && hdr.ina.gen != meta.member_gen) {
                             tell_worker(FLAG_REPLAN);
                         }

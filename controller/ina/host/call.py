@@ -58,7 +58,7 @@ import numpy.typing as npt
 
 from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch, PlanChanged
 from ina.host.config import WorkerConfig
-from ina.host.congestion import PACING_QUANTUM, CongestionWindow, congestion_limit
+from ina.host.congestion import PACING_QUANTUM, CongestionWindow
 from ina.host.flow import Flow
 from ina.host.guesses import Guesses
 from ina.host.onhosts import call_on_hosts
@@ -619,7 +619,7 @@ class Caller:
         values reduced with MAX before it, in its window); PlanChanged if the edge
         switch turns a contribution back with news."""
         if self.cc is None:
-            self.cc = CongestionWindow(congestion_limit(self.config.window))
+            self.cc = CongestionWindow.for_slots(self.config.window)
         window = ReductionWindow(self.config, values, seq_base, self.rto, op, self.gen, flow,
                                  self.cc, lead, self._joined)
         last_progress = began = time.monotonic()
@@ -653,12 +653,14 @@ class Caller:
                 batch = io.recv_many(wake - time.monotonic())
                 while batch:  # until nothing is queued
                     for received in batch:
-                        # Only a notice or a SYNC's answer has SYNC set among what a
-                        # window receives.
+                        # Only a notice, a QUERY's answer or a SYNC's answer has SYNC
+                        # set among what a window receives.
                         if len(received) > 1 and received[1] & _SYNC:
                             notice = notice_of(received, self.config)
                             if notice is not None:
                                 self._heed(notice, window)
+                            elif window.answer(received, time.monotonic()):
+                                pass
                             elif check is not None:
                                 check.answered(received)
                         elif received and received[0] & 0xF == OP_COPY:  # an owner's values
@@ -681,6 +683,8 @@ class Caller:
             self.stats.retransmissions += window.retransmissions
             self.stats.early_retransmissions += window.early_retransmissions
             self.stats.probes += window.probes
+            self.stats.queries += window.queries
+            self.stats.held += window.held_answers
             self.stats.marked += window.marked
         self._joined = True
         return window.outcome()

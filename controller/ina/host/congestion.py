@@ -125,6 +125,11 @@ class CongestionWindow:
     _window_marked: int = 0
     _cut_at: float = -math.inf
 
+    @classmethod
+    def for_slots(cls, slots: int) -> CongestionWindow:
+        """The window of a worker of a job with ``slots`` slots."""
+        return cls(congestion_limit(slots))
+
     def __post_init__(self) -> None:
         if self.limit < 1:
             raise ValueError("a congestion window's limit is at least one packet")

@@ -52,6 +52,8 @@ class CallStats:
     retransmissions: int = 0
     early_retransmissions: int = 0
     probes: int = 0  # early retransmissions of a window's oldest chunk, nothing after it
+    queries: int = 0  # QUERYs sent before sending a chunk's values again
+    held: int = 0  # of those, answered HELD: the values were not sent again
     marked: int = 0  # results that carried a congestion mark (ECN CE)
     syncs: int = 0
     replans: int = 0  # calls run again from their start under a new plan of the job

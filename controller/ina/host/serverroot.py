@@ -11,7 +11,8 @@ if any contribution to it did, as from a root switch. A retransmission for a com
 number gets the result again, by BIER to the retransmitter's bits, as on a switch,
 and a worker's SYNC at the start of a call gets the call's first sequence number
 back, as from a root switch (the first SYNC gets its own proposal back), with the
-plan's generation its edge switch stamped on it. Contributions and ABORTs are
+plan's generation its edge switch stamped on it; a worker's QUERY gets HELD or
+SEND, as from a switch. Contributions and ABORTs are
 taken within the window a call can be in, as on a root switch (aggregation.p4,
 "The window").
 
@@ -35,9 +36,11 @@ from ina.protocol.constants import (
     ELEMS_PER_PACKET,
     INA_UDP_PORT,
     INA_VERSION,
+    QUERY,
     Ecn,
     Flag,
     Op,
+    QueryVerdict,
 )
 from ina.protocol.frames import Bier, bier_frame, udp_frame
 from ina.spec.job import Job
@@ -81,7 +84,8 @@ class ServerRoot:
         self.gen: int | None = None  # the plan's generation, from the last SYNC
         self.stats: dict[str, int] = {k: 0 for k in (
             "absorbed", "multicast", "resent", "duplicate", "stale", "refused", "synced",
-            "aborted", "old_plan", "replanned", "ahead", "abort_ahead")}
+            "aborted", "old_plan", "replanned", "ahead", "abort_ahead", "queried",
+            "query_held")}
 
     def accept(self, payload: bytes, src_ip: str | None = None) -> list[bytes]:
         """The frames to send for a UDP payload from ``src_ip``."""
@@ -96,6 +100,8 @@ class ServerRoot:
                 or h.si >= BIER_SETS or h.pbm == 0 or pbm & ~self.abm):
             self.stats["refused"] += 1
             return []
+        if h.flags & QUERY == QUERY:
+            return self._query(h, pbm, src_ip)
         if h.flags & Flag.SYNC:
             return self._sync(h, src_ip)
         try:
@@ -141,6 +147,25 @@ class ServerRoot:
             self.completed = h.seq
         self.stats["multicast"] += 1
         return [self._frame(cell, si, bits) for si, bits in self.abm_sets.items()]
+
+    def _query(self, h: InaHeader, pbm: int, src_ip: str | None) -> list[bytes]:
+        """A QUERY (a worker's, or a node's for its A-BM on a worker's behalf): HELD
+        if the contribution of ``pbm`` to ``h.seq`` is in a round still waiting for
+        others, else SEND, back to ``src_ip`` (as aggregation.p4)."""
+        if src_ip is None:
+            self.stats["refused"] += 1
+            return []
+        cell = self.cells.get(h.seq)
+        held = (cell is not None and (self.gen is None or h.gen == self.gen)
+                and bool(cell.bitmap & pbm) and cell.bitmap != self.abm)
+        self.stats["queried"] += 1
+        self.stats["query_held"] += held
+        verdict = QueryVerdict.HELD if held else QueryVerdict.SEND
+        reply = InaHeader(job_id=h.job_id, seq=h.seq, pbm=h.pbm, count=int(verdict), op=h.op,
+                          flags=h.flags | Flag.REPLY, version=h.version, si=h.si, gen=h.gen,
+                          width=h.width, dest=h.dest, ecn=h.ecn)
+        return [udp_frame(self.mac, self.edge_mac, self.ip, src_ip, INA_UDP_PORT, INA_UDP_PORT,
+                          reply.pack())]
 
     def _sync(self, h: InaHeader, src_ip: str | None) -> list[bytes]:
         """A call's start: answer with its first sequence number, as a root switch

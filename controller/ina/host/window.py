@@ -17,7 +17,8 @@ agree on the call in the same round trips as its first reduction (ina.host.call)
 Every collective is such reductions: per chunk, the window contributes the
 worker's data or only its bit (NODATA), and expects back the chunk's data or a
 completion (the header alone), as the reduction's ``Flow`` says (ina.host.flow);
-it retransmits each chunk as it first sent it. A chunk with an owner (a
+it retransmits each chunk as it first sent it, after a QUERY where its values are
+in it (see ``ReductionWindow``). A chunk with an owner (a
 Broadcast's, an Allgather's) travels once from its owner (OP_COPY), and its round
 is NODATA from every worker that holds it.
 """
@@ -35,7 +36,7 @@ import numpy.typing as npt
 
 from ina.errors import AllreduceError
 from ina.host.config import WorkerConfig
-from ina.host.congestion import RECENT_SAMPLES, CongestionWindow, congestion_limit
+from ina.host.congestion import RECENT_SAMPLES, CongestionWindow
 from ina.host.flow import Flow, elems_per_packet
 from ina.host.results import AllreduceResult, Lead
 from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, SEQ_MODULO, seq_add
@@ -47,10 +48,12 @@ from ina.protocol.constants import (
     ELEMS_PER_PACKET,
     INA_HEADER_BYTES,
     OP_COPY,
+    QUERY,
     WIDTH16,
     WIDTH32,
     Flag,
     Op,
+    QueryVerdict,
 )
 
 LOG = logging.getLogger(__name__)
@@ -64,6 +67,13 @@ _U32 = struct.Struct("!I")
 #: The header's flags as plain ints: tested on every result (an IntFlag's ``&`` is a
 #: Python call each).
 _RESULT, _NODATA, _OVERFLOW = int(Flag.RESULT), int(Flag.NODATA), int(Flag.OVERFLOW)
+_QUERY, _REPLY = int(QUERY), int(Flag.REPLY)
+#: A QUERY's answer: QUERY | REPLY and none of these (a notice: ina.host.call).
+_NOT_ANSWER = int(Flag.REPLAN | Flag.ON_HOSTS | Flag.ABORT | Flag.RESULT)
+#: Where a retransmission of a chunk stands (``_Outstanding.query``): values not asked
+#: about (the next copy is a QUERY), a QUERY unanswered (the next copy is the values),
+#: its answer SEND (the values go next).
+ASK, ASKED, TOLD_TO_SEND = 0, 1, 2
 #: The wire's element type of each width (big-endian).
 WIRE_TYPES = {WIDTH32: ">i4", WIDTH16: ">i2"}
 #: The type of a reduction's result of each width.
@@ -186,6 +196,7 @@ class _Outstanding:
     tries: int = 1
     later: int = 0  # results of packets sent after this one's last transmission
     first: float = 0.0  # first transmission
+    query: int = ASK  # what its next retransmission is (ASK, ASKED, TOLD_TO_SEND)
 
 
 def check_ints(values: npt.ArrayLike, width: int = WIDTH32) -> npt.NDArray[Any]:
@@ -309,6 +320,15 @@ class ReductionWindow:
     measured again, up to its cap), and with it every chunk a later result
     already overtook.
 
+    Queries. When one worker's contribution to a round is lost, every worker's
+    result is missing: each would send its values again, where one copy is needed
+    (at 4 Mbit/s, 1% loss per link cost a tenth of the rate that way). So a chunk
+    whose values this worker sends goes again first as a QUERY (the header alone)
+    to the node that holds its bit, which answers HELD (it holds the values, in a
+    round waiting for others: wait) or SEND (send them: ``answer``). A QUERY left
+    unanswered until the chunk is due again is followed by the values, so a lost
+    query or answer costs a round of timers, never the chunk.
+
     ``flow`` (ina.host.flow) says, per chunk, whether the worker sends its values
     or NODATA, and whether it gets the chunk's data back or a completion (it gets
     the data if the chunk's ``dest`` is 0 or its own BFR-id); and the elements'
@@ -367,8 +387,7 @@ class ReductionWindow:
         sends, dests = sent.tolist(), dest.tolist()
         gets = flow.received(chunks, self.bfr_id).tolist()
         self.offset = 0  # the array's first chunk (1 with a lead)
-        self.lead = lead
-        self.lead_payload = b""
+        self.lead, self.lead_payload = lead, b""
         self.lead_result: npt.NDArray[np.int32] | None = None
         if lead is not None:
             self.lead_payload = _lead_packet(config, lead, gen)
@@ -393,7 +412,7 @@ class ReductionWindow:
             sent, dest)
         self.rto = rto if isinstance(rto, RtoEstimator) else RtoEstimator(
             initial=DEFAULT_RTO if rto is None else rto)
-        self.cc = CongestionWindow(congestion_limit(config.window)) if cc is None else cc
+        self.cc = CongestionWindow.for_slots(config.window) if cc is None else cc
         # The results' arrays as they came on the wire, converted once in outcome().
         self.result_wire = bytearray(chunks * ARRAY_BYTES)
         self.itemsize = ARRAY_BYTES // self.per_packet
@@ -411,10 +430,11 @@ class ReductionWindow:
         self.progress_at = 0.0  # when the last new result arrived, or the first send
         self.joined = joined  # every worker is in: round trips measure the path
         self.send_at = float("-inf")  # the pacer's time for the next send
-        # Packets sent, sent again, sent again early, and of those the probes (_probe_at).
+        # Packets sent, sent again, sent again early, of those the probes (_probe_at);
+        # QUERYs sent, and their answers HELD (a copy of the values not sent).
         self.sends = self.retransmissions = self.early_retransmissions = self.probes = 0
-        self.queued = False  # the newest result carried a congestion mark
-        self.overflow = False
+        self.queries = self.held_answers = 0
+        self.queued = self.overflow = False  # a mark on the newest result; an overflow
 
     @property
     def lead_size(self) -> int:
@@ -454,13 +474,35 @@ class ReductionWindow:
         self.result_wire[lo: lo + size] = \
             memoryview(packet)[at + INA_HEADER_BYTES: at + INA_HEADER_BYTES + size]
 
+    def _asks(self, chunk: int) -> bool:
+        """Whether ``chunk`` is sent again after a QUERY: its packet carries this
+        worker's values (not the lead, nor NODATA, nor a chunk with owners, whose
+        packets are headers or travel apart)."""
+        return not self.owners and chunk >= self.offset and self.sends_data[chunk]
+
+    def _query(self, chunk: int) -> bytes:
+        """``chunk``'s QUERY: its packet's header, flagged QUERY, alone."""
+        lo = self._at(chunk)
+        header = bytearray(self.packets[lo: lo + INA_HEADER_BYTES])
+        header[_FLAGS] |= _QUERY
+        return bytes(header)
+
     def _send(self, chunk: int, now: float, out: list[bytes]) -> None:
         """Send ``chunk`` (again): its packet, after its owned values if they are
-        this worker's."""
+        this worker's; or, sent again, its QUERY (``_asks``) unless one is
+        unanswered or was answered SEND."""
+        state = self.outstanding.get(chunk)
+        if state is not None and state.query == ASK and self._asks(chunk):
+            state.tries, state.sent_at, state.order, state.later = \
+                state.tries + 1, now, self.sends, 0
+            state.deadline, state.query = now + self.rto.rto, ASKED
+            self.queries += 1
+            self.sends += 1  # (a header: the pacer lets the values that may follow go)
+            out.append(self._query(chunk))
+            return
         if self.owns[chunk]:
             lo = self._at(chunk)
             out.append(bytes(self.owned_payloads[lo: lo + self.stride]))
-        state = self.outstanding.get(chunk)
         deadline = now + self.rto.rto
         if self.sends == 0:
             self.progress_at = now  # no result yet: silent since the first send
@@ -470,6 +512,7 @@ class ReductionWindow:
         else:
             state.tries, state.sent_at, state.deadline, state.order, state.later = \
                 state.tries + 1, now, deadline, self.sends, 0
+            state.query = ASK
             self.retransmissions += 1
         self.sends += 1
         self.send_at = self.cc.next_send(self.send_at, now, self.rto.srtt)
@@ -625,6 +668,30 @@ class ReductionWindow:
             oldest = self.outstanding.get(self.base)
             if oldest is not None:
                 oldest.deadline = max(oldest.deadline, now + self.rto.rto)
+        return True
+
+    def answer(self, payload: bytes, now: float = 0.0) -> bool:
+        """Take the answer to a QUERY of this window's (QUERY | REPLY, the verdict in
+        ``count``): HELD, the chunk waits a full RTO more from now; SEND, its values
+        go next. True if it was one (answering an unanswered QUERY or not)."""
+        if len(payload) < INA_HEADER_BYTES:
+            return False
+        flags, job_id, seq, verdict = RESULT_FIELDS.unpack_from(payload)
+        if (job_id != self.job_id or flags & (_QUERY | _REPLY) != _QUERY | _REPLY
+                or flags & _NOT_ANSWER):
+            return False
+        chunk = (seq - self.seq_base) % SEQ_MODULO
+        state = self.outstanding.get(chunk) if chunk < self.next else None
+        if state is None or state.query != ASKED:
+            return True  # late: its chunk is done, or sent again since
+        if verdict == QueryVerdict.HELD:
+            self.held_answers += 1
+            state.query, state.sent_at, state.order, state.later = ASK, now, self.sends, 0
+            state.deadline = max(state.deadline, now + self.rto.rto)
+        else:
+            state.query = TOLD_TO_SEND
+            if chunk not in self.lost:
+                self.lost.append(chunk)
         return True
 
     def hold(self, payload: bytes) -> bool:

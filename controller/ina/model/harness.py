@@ -57,6 +57,8 @@ def run_sessions(net: ModelNetwork, sessions: dict[str, ReductionWindow],
             for payload in net.received_payloads(host):
                 if session.accept(payload, now):
                     last_progress, progress = now, True
+                elif session.answer(payload, now):
+                    progress = True  # a QUERY's answer: the values may go now
         if sent or progress or net.release_held():
             continue
         timers = [t for s in sessions.values() if not s.done

@@ -58,11 +58,13 @@ from ina.protocol.constants import (
     MAX_PORTS,
     OP_COPY,
     PHANTOM_RATE_SHIFT,
+    QUERY,
     WIDTH32,
     Ecn,
     Flag,
     JobStat,
     Op,
+    QueryVerdict,
     SwitchStat,
 )
 from ina.protocol.frames import Bier, Frame, ip_int, ip_str, mac_str, parse_frame
@@ -306,15 +308,15 @@ class ModelSwitch:
 
     def _steer(self, frame: Frame, meta: _Meta, member: TableEntry) -> None:
         """A worker's edge switch steers its packets: SYNCs and ABORTs to the job's
-        root in the plan's generation, contributions of that generation to its
-        parent VAT node (ingress.p4's to_root and to_parent)."""
+        root in the plan's generation, contributions and QUERYs of that generation
+        to its parent VAT node (ingress.p4's to_root and to_parent)."""
         ina, ipv4 = frame.ina, frame.ipv4
         assert ina is not None and ipv4 is not None
         gen = meta.member_gen = member.param("gen")
         udp = frame.udp
         assert udp is not None
         meta.peers = member.param("peers")
-        if ina.flags & Flag.SYNC:
+        if ina.flags & QUERY == Flag.SYNC:
             ipv4.dst = ip_str(member.param("root_ip"))
             udp.checksum = 0  # the pseudo-header changed (ingress.p4)
             if ina.gen != gen:
@@ -407,7 +409,7 @@ class ModelSwitch:
                     return
                 self._tell_worker(frame, meta, Flag.ON_HOSTS)
             elif (meta.from_host and meta.membership == n.MEMBER.name
-                  and not ina.flags & Flag.SYNC and ina.gen != meta.member_gen):
+                  and ina.flags & QUERY != Flag.SYNC and ina.gen != meta.member_gen):
                 self._tell_worker(frame, meta, Flag.REPLAN)
             elif meta.job is not None:
                 if meta.job.action == n.TRANSIT.name:
@@ -424,10 +426,12 @@ class ModelSwitch:
 
     def _tell_worker(self, frame: Frame, meta: _Meta, what: Flag) -> None:
         """ingress.p4's tell_worker: the packet goes back to the worker as a notice
-        (SYNC | REPLY | what) in the plan's generation, its array with it."""
+        (SYNC | REPLY | what, and NODATA if it had no array) in the plan's
+        generation, its array with it."""
         ina, ipv4, udp = frame.ina, frame.ipv4, frame.udp
         assert ina is not None and ipv4 is not None and udp is not None
-        frame.ina = replace(ina, flags=Flag.SYNC | Flag.REPLY | what, gen=meta.member_gen)
+        frame.ina = replace(ina, flags=Flag.SYNC | Flag.REPLY | what | (ina.flags & Flag.NODATA),
+                            gen=meta.member_gen)
         udp.checksum = 0
         ipv4.src, ipv4.dst = ipv4.dst, ipv4.src
         meta.to_me = False
@@ -526,6 +530,8 @@ class ModelSwitch:
         assert job is not None and ina is not None and ipv4 is not None and udp is not None
         if not meta.to_me:
             meta.job_events.add(JobStat.PASSED)  # to the root, or its answer back
+        elif ina.flags & (QUERY | Flag.REPLY) == QUERY:
+            self._query(frame, meta)
         elif job.action != n.VAT_ROOT.name or ina.flags & Flag.REPLY:
             self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)  # not the job's root
         elif ina.flags & Flag.ABORT:
@@ -558,6 +564,45 @@ class ModelSwitch:
             udp.checksum = 0
             meta.to_me = False
             meta.job_events.add(JobStat.SYNCED)
+
+    def _query(self, frame: Frame, meta: _Meta) -> None:
+        """aggregation.p4's queries: HELD if this node holds the contribution (the
+        query's P-BM) to round ``seq`` in a round still waiting for others, else
+        SEND, back to the query's source by IPv4; below the root, a round complete
+        here is asked of the parent, for this node's A-BM (ask_parent). Nothing is
+        written."""
+        job, ina, ipv4, udp = meta.job, frame.ina, frame.ipv4, frame.udp
+        assert job is not None and ina is not None and ipv4 is not None and udp is not None
+        abm = meta.abm
+        if abm & ina.pbm == 0 or ina.pbm & ~abm & BM_MASK:  # (abm is 0 in another set)
+            self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)  # not its worker's node
+            return
+        s, window = self.store, job.param("slot_mask") + 1
+        cell = 2 * job.param("slot_base") + (ina.seq & (2 * window - 1))
+        cs = s.reg_read(REG_CELLS, cell, EMPTY_CELL)
+        if meta.sets == 1:
+            bitmap = cs.bitmap
+        else:
+            set_gen, set_bitmap = s.reg_read(REG_SETS, cell * BIER_SETS + ina.si, (0, 0))
+            bitmap = set_bitmap if set_gen == cs.gen else 0
+        here = (ina.gen == job.param("gen") and cs.epoch == job.param("epoch")
+                and cs.seq == ina.seq and bool(bitmap & ina.pbm))
+        held = here and cs.done != meta.sets
+        if here and not held and job.action != n.VAT_ROOT.name:
+            frame.ina = replace(ina, pbm=meta.abm)
+            ipv4.dst = ip_str(job.param("parent_ip"))
+            udp.checksum = 0
+            meta.to_me = False
+            meta.job_events.add(JobStat.QUERY_UP)
+            return
+        verdict = QueryVerdict.HELD if held else QueryVerdict.SEND
+        frame.ina = replace(ina, count=int(verdict), flags=ina.flags | Flag.REPLY)
+        ipv4.dst, ipv4.src, ipv4.ttl = ipv4.src, ip_str(job.param("node_ip")), IPV4_INITIAL_TTL
+        udp.checksum = 0
+        meta.to_me = False
+        meta.job_events.add(JobStat.QUERIED)
+        if held:
+            meta.job_events.add(JobStat.QUERY_HELD)
 
     def _absorb(self, frame: Frame, meta: _Meta, cell: int, set_index: int, cs: CellState,
                 bitmap: int, fresh: bool) -> None:

@@ -53,7 +53,9 @@ INA_UDP_PORT = 0x4941  # 18753, "IA"
 #: 5: those 8 reserved bits are ``ecn``: congestion marks (Ecn), ORed through aggregation.
 #: 6: five lanes, not four: 320 int32 (640 int16) values a packet, whose frame inside
 #: BIER (1,414 bytes) still fits Ethernet's 1,500-byte payload; a sixth lane would not.
-INA_VERSION = 6
+#: 7: QUERY (SYNC | NODATA): before sending a chunk's values again, a worker asks its
+#: first VAT node whether it holds them; the answer (QUERY | REPLY) says in ``count``.
+INA_VERSION = 7
 
 BIER_NIBBLE = 0b0101  # RFC 8296: first nibble after the BIFT-id/TC/S/TTL word
 BIER_VERSION = 0
@@ -130,6 +132,28 @@ class Flag(enum.IntFlag):
     #: its bit only. From a VAT node: a cell that absorbed no array. From the root's
     #: BIER: a completion (the chunk is complete; its data goes to ``dest`` only).
     NODATA = 0x80
+
+
+#: A worker's question to its first VAT node, before it sends a chunk's values again
+#: (INA version 7): does the node hold its contribution to round ``seq``? A header
+#: alone, steered like a contribution (to the worker's parent VAT node), answered by
+#: the node that holds the worker's bit (aggregation.p4), or by the node above it that
+#: lacks the round's aggregate, with QUERY | REPLY, back by IPv4, the verdict in
+#: ``count`` (QueryVerdict). When one contribution of a round is lost, only its
+#: sender then sends its values again, not every worker.
+QUERY = Flag.SYNC | Flag.NODATA
+
+
+class QueryVerdict(enum.IntEnum):
+    """The ``count`` of a QUERY's answer."""
+
+    #: The node lacks the worker's contribution to that round (or holds another round
+    #: there, or another plan's), or the round is complete at the root (its result was
+    #: lost on the way: the values sent again make the root send it again; below the
+    #: root, a complete round's node asks its parent in turn): send them again.
+    SEND = 0
+    #: The node holds it, in a round that waits for other contributions: wait.
+    HELD = 1
 
 
 #: Ecn.CE as a plain int, for code that tests the header's ``ecn`` byte in raw bytes
@@ -231,6 +255,12 @@ class JobStat(enum.IntEnum):
     DROP_KIND_MISMATCH = 20
     #: edge: a worker's own values (OP_COPY) sent by BIER to the job's other workers
     OWNED = 21
+    QUERIED = 22  # a worker's QUERY answered (SEND or HELD) by the node holding its bit
+    #: of those, answered HELD: the node holds the worker's values (a copy not sent)
+    QUERY_HELD = 23
+    #: a worker's QUERY for a round complete here, below the root: passed to the parent
+    #: for this node's bits (the parent answers the worker)
+    QUERY_UP = 24
 
 
 class SwitchStat(enum.IntEnum):

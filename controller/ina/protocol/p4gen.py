@@ -78,6 +78,13 @@ def _congestion_lines() -> list[str]:
     ]
 
 
+def _query_lines() -> list[str]:
+    """A worker's QUERY (flags) and its answers (count)."""
+    return [f"const bit<8> FLAG_QUERY = {int(c.QUERY)};  // SYNC | NODATA",
+            *(f"const bit<16> QUERY_{v.name} = {int(v)};  // a QUERY's answer, in count"
+              for v in c.QueryVerdict)]
+
+
 def render_constants() -> str:
     cell_bits = sum(bits for _, bits in CELL_FIELDS)
     set_bits = sum(bits for _, bits in SET_FIELDS)
@@ -122,7 +129,7 @@ def render_constants() -> str:
     lines += [f"const bit<4> OP_{op.name} = {int(op)};" for op in c.Op]
     lines.append(f"const bit<4> OP_COPY = {c.OP_COPY};  // a worker's own values, by BIER")
     lines += [f"const bit<8> FLAG_{f.name} = {int(f)};" for f in c.Flag if f.name and f.value]
-    lines += _congestion_lines()
+    lines += _query_lines() + _congestion_lines()
     lines += [
         "",
         "// SWAR masks: the top bit of every 32-bit element of a lane, and the other 31.",
