@@ -16,7 +16,16 @@ from ina.control.detect import Probe
 from ina.control.switch_state import on_hosts_plan
 from ina.model.switch import packet_out_frame, split_packet_in
 from ina.protocol.codec import InaHeader, InaPacket, array_bytes
-from ina.protocol.constants import CPU_PORT, JOB_STAT_STRIDE, Flag, JobStat, Op, SwitchStat
+from ina.protocol.constants import (
+    CPU_PORT,
+    JOB_STAT_STRIDE,
+    QUERY,
+    Flag,
+    JobStat,
+    Op,
+    QueryVerdict,
+    SwitchStat,
+)
 from ina.protocol.frames import ina_frame, mac_bytes, parse_frame
 from ina.spec.job import Job
 
@@ -129,6 +138,25 @@ def test_a_contribution_of_an_old_plan_is_told_replan_and_not_aggregated(
     # A notice keeps the contribution's array, though its flags say SYNC.
     assert _inboxes(model_lab) == {"w1": [(S1, notice.pack() + array_bytes((9, 8)))]}
     assert _counts(model_lab) == {"s1": {"job0.TOLD": 1}}
+
+
+def test_a_query_of_an_old_plan_is_told_replan_as_a_header_alone(model_lab: ModelLab) -> None:
+    _deploy(model_lab, gen=1)
+    model_lab.net.send("w1", _from_w1(S1, _packet(5, 1, flags=QUERY, gen=0)))
+    notice = InaHeader(job_id=1, seq=5, pbm=1, count=77, op=Op.SUM,
+                       flags=Flag.SYNC | Flag.REPLY | Flag.REPLAN | Flag.NODATA, gen=1)
+    assert _inboxes(model_lab) == {"w1": [(S1, notice.pack())]}
+    assert _counts(model_lab) == {"s1": {"job0.TOLD": 1}}
+
+
+def test_a_workers_query_is_steered_to_its_parent_not_the_root(model_lab: ModelLab) -> None:
+    _deploy(model_lab, gen=3)
+    ((port, out),) = model_lab.net.switches["s1"].process(
+        W1_PORT, _from_w1(S6, _packet(0, 1, flags=QUERY, gen=3)))
+    frame = parse_frame(out)  # s1 is w1's parent: it answers, SEND (nothing held)
+    assert port == W1_PORT and frame.ipv4 is not None and frame.ipv4.dst == W1
+    assert frame.ina == InaHeader(job_id=1, seq=0, pbm=1, count=int(QueryVerdict.SEND),
+                                  op=Op.SUM, flags=QUERY | Flag.REPLY, gen=3)
 
 
 def test_a_sync_of_a_job_on_hosts_is_told_on_hosts(model_lab: ModelLab) -> None:

@@ -11,7 +11,7 @@ from ina.host.results import AllreduceResult
 from ina.host.serverroot import ServerRoot
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, InaPacket
-from ina.protocol.constants import Flag, Op
+from ina.protocol.constants import QUERY, Flag, Op, QueryVerdict
 from ina.protocol.frames import parse_frame
 from ina.spec.topology import Topology
 
@@ -99,3 +99,21 @@ def test_workers_reduce_through_a_server_root_on_the_model() -> None:
         server.join(5)
     assert root.stats["synced"] == 4  # the first call's: the second starts where it ended
     assert len({w.continuation for w in workers.values()}) == 1
+
+
+def _query(seq: int, worker: int = 1) -> bytes:
+    return InaHeader(job_id=1, seq=seq, pbm=bit_of(worker), count=1, op=Op.SUM,
+                     flags=QUERY).pack()
+
+
+def test_a_query_is_answered_held_while_the_round_waits_and_send_once_complete() -> None:
+    root = _root()  # its children: s1 (w1, w2) and s7 (w3, w4)
+    start = _answer(root, _sync(100)).seq
+    s1_bits = root.job.nodes["s1"].abm
+    partial_of_s1 = InaPacket(InaHeader(job_id=1, seq=start, pbm=s1_bits, count=1), (3,))
+    assert root.accept(partial_of_s1.pack(), "10.0.100.1") == []
+    held = _answer(root, InaHeader(job_id=1, seq=start, pbm=s1_bits, count=1,
+                                   flags=QUERY).pack())
+    assert held.flags == QUERY | Flag.REPLY and held.count == QueryVerdict.HELD
+    assert _answer(root, _query(start, worker=3)).count == QueryVerdict.SEND  # s7's: missing
+    assert root.stats["queried"] == 2 and root.stats["query_held"] == 1

@@ -34,6 +34,10 @@ class LossRun:
     #: sent again, by BIER to the sender).
     duplicates: int = 0
     resent: int = 0
+    #: In the median round, the workers' QUERYs before sending values again, and the
+    #: answers HELD (values not sent again).
+    queries: int = 0
+    held: int = 0
 
 
 def _job_counts(lab: Lab, job: Job) -> dict[JobStat, int]:
@@ -84,7 +88,8 @@ def measure_on_bench(bench: Bench, losses: list[float], size: int, rounds: int =
         runs.append(LossRun(loss, seconds, size / seconds, size / seconds / lossless,
                             int(median["retransmissions"]), int(median["early"]),
                             [float(r["seconds"]) for r in reports[loss]], rate_mbit,
-                            int(median["duplicates"]), int(median["resent"])))
+                            int(median["duplicates"]), int(median["resent"]),
+                            int(median["queries"]), int(median["held"])))
     return runs
 
 
@@ -104,6 +109,8 @@ def _round(bench: Bench, loss: float, size: int, expected: str) -> dict[str, Any
     return {"seconds": max(r["elapsed"] for r in workers.values()),
             "retransmissions": sum(r["retransmissions"] for r in workers.values()),
             "early": sum(r["early_retransmissions"] for r in workers.values()),
+            "queries": sum(r["queries"] for r in workers.values()),
+            "held": sum(r["held"] for r in workers.values()),
             "duplicates": after[JobStat.DROP_DUPLICATE] - before[JobStat.DROP_DUPLICATE],
             "resent": after[JobStat.RESENT] - before[JobStat.RESENT]}
 
@@ -134,12 +141,16 @@ class LossFigures:
                  f"median of {len(runs[0].rounds)} AllReduces per loss rate (taking turns), "
                  "every result exact.", "",
                  f"{'loss per link':>14} {'seconds':>8} {'values/s':>10} {'of lossless':>12} "
-                 f"{'retransmissions':>16} {'(early)':>8} {'duplicates':>11} {'resent':>7}"]
+                 f"{'retransmissions':>16} {'(early)':>8} {'duplicates':>11} {'resent':>7} "
+                 f"{'queries':>8} {'held':>6}"]
         for r in runs:
             lines.append(f"{r.loss:>14.0%} {r.seconds:>8.2f} {r.values_per_s:>10,.0f} "
                          f"{r.of_lossless:>11.0%} {r.retransmissions:>16} "
-                         f"{r.early_retransmissions:>8} {r.duplicates:>11} {r.resent:>7}")
+                         f"{r.early_retransmissions:>8} {r.duplicates:>11} {r.resent:>7} "
+                         f"{r.queries:>8} {r.held:>6}")
         lines += ["", "duplicates: retransmissions the switches found already in an "
                   "incomplete round (another worker's contribution was lost); resent: ones "
-                  "that found the round complete (the result sent again to their sender)."]
+                  "that found the round complete (the result sent again to their sender); "
+                  "queries: the workers' QUERYs before sending values again; held: those "
+                  "answered HELD (the values were not sent again)."]
         return "\n".join(lines)

@@ -270,6 +270,7 @@ def _call(args: argparse.Namespace, config: WorkerConfig, values: npt.NDArray[An
         "packets": result.packets, "retransmissions": result.retransmissions,
         "early_retransmissions": worker.stats.early_retransmissions,
         "probes": worker.stats.probes,
+        "queries": worker.stats.queries, "held": worker.stats.held,
         "replans": worker.stats.replans, "on_hosts": result.on_hosts,
         "rto": round(worker.rto.rto, 4),
         "srtt": round(worker.rto.srtt or 0.0, 4),
