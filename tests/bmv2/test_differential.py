@@ -33,6 +33,7 @@ from ina.protocol.constants import (
     Flag,
     JobStat,
     Op,
+    QueryVerdict,
     SwitchStat,
 )
 from ina.protocol.frames import ina_frame, mac_bytes, udp_frame
@@ -402,6 +403,46 @@ def test_bmv2_and_the_model_agree_on_a_workers_own_values(labs: Labs) -> None:
     assert _job_cell(counters[edge["w3"]], JobStat.OWNED) == 1
     assert _switch_cell(counters[edge["w1"]], SwitchStat.DROP_BAD_OWNED) == 5
     assert _switch_cell(counters[edge["w5"]], SwitchStat.DROP_BAD_OWNED) == 1
+
+
+def _query_batches(topology: Topology) -> list[Batch]:
+    """QUERYs about round START of NOTICE_SPEC's job (s1 holds w1 and w2, s7 w3 and w4,
+    root s6): held at s1, missing at s1, complete at s1 and held at s6, complete at
+    the root; one of another plan, one as another worker."""
+    job, root, s1, s7 = 14, "10.0.100.6", "10.0.100.1", "10.0.100.7"
+    w1, w2, w3, w4 = (bit_of(i) for i in (1, 2, 3, 4))
+    query = Flag.SYNC | Flag.NODATA
+    return [
+        _from(topology, "w1", root, [_header(job, START, w1, Flag.SYNC)]),
+        _from(topology, "w1", s1, [_header(job, START, w1, Flag.NONE, values=(1, 2)),
+                                   _header(job, START, w1, query)]),
+        _from(topology, "w2", s1, [_header(job, START, w2, query)]),
+        _from(topology, "w2", s1, [_header(job, START, w2, Flag.NONE, values=(3, 4)),
+                                   _header(job, START, w2, query)]),
+        _from(topology, "w3", s7, [_header(job, START, w3, Flag.NONE, values=(5, 6))]),
+        _from(topology, "w4", s7, [_header(job, START, w4, Flag.NONE, values=(7, 8))]),
+        _from(topology, "w3", s7, [_header(job, START, w3, query)]),
+        _from(topology, "w1", s1, [_header(job, START, w1, query, gen=5),
+                                   _header(job, START, w2, query)]),
+    ]
+
+
+def test_bmv2_and_the_model_agree_on_queries(labs: Labs) -> None:
+    got, counters = _crafted_on_both(labs, NOTICE_SPEC, _query_batches)
+    answers = {h: [InaHeader.unpack(p) for p in got[h]
+                   if InaHeader.unpack(p).flags & Flag.NODATA] for h in ("w1", "w2", "w3")}
+    verdicts = {h: sorted((a.count, a.flags) for a in answers[h]) for h in answers}
+    answer = Flag.SYNC | Flag.NODATA | Flag.REPLY
+    assert verdicts == {
+        "w1": [(int(QueryVerdict.HELD), answer), (99, answer | Flag.REPLAN)],
+        "w2": [(int(QueryVerdict.SEND), answer), (int(QueryVerdict.HELD), answer)],
+        "w3": [(int(QueryVerdict.SEND), answer)]}
+    s1, s6, s7 = counters["s1"], counters["s6"], counters["s7"]
+    assert (_job_cell(s1, JobStat.QUERIED), _job_cell(s1, JobStat.QUERY_HELD),
+            _job_cell(s1, JobStat.QUERY_UP)) == (2, 1, 1)
+    assert (_job_cell(s6, JobStat.QUERIED), _job_cell(s6, JobStat.QUERY_HELD)) == (2, 1)
+    assert _job_cell(s7, JobStat.QUERY_UP) == 1
+    assert _switch_cell(s1, SwitchStat.DROP_FORGED_PBM) == 1
 
 
 def test_bmv2_and_the_model_agree_on_an_undeclared_port(labs: Labs) -> None:
