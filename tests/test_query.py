@@ -46,25 +46,16 @@ def _query_stats(lab: ModelLab) -> dict[str, dict[JobStat, int]]:
     return {sw: stats for sw, stats in out.items() if stats}
 
 
-def test_a_query_for_a_held_contribution_is_answered_held(model_lab: ModelLab) -> None:
-    job = model_lab.deploy_figure1()
-    seq = open_call(model_lab, job)
-    model_lab.net.host_send_payload("w1", S1_IP, ina_payload(1, seq, bit_of(1), [5]))
-    model_lab.net.host_send_payload("w1", S1_IP, _query(seq))
-    (answer,) = _answers(model_lab, "w1")
+def _ask_after(lab: ModelLab, contributors: tuple[str, ...]) -> InaHeader:
+    """A call opened, ``contributors``' contributions to its first round, then w1's
+    QUERY about that round: the one answer w1 got."""
+    job = lab.deploy_figure1()
+    seq = open_call(lab, job)
+    _contribute(lab, job, seq, contributors)
+    lab.net.host_send_payload("w1", S1_IP, _query(seq))
+    (answer,) = _answers(lab, "w1")
     assert answer.flags == QUERY | Flag.REPLY and answer.seq == seq
-    assert answer.count == QueryVerdict.HELD
-    assert _query_stats(model_lab) == {"s1": {JobStat.QUERIED: 1, JobStat.QUERY_HELD: 1}}
-
-
-def test_a_query_for_a_missing_contribution_is_answered_send(model_lab: ModelLab) -> None:
-    job = model_lab.deploy_figure1()
-    seq = open_call(model_lab, job)
-    model_lab.net.host_send_payload("w2", S1_IP, ina_payload(1, seq, bit_of(2), [5]))
-    model_lab.net.host_send_payload("w1", S1_IP, _query(seq))
-    (answer,) = _answers(model_lab, "w1")
-    assert answer.flags == QUERY | Flag.REPLY and answer.count == QueryVerdict.SEND
-    assert _query_stats(model_lab) == {"s1": {JobStat.QUERIED: 1}}
+    return answer
 
 
 def _contribute(lab: ModelLab, job: Job, seq: int, workers: tuple[str, ...]) -> None:
@@ -75,23 +66,27 @@ def _contribute(lab: ModelLab, job: Job, seq: int, workers: tuple[str, ...]) -> 
         lab.net.received_payloads(w)  # the results, if the round completed
 
 
+def test_a_query_for_a_held_contribution_is_answered_held(model_lab: ModelLab) -> None:
+    answer = _ask_after(model_lab, ("w1",))
+    assert answer.count == QueryVerdict.HELD
+    assert _query_stats(model_lab) == {"s1": {JobStat.QUERIED: 1, JobStat.QUERY_HELD: 1}}
+
+
+def test_a_query_for_a_missing_contribution_is_answered_send(model_lab: ModelLab) -> None:
+    answer = _ask_after(model_lab, ("w2",))
+    assert answer.count == QueryVerdict.SEND
+    assert _query_stats(model_lab) == {"s1": {JobStat.QUERIED: 1}}
+
+
 def test_a_round_complete_below_the_root_is_asked_of_the_parent(model_lab: ModelLab) -> None:
-    job = model_lab.deploy_figure1()
-    seq = open_call(model_lab, job)
-    _contribute(model_lab, job, seq, ("w1", "w2"))  # s1's partial is at the root s6
-    model_lab.net.host_send_payload("w1", S1_IP, _query(seq))
-    (answer,) = _answers(model_lab, "w1")
-    assert answer.flags == QUERY | Flag.REPLY and answer.count == QueryVerdict.HELD
+    answer = _ask_after(model_lab, ("w1", "w2"))  # s1's partial is at the root s6
+    assert answer.count == QueryVerdict.HELD
     assert _query_stats(model_lab) == {
         "s1": {JobStat.QUERY_UP: 1}, "s6": {JobStat.QUERIED: 1, JobStat.QUERY_HELD: 1}}
 
 
 def test_a_round_complete_at_the_root_is_answered_send(model_lab: ModelLab) -> None:
-    job = model_lab.deploy_figure1()
-    seq = open_call(model_lab, job)
-    _contribute(model_lab, job, seq, ("w1", "w2", "w3", "w4"))
-    model_lab.net.host_send_payload("w1", S1_IP, _query(seq))
-    (answer,) = _answers(model_lab, "w1")
+    answer = _ask_after(model_lab, ("w1", "w2", "w3", "w4"))
     assert answer.count == QueryVerdict.SEND
     assert _query_stats(model_lab) == {"s1": {JobStat.QUERY_UP: 1}, "s6": {JobStat.QUERIED: 1}}
 
