@@ -198,6 +198,12 @@ class _Outstanding:
     first: float = 0.0  # first transmission
     query: int = ASK  # what its next retransmission is (ASK, ASKED, TOLD_TO_SEND)
 
+    def sent_again(self, now: float, order: int, deadline: float, query: int) -> None:
+        """It went again (its values or its QUERY) at ``now``, as send ``order``."""
+        self.tries, self.sent_at, self.deadline, self.order, self.later = \
+            self.tries + 1, now, deadline, order, 0
+        self.query = query
+
 
 def check_ints(values: npt.ArrayLike, width: int = WIDTH32) -> npt.NDArray[Any]:
     """``values`` as an array the data plane can reduce in elements of ``width``
@@ -493,9 +499,7 @@ class ReductionWindow:
         unanswered or was answered SEND."""
         state = self.outstanding.get(chunk)
         if state is not None and state.query == ASK and self._asks(chunk):
-            state.tries, state.sent_at, state.order, state.later = \
-                state.tries + 1, now, self.sends, 0
-            state.deadline, state.query = now + self.rto.rto, ASKED
+            state.sent_again(now, self.sends, now + self.rto.rto, ASKED)
             self.queries += 1
             self.sends += 1  # (a header: the pacer lets the values that may follow go)
             out.append(self._query(chunk))
@@ -510,9 +514,7 @@ class ReductionWindow:
             state = self.outstanding[chunk] = _Outstanding(
                 now, deadline, self.sends, self.joined or self.results > 0, first=now)
         else:
-            state.tries, state.sent_at, state.deadline, state.order, state.later = \
-                state.tries + 1, now, deadline, self.sends, 0
-            state.query = ASK
+            state.sent_again(now, self.sends, deadline, ASK)
             self.retransmissions += 1
         self.sends += 1
         self.send_at = self.cc.next_send(self.send_at, now, self.rto.srtt)

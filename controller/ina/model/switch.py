@@ -486,9 +486,7 @@ class ModelSwitch:
             if seq_diff(done, ina.seq) > 2 * window:
                 self._job_drop(meta, JobStat.DROP_STALE)
                 return
-        # The job's 2W cells from 2 * slot_base on; s and s + W share a slot.
-        cell = 2 * job.param("slot_base") + (ina.seq & (2 * window - 1))
-        cs = s.reg_read(REG_CELLS, cell, EMPTY_CELL)
+        cell, cs = self._cell(job, ina.seq)
         # Any other round replaces the cell's, but the one a lap after it (stale).
         fresh = cs.epoch != job.param("epoch") or (
             cs.seq != ina.seq and seq_add(cs.seq, -ina.seq) != 2 * window)
@@ -523,6 +521,13 @@ class ModelSwitch:
             self._emit(frame, meta, cs.overflow, cs.ce, ina.pbm, all_sets=False)
         else:
             self._absorb(frame, meta, cell, set_index, cs, bitmap, fresh=False)
+
+    def _cell(self, job: TableEntry, seq: int) -> tuple[int, CellState]:
+        """The cell of ``seq`` in ``job``'s 2W cells from 2 * slot_base on (s and s + W
+        share a slot), and what it holds."""
+        window = job.param("slot_mask") + 1
+        cell = 2 * job.param("slot_base") + (seq & (2 * window - 1))
+        return cell, self.store.reg_read(REG_CELLS, cell, EMPTY_CELL)
 
     def _sync(self, frame: Frame, meta: _Meta) -> None:
         """A call's start: the root answers with the call's first sequence number."""
@@ -577,9 +582,8 @@ class ModelSwitch:
         if abm & ina.pbm == 0 or ina.pbm & ~abm & BM_MASK:  # (abm is 0 in another set)
             self._job_drop(meta, JobStat.DROP_FOREIGN_PBM)  # not its worker's node
             return
-        s, window = self.store, job.param("slot_mask") + 1
-        cell = 2 * job.param("slot_base") + (ina.seq & (2 * window - 1))
-        cs = s.reg_read(REG_CELLS, cell, EMPTY_CELL)
+        s = self.store
+        cell, cs = self._cell(job, ina.seq)
         if meta.sets == 1:
             bitmap = cs.bitmap
         else:
