@@ -113,9 +113,10 @@ def test_queues_are_optional_and_take_defaults_for_buffer_and_mark() -> None:
 @pytest.mark.parametrize("queues,problem", [
     ({"buffer": 30000}, "queues: missing ['rate']"),
     ({"rate": 2, "burst": 3}, "queues: unknown attributes ['burst']"),
-    ({"rate": 0}, "queues.rate: 0 is not a rate in Mbit/s from 0.1 to 100000"),
-    ({"rate": "fast"}, "queues.rate: 'fast' is not a rate in Mbit/s from 0.1 to 100000"),
-    ({"rate": True}, "queues.rate: True is not a rate in Mbit/s from 0.1 to 100000"),
+    ({"rate": 0}, "queues.rate: 0 Mbit/s is not a link rate: 0.1 to 100000"),
+    ({"rate": 200000}, "queues.rate: 200000 Mbit/s is not a link rate: 0.1 to 100000"),
+    ({"rate": "fast"}, "queues.rate: 'fast' is not a rate in Mbit/s"),
+    ({"rate": True}, "queues.rate: True is not a rate in Mbit/s"),
     ({"rate": 2, "buffer": 1000}, "queues.buffer: 1000 is not an integer in 1514..2147483647"),
     ({"rate": 2, "buffer": 250000}, "queues.buffer: 250000 bytes is more than a link may queue "
      "(64000): beyond it BMv2's send blocks and the switch stops sending on every port"),

@@ -624,10 +624,13 @@ def _parse_queues(value: Any, problems: list[str]) -> Queues | None:
     if f is None:
         return None
     rate = f["rate"]
-    if (not isinstance(rate, int | float) or isinstance(rate, bool)
-            or not MIN_RATE <= rate <= MAX_RATE):
-        problems.append(f"queues.rate: {_show(rate)} is not a rate in Mbit/s from {MIN_RATE:g} "
-                        f"to {MAX_RATE:g}")
+    if not isinstance(rate, int | float) or isinstance(rate, bool):
+        problems.append(f"queues.rate: {_show(rate)} is not a rate in Mbit/s")
+        return None
+    try:
+        check_link_rate(rate)
+    except ValueError as e:
+        problems.append(f"queues.rate: {e}")
         return None
     before = len(problems)
     buffer = _int("queues.buffer", f.get("buffer", QUEUE_BUFFER), MIN_BUFFER, 2**31 - 1,
