@@ -372,8 +372,10 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 if ((meta.abm & hdr.ina.pbm) == 0 || (hdr.ina.pbm & ~meta.abm) != 0
                         || hdr.ina.si != meta.node_si) {
                     refuse(JOB_STAT_DROP_FOREIGN_PBM);  // not its worker's node
-                } else if (meta.job_role != ROLE_ROOT || meta.sets == 1) {
-                    open_cell();
+                    return;
+                }
+                open_cell();
+                if (meta.job_role != ROLE_ROOT || meta.sets == 1) {
                     if (hdr.ina.gen != meta.gen || cs[CELL_EPOCH] != meta.epoch
                             || cs[CELL_SEQ] != hdr.ina.seq
                             || (cs[CELL_BITMAP] & hdr.ina.pbm) == 0) {
@@ -386,7 +388,6 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                         ask_parent();
                     }
                 } else {
-                    open_cell();
                     open_sets();
                     answer_query(hdr.ina.gen == meta.gen && !fresh
                                  && cs[CELL_SEQ] == hdr.ina.seq && done != meta.sets
