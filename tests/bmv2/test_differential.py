@@ -22,7 +22,7 @@ from ina.control.switch_state import on_hosts_plan
 from ina.host.arrays import random_array
 from ina.lab.deploy import deploy
 from ina.model.harness import allreduce_on_model, deployed_network
-from ina.protocol.bitmaps import bit_of
+from ina.protocol.bitmaps import bit_of, one_set
 from ina.protocol.codec import InaHeader, InaPacket, array_bytes
 from ina.protocol.constants import ELEMS_PER_PACKET as P
 from ina.protocol.constants import (
@@ -314,12 +314,14 @@ def _crafted_on_both(labs: Labs, spec: dict[str, Any],
                      batches: Callable[[Topology], list[Batch]],
                      prepare: Callable[[Mapping[str, SwitchClient]],
                                        Coroutine[Any, Any, None]] | None = None,
+                     topology: str = "figure1",
                      ) -> tuple[dict[str, list[bytes]], dict[str, dict[str, tuple[int, int]]]]:
-    """The batches sent through BMv2 and through the model; asserts they agree, byte
-    for byte (what every host received, every counter cell): the model's (received,
-    counters). Each batch on BMv2 waits until its switches have counted what the
-    model counted for it, so that batches from different hosts keep their order."""
-    lab = labs.get(ROOT / "topologies" / "figure1.yaml")
+    """The batches sent through BMv2 and through the model of ``topology``; asserts
+    they agree, byte for byte (what every host received, every counter cell): the
+    model's (received, counters). Each batch on BMv2 waits until its switches have
+    counted what the model counted for it, so that batches from different hosts keep
+    their order."""
+    lab = labs.get(ROOT / "topologies" / f"{topology}.yaml")
     topo = lab.topology
     job = deploy(lab.lab, JobSpec.from_dict(spec))
 
@@ -443,6 +445,50 @@ def test_bmv2_and_the_model_agree_on_queries(labs: Labs) -> None:
     assert (_job_cell(s6, JobStat.QUERIED), _job_cell(s6, JobStat.QUERY_HELD)) == (2, 1)
     assert _job_cell(s7, JobStat.QUERY_UP) == 1
     assert _switch_cell(s1, SwitchStat.DROP_FORGED_PBM) == 1
+
+
+#: A root that holds workers of three BIER sets itself (a cell per set).
+SETS_SPEC = {"job_id": 17, "op": "sum", "workers": ["h1_1", "h2_1", "h3_1"], "root": "spine1",
+             "aggregators": {}}
+
+
+def _sets_query_batches(topology: Topology) -> list[Batch]:
+    """QUERYs to SETS_SPEC's root about round START: held (h1_1's values in, the
+    others' not yet), missing (h2_1's), complete (h3_1's, after all three); one of
+    another plan."""
+    job, root = 17, topology.switches["spine1"].loopback
+    query = Flag.SYNC | Flag.NODATA
+
+    def header(host: str, flags: Flag, gen: int = 0, values: tuple[int, ...] = ()) -> bytes:
+        si, bits = one_set(bit_of(topology.hosts[host].bfr_id))
+        head = InaHeader(job_id=job, seq=START, pbm=bits, si=si, count=len(values) or 99,
+                         op=Op.SUM, flags=flags, gen=gen)
+        return InaPacket(head, values).pack() if values else head.pack()
+
+    return [
+        _from(topology, "h1_1", root, [header("h1_1", Flag.SYNC)]),
+        _from(topology, "h1_1", root, [header("h1_1", Flag.NONE, values=(1, 2)),
+                                       header("h1_1", query)]),
+        _from(topology, "h2_1", root, [header("h2_1", query)]),
+        _from(topology, "h2_1", root, [header("h2_1", Flag.NONE, values=(3, 4))]),
+        _from(topology, "h3_1", root, [header("h3_1", Flag.NONE, values=(5, 6))]),
+        _from(topology, "h3_1", root, [header("h3_1", query)]),
+        _from(topology, "h1_1", root, [header("h1_1", query, gen=5)]),
+    ]
+
+
+def test_bmv2_and_the_model_agree_on_queries_at_a_root_of_several_sets(labs: Labs) -> None:
+    got, counters = _crafted_on_both(labs, SETS_SPEC, _sets_query_batches,
+                                     topology="leaf-spine-2x4-sets")
+    answer = Flag.SYNC | Flag.NODATA | Flag.REPLY
+    verdicts = {h: sorted((a.count, a.flags) for a in map(InaHeader.unpack, got[h])
+                          if a.flags & Flag.NODATA) for h in ("h1_1", "h2_1", "h3_1")}
+    assert verdicts == {
+        "h1_1": [(int(QueryVerdict.HELD), answer), (99, answer | Flag.REPLAN)],
+        "h2_1": [(int(QueryVerdict.SEND), answer)],
+        "h3_1": [(int(QueryVerdict.SEND), answer)]}
+    assert (_job_cell(counters["spine1"], JobStat.QUERIED),
+            _job_cell(counters["spine1"], JobStat.QUERY_HELD)) == (3, 1)
 
 
 def test_bmv2_and_the_model_agree_on_an_undeclared_port(labs: Labs) -> None:
