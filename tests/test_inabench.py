@@ -4,12 +4,14 @@ its arguments refused before any lab starts."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from ina.bench.loss import LossFigures, LossRun
 from ina.cli import inabench
 
 from inatest import ROOT
@@ -43,6 +45,14 @@ def test_loss_from_json_reports_the_committed_figures(
     assert inabench.main(["loss", "--from-json", str(DOCS / "loss.json")]) == 0
     out = capsys.readouterr().out
     assert "INA AllReduce of 262144 values per worker" in out and "5%" in out
+
+
+def test_the_loss_report_names_the_busiest_link_and_the_marks() -> None:
+    lossless = LossRun(0.0, 2.0, 500.0, 1.0, 0, 0, [2.0], 4.0, marked=7, busiest=1_160_000,
+                       busiest_at="s2 port 1 received")
+    lossy = dataclasses.replace(lossless, loss=0.01, marked=9, busiest_at="s2 port 1 sent")
+    out = LossFigures([lossless, lossy]).render()
+    assert "1.16 MB" in out and "0%: s2 port 1 received; 1%: s2 port 1 sent" in out
 
 
 def test_the_performance_builds_figures_name_that_build(

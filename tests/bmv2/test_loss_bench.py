@@ -26,3 +26,6 @@ def test_under_loss_every_worker_resends_and_the_switches_count_the_copies(
     assert lossy.retransmissions > 0
     # Some retransmission met its own contribution at a switch, or a complete round.
     assert lossy.duplicates + lossy.resent > 0
+    # Every value crosses a worker's link at least once; the busiest is a switch's port.
+    assert lossless.busiest >= SIZE * 4 and lossy.busiest >= SIZE * 4
+    assert lossless.busiest_at.split()[0] in figure1_lab.topology.switches

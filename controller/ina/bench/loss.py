@@ -38,14 +38,32 @@ class LossRun:
     #: answers HELD (values not sent again).
     queries: int = 0
     held: int = 0
+    #: In the median round: the workers' results that carried a congestion mark
+    #: (summed), and the bytes that crossed the busiest link in one direction (a
+    #: switch's port, sent or received): where the call's time goes when the links
+    #: bound it (0: not measured, in figures from before they were).
+    marked: int = 0
+    busiest: int = 0
+    busiest_at: str = ""  # that link: "s1 port 2 sent" (to w1) or "... received"
 
 
-def _job_counts(lab: Lab, job: Job) -> dict[JobStat, int]:
-    """The switches' DROP_DUPLICATE and RESENT counts of ``job``, summed."""
-    statuses = controller_call(lab, lambda ctl: ctl.status(), write=False).values()
-    return {stat: sum(s.job_stats.get(job.job_id, {}).get(stat, CounterValue()).packets
-                      for s in statuses)
-            for stat in (JobStat.DROP_DUPLICATE, JobStat.RESENT)}
+def _counts(lab: Lab, job: Job) -> tuple[dict[JobStat, int], dict[tuple[str, int, str], int]]:
+    """The switches' DROP_DUPLICATE and RESENT counts of ``job``, summed; and the
+    bytes each switch port sent and received, by (switch, port, "sent"/"received")."""
+    statuses = controller_call(lab, lambda ctl: ctl.status(), write=False)
+    stats = {stat: sum(s.job_stats.get(job.job_id, {}).get(stat, CounterValue()).packets
+                       for s in statuses.values())
+             for stat in (JobStat.DROP_DUPLICATE, JobStat.RESENT)}
+    ports = {(sw, port, way): v.bytes for sw, s in statuses.items()
+             for way, cells in (("sent", s.port_packets), ("received", s.port_received))
+             for port, v in cells.items()}
+    return stats, ports
+
+
+def _busiest(ports: dict[tuple[str, int, str], int]) -> tuple[int, str]:
+    """The bytes of the port (and way) that carried the most, and which it is."""
+    (sw, port, way), most = max(ports.items(), key=lambda kv: kv[1])
+    return most, f"{sw} port {port} {way}"
 
 
 def run(build_dir: Path, losses: list[float], size: int, case: Case,
@@ -89,7 +107,8 @@ def measure_on_bench(bench: Bench, losses: list[float], size: int, rounds: int =
                             int(median["retransmissions"]), int(median["early"]),
                             [float(r["seconds"]) for r in reports[loss]], rate_mbit,
                             int(median["duplicates"]), int(median["resent"]),
-                            int(median["queries"]), int(median["held"])))
+                            int(median["queries"]), int(median["held"]),
+                            int(median["marked"]), *median["busiest"]))
     return runs
 
 
@@ -97,13 +116,13 @@ def _round(bench: Bench, loss: float, size: int, expected: str) -> dict[str, Any
     """One AllReduce at ``loss`` per link: its time, the workers' retransmissions and
     the switches' counts (LossRun's)."""
     job, lab = bench.job, bench.lab
-    before = _job_counts(lab, job)
+    before, ports_before = _counts(lab, job)
     lab.impair(loss=loss)
     procs, _ = bench.ina(size)
     start_together(procs)
     workers = wait_all(procs, {}, timeout=1800)
     lab.impair()
-    after = _job_counts(lab, job)
+    after, ports_after = _counts(lab, job)
     if any(r["sha256"] != expected for r in workers.values()):
         raise RuntimeError(f"a result at loss {loss} is not exact")
     return {"seconds": max(r["elapsed"] for r in workers.values()),
@@ -111,6 +130,8 @@ def _round(bench: Bench, loss: float, size: int, expected: str) -> dict[str, Any
             "early": sum(r["early_retransmissions"] for r in workers.values()),
             "queries": sum(r["queries"] for r in workers.values()),
             "held": sum(r["held"] for r in workers.values()),
+            "marked": sum(r["marked"] for r in workers.values()),
+            "busiest": _busiest({k: v - ports_before.get(k, 0) for k, v in ports_after.items()}),
             "duplicates": after[JobStat.DROP_DUPLICATE] - before[JobStat.DROP_DUPLICATE],
             "resent": after[JobStat.RESENT] - before[JobStat.RESENT]}
 
@@ -142,15 +163,23 @@ class LossFigures:
                  "every result exact.", "",
                  f"{'loss per link':>14} {'seconds':>8} {'values/s':>10} {'of lossless':>12} "
                  f"{'retransmissions':>16} {'(early)':>8} {'duplicates':>11} {'resent':>7} "
-                 f"{'queries':>8} {'held':>6}"]
+                 f"{'queries':>8} {'held':>6} {'marked':>7} {'busiest link':>13}"]
         for r in runs:
             lines.append(f"{r.loss:>14.0%} {r.seconds:>8.2f} {r.values_per_s:>10,.0f} "
                          f"{r.of_lossless:>11.0%} {r.retransmissions:>16} "
                          f"{r.early_retransmissions:>8} {r.duplicates:>11} {r.resent:>7} "
-                         f"{r.queries:>8} {r.held:>6}")
+                         f"{r.queries:>8} {r.held:>6} "
+                         + (f"{r.marked:>7} {f'{r.busiest / 1e6:.2f} MB':>13}" if r.busiest
+                            else f"{'-':>7} {'-':>13}"))
         lines += ["", "duplicates: retransmissions the switches found already in an "
                   "incomplete round (another worker's contribution was lost); resent: ones "
                   "that found the round complete (the result sent again to their sender); "
                   "queries: the workers' QUERYs before sending values again; held: those "
-                  "answered HELD (the values were not sent again)."]
+                  "answered HELD (the values were not sent again); marked: the workers' "
+                  "results that carried a congestion mark; busiest link: the bytes that "
+                  "crossed the most loaded link in one direction."]
+        at = [f"{r.loss:.0%}: {r.busiest_at}" for r in runs if r.busiest_at]
+        if at:
+            lines.append(f"The busiest link (a switch's port, what it sent or received): "
+                         f"{'; '.join(at)}.")
         return "\n".join(lines)
