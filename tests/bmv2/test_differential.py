@@ -125,13 +125,14 @@ ON_HOSTS_JOB = 15  # of w1 and w2, on no switch
 
 
 def _header(job_id: int, seq: int, pbm: int, flags: Flag, gen: int = 0,
-            values: tuple[int, ...] = ()) -> bytes:
-    """A SYNC-like header alone (its count a nonce), or a contribution of ``values``."""
+            values: tuple[int, ...] = (), si: int = 0) -> bytes:
+    """A SYNC-like header alone (its count a nonce), or a contribution of ``values``
+    (``pbm``: bits of set ``si``)."""
     if not values:
         return InaHeader(job_id=job_id, seq=seq, pbm=pbm, count=99, op=Op.SUM, flags=flags,
-                         gen=gen).pack()
+                         gen=gen, si=si).pack()
     return InaPacket(InaHeader(job_id=job_id, seq=seq, pbm=pbm, count=len(values), op=Op.SUM,
-                               flags=flags, gen=gen), values).pack()
+                               flags=flags, gen=gen, si=si), values).pack()
 
 
 def _crafted(topology: Topology) -> list[tuple[str, list[bytes]]]:
@@ -461,9 +462,7 @@ def _sets_query_batches(topology: Topology) -> list[Batch]:
 
     def header(host: str, flags: Flag, gen: int = 0, values: tuple[int, ...] = ()) -> bytes:
         si, bits = one_set(bit_of(topology.hosts[host].bfr_id))
-        head = InaHeader(job_id=job, seq=START, pbm=bits, si=si, count=len(values) or 99,
-                         op=Op.SUM, flags=flags, gen=gen)
-        return InaPacket(head, values).pack() if values else head.pack()
+        return _header(job, START, bits, flags, gen=gen, values=values, si=si)
 
     return [
         _from(topology, "h1_1", root, [header("h1_1", Flag.SYNC)]),

@@ -108,7 +108,8 @@ def measure_on_bench(bench: Bench, losses: list[float], size: int, rounds: int =
                             [float(r["seconds"]) for r in reports[loss]], rate_mbit,
                             int(median["duplicates"]), int(median["resent"]),
                             int(median["queries"]), int(median["held"]),
-                            int(median["marked"]), *median["busiest"]))
+                            marked=int(median["marked"]), busiest=int(median["busiest"][0]),
+                            busiest_at=str(median["busiest"][1])))
     return runs
 
 
