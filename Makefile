@@ -107,7 +107,7 @@ bench-dataplane: build
 	$(VENV)/bin/inabench --build $(BUILD) dataplane --json-out docs/dataplane.json --png docs/dataplane.png
 
 bench-loss: build
-	$(VENV)/bin/inabench --build $(BUILD) loss --rounds 7 --json-out docs/loss.json
+	$(VENV)/bin/inabench --build $(BUILD) loss --rounds 7 --json-out docs/loss.json --png docs/loss.png
 
 bench-failover: build
 	$(VENV)/bin/inabench --build $(BUILD) failover --json-out docs/failover.json --png docs/failover.png

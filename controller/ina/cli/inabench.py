@@ -2,7 +2,8 @@
 """inabench: benchmarks on Mininet + BMv2, each measured side by side in one run.
 
     inabench allreduce [--case figure1 --case fat-tree] [--rate 4] [--json-out F] [--png F]
-    inabench loss [--losses 0 0.01 0.05] [--size 65536] [--rate R] [--json-out F]
+    inabench loss [--losses 0 0.01 0.05] [--size 65536] [--regimes cpu,link] [--rate 4]
+        [--json-out F] [--png F]
     inabench deploy
     inabench host
     inabench dataplane [--json-out F] [--png F]
@@ -117,9 +118,11 @@ def _loss_options(sub: common.SubParsers) -> None:
                     metavar="P", help="loss rates per link and direction, 0 to 1")
     lo.add_argument("--size", type=int, default=262144, help="values per worker")
     lo.add_argument("--rounds", type=int, default=3, help="AllReduces per loss rate")
-    lo.add_argument("--rate", type=_link_rate, metavar="MBIT",
-                    help="every link's rate (default: unlimited, the switches' CPU bounds it)")
-    _outputs(lo, None)
+    lo.add_argument("--rate", type=_link_rate, default=CASES["figure1"].rate_mbit,
+                    metavar="MBIT", help="Mbit/s of every link in the link-bound regime "
+                                         "(default: %(default)g)")
+    _regime_option(lo)
+    _outputs(lo, "the rate under each loss against the lossless one, and the busiest link")
 
 
 def _deploy_options(sub: common.SubParsers) -> None:
@@ -407,9 +410,11 @@ def _allreduce(args: argparse.Namespace) -> Any:
 
 def _loss(args: argparse.Namespace) -> Any:
     from ina.bench import loss
+    from ina.lab.mininet import bmv2_build
 
+    rates = [args.rate if r == "link" else None for r in _regimes(args.regimes)]
     figures = loss.LossFigures(loss.run(args.build, args.losses, args.size, CASES["figure1"],
-                                        args.rounds, args.rate))
+                                        args.rounds, rates), bmv2_build())
     return figures.figures()
 
 
