@@ -24,6 +24,7 @@ from ina.bench.collectives import (
     commands,
     cpu_goals,
     goals,
+    unlimited_speed_goals,
 )
 from ina.bench.onlab import COLLECTIVE_SIZE_QUANTUM, INA_WIRE_PER_VALUE
 from ina.cli import inabench
@@ -284,3 +285,17 @@ def test_ina_using_more_cpu_per_value_misses_issue_24s_goal() -> None:
 
 def test_figures_without_cpu_times_leave_issue_24s_goal_not_measured() -> None:
     assert [g.passed for g in cpu_goals(case())] == [None, None, None]
+
+
+def test_issue_24s_speed_goals_with_links_unlimited_judge_each_collective_against_gloo() -> None:
+    judged = {g.goal.split(",")[0]: (g.measured, g.passed) for g in unlimited_speed_goals(case())}
+    assert judged["Reduce"] == ("2.00x", True)
+    assert judged["Broadcast"] == ("3.00x", True)
+    assert judged["Allgather"] == ("INA Allgather: not run", None)
+
+
+def test_a_collective_slower_than_gloo_with_links_unlimited_misses_issue_24s_goal() -> None:
+    slow = CollectivesCase("figure1", "figure1", WORKERS, "root s1", SIZE, 32,
+                           [regime(None, reduce_ina=2.5)])
+    judged = {g.goal.split(",")[0]: g.passed for g in unlimited_speed_goals(slow)}
+    assert judged["Reduce"] is False and judged["AllReduce"] is True

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from ina.bench.allreduce import HostRate
 from ina.bench.loss import LossFigures, LossRun
 from ina.cli import inabench
 
 from inatest import ROOT
 
 DOCS = ROOT / "docs"
-PICTURES = ["allreduce", "dataplane", "failover", "train", "congestion"]
+PICTURES = ["allreduce", "dataplane", "failover", "train", "congestion", "loss"]
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
                                       reason="matplotlib not installed: pip install -e '.[bench]'")
 
@@ -33,7 +34,7 @@ def test_from_json_draws_the_committed_figures_again(name: str, tmp_path: Path,
     assert capsys.readouterr().out.strip()  # the text report of those figures
 
 
-@pytest.mark.parametrize("name", [*PICTURES, "loss"])
+@pytest.mark.parametrize("name", PICTURES)
 def test_json_prints_the_figures_it_read(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     figures = DOCS / f"{name}.json"
     assert inabench.main([name, "--from-json", str(figures), "--json"]) == 0
@@ -53,6 +54,29 @@ def test_the_loss_report_names_the_busiest_link_and_the_marks() -> None:
     lossy = dataclasses.replace(lossless, loss=0.01, marked=9, busiest_at="s2 port 1 sent")
     out = LossFigures([lossless, lossy]).render()
     assert "1.16 MB" in out and "0%: s2 port 1 received; 1%: s2 port 1 sent" in out
+
+
+def _loss_runs(rate: float | None, of_lossless: float) -> list[LossRun]:
+    lossless = LossRun(0.0, 2.0, 500.0, 1.0, 0, 0, [2.0], rate)
+    return [lossless, dataclasses.replace(lossless, loss=0.01, seconds=2.0 / of_lossless,
+                                          of_lossless=of_lossless)]
+
+
+def test_the_loss_goal_is_judged_in_each_regime_on_its_own_lossless_run() -> None:
+    out = LossFigures([*_loss_runs(None, 0.96), *_loss_runs(4.0, 0.9)], "BMv2 x").render()
+    assert ("[    pass    ] figure1, links unlimited: 1% loss per link: >= 95% of lossless: "
+            "96% (2.08 s against 2.00 s)") in out
+    assert "[    MISS    ] figure1, links at 4 Mbit/s: 1% loss per link: >= 95% of lossless: " \
+        "90% (2.22 s against 2.00 s)" in out
+    assert "BMv2: BMv2 x." in out
+
+
+def test_the_loss_goal_is_not_measured_without_a_run_at_1_percent() -> None:
+    lossless, _ = _loss_runs(None, 1.0)
+    at_5 = dataclasses.replace(lossless, loss=0.05, of_lossless=0.5)
+    out = LossFigures([lossless, at_5], "BMv2 x").render()
+    assert "[not measured] figure1, links unlimited: 1% loss per link: >= 95% of lossless: " \
+        "1% loss: not run" in out
 
 
 def test_the_performance_builds_figures_name_that_build(
@@ -86,6 +110,16 @@ def test_the_host_rate_reports_the_workers_cpu_time_per_packet_when_measured(
         in capsys.readouterr().out
     assert inabench.main(["allreduce", "--from-json", str(figures), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == doc
+
+
+def test_the_host_goal_names_the_rate_the_kernel_alone_allows() -> None:
+    goal = HostRate(80_000.0, 25_600_000.0, 12.5, 5.0).goal()
+    assert not goal.passed
+    assert goal.line() == (
+        "  [    MISS    ] host side: one worker against a loopback reflector >= 500,000 "
+        "packets/s: 80,000 packets/s; the kernel alone spent 5.0 us a packet in the worker's "
+        "socket calls: at most 200,000 packets/s on a core, whatever the worker's own code")
+    assert HostRate(600_000.0, 1.0).goal().passed
 
 
 @pytest.mark.parametrize("command", ["allreduce", "loss", "train", "collectives", "congestion"])

@@ -263,12 +263,22 @@ def test_the_figures_round_trip_and_say_whether_the_goals_are_met() -> None:
     runs, bmv2, watch = read.runs, read.bmv2, read.watch
     assert runs == [run] and bmv2 == "BMv2 x"
     text = read.render()
-    assert "calls run 300" in text and "WRONG 0; hung 0" in text and ": met" in text
+    assert "calls run 300" in text and "WRONG 0; hung 0" in text
     assert "spine 3, link 5" in text and "left behind: nothing" in text
+    assert "MISS" not in text and text.count("[    pass    ]") == 4
     run.left = Leftovers(processes=["pid 7: python"], job_entries=2)
     run.wrong = ["call 3 attempt 1 at h1_1: 1 of 3 values wrong"]
     text = chaos.render([run], bmv2, watch)
-    assert "NOT met" in text and "WRONG 1" in text and "2 table entries" in text
+    assert "[    MISS    ] leaf-spine: no wrong result: 1 wrong" in text
+    assert "[    MISS    ] leaf-spine: nothing left behind: " in text and "2 table entries" in text
+
+
+def test_a_false_verdict_of_the_watcher_misses_the_soaks_goal() -> None:
+    run = _run()
+    run.false_verdicts = ["link spine1-leaf2 at 40.0s"]
+    text = chaos.render([run], "BMv2 x", {"interval": 0.5, "detect_after": 3.0})
+    assert "[    MISS    ] leaf-spine: no false verdict of the watcher: 1 false" in text
+    assert text.count("[    pass    ]") == 3
 
 
 def test_inabench_soak_reports_the_figures_of_an_earlier_run(

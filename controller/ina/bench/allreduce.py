@@ -19,6 +19,7 @@ costs the worker a wake of its own.
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import socket
 import subprocess
@@ -29,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ina.bench.goals import Goal
+from ina.bench.goals import render as render_goals
 from ina.bench.onlab import INA_WIRE_PER_VALUE, Bench, Case, bench_on_lab, describe_vat
 from ina.bench.output import (
     cases_from_figures,
@@ -48,6 +51,9 @@ PACED_GAP = 0.0005
 PACED_PACKETS = 2000
 #: The host benchmark's window (packets in flight), the worker's and the floor's.
 HOST_WINDOW = 16
+#: Issue 24's goal for one worker against the reflector (the step toward the million
+#: a worker needs in front of a 10 Gbit/s switch).
+HOST_GOAL_PPS = 500_000
 RING_PORT = 7200
 
 
@@ -101,12 +107,30 @@ class HostRate:
     packets_per_s: float
     values_per_s: float
     cpu_us_per_packet: float | None = None
+    #: Of that, the kernel's (system time): the socket calls' own cost, which no
+    #: worker code can remove.
+    kernel_us_per_packet: float | None = None
 
     def cpu(self) -> str:
         """The CPU time per packet as the reports add it (nothing if not measured)."""
         if self.cpu_us_per_packet is None:
             return ""
-        return f", {self.cpu_us_per_packet:.1f} us of the worker's CPU per packet"
+        kernel = ("" if self.kernel_us_per_packet is None
+                  else f" ({self.kernel_us_per_packet:.1f} in the kernel)")
+        return f", {self.cpu_us_per_packet:.1f} us of the worker's CPU per packet{kernel}"
+
+    def goal(self) -> Goal:
+        """Issue 24's goal for the host side alone, and what bounds it: the kernel's
+        time per packet caps one worker's rate on a core whatever its own code."""
+        measured = f"{self.packets_per_s:,.0f} packets/s"
+        if self.kernel_us_per_packet:
+            measured += (f"; the kernel alone spent {self.kernel_us_per_packet:.1f} us a "
+                         f"packet in the worker's socket calls: at most "
+                         f"{1e6 / self.kernel_us_per_packet:,.0f} packets/s on a core, "
+                         "whatever the worker's own code")
+        return Goal("host side", f"one worker against a loopback reflector >= "
+                                 f"{HOST_GOAL_PPS:,} packets/s", measured,
+                    self.packets_per_s >= HOST_GOAL_PPS)
 
 
 # --- Measuring inside a lab --------------------------------------------------------
@@ -209,11 +233,13 @@ def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0) -> Ho
             worker = Worker(config, through, timeout=10, rto=RtoEstimator(initial=0.05))
             values = random_array(size, 0)
             worker.allreduce(values[:ELEMS_PER_PACKET])  # warm up
-            started, cpu = time.perf_counter(), time.process_time()
+            started, times = time.perf_counter(), os.times()
             worker.allreduce(values)
-            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+            elapsed, after = time.perf_counter() - started, os.times()
     packets = -(-size // ELEMS_PER_PACKET)
-    return HostRate(packets / elapsed, size / elapsed, 1e6 * cpu / packets)
+    user, system = after.user - times.user, after.system - times.system
+    return HostRate(packets / elapsed, size / elapsed, 1e6 * (user + system) / packets,
+                    1e6 * system / packets)
 
 
 def wake_floor(packets: int = PACED_PACKETS, gap: float = PACED_GAP,
@@ -287,7 +313,8 @@ class AllreduceFigures:
         if self.host is not None:
             lines += [f"Host side: one worker against a loopback reflector (no switch): "
                       f"{self.host.packets_per_s:,.0f} packets/s, "
-                      f"{self.host.values_per_s:,.0f} values/s{self.host.cpu()}.", ""]
+                      f"{self.host.values_per_s:,.0f} values/s{self.host.cpu()}.",
+                      *render_goals("Goal of issue 24:", [self.host.goal()]), ""]
         for r in self.cases:
             lines.append(f"{r.case} ({r.topology}): {len(r.workers)} workers "
                          f"({', '.join(r.workers)}), {r.size} int32 values each, PS on "

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ina.bench.goals import Goal, Goals
+from ina.bench.goals import render as render_goals
 from ina.host import quantize
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
@@ -542,6 +544,19 @@ def _counts(counts: dict[str, int], order: Sequence[str] = ()) -> str:
     return ", ".join(f"{k} {counts[k]}" for k in keys) or "none"
 
 
+def soak_goals(r: SoakRun) -> list[Goal]:
+    """A soak's goals: no wrong result, no hung call, nothing left behind, and (issue
+    22) no false verdict of the watcher: a switch or link reported down that never
+    failed."""
+    goals = Goals[SoakRun](r.case, lambda _run: None)
+    goals.add("no wrong result", f"{len(r.wrong)} wrong", not r.wrong)
+    goals.add("no hung call", f"{len(r.hung)} hung", not r.hung)
+    goals.add("nothing left behind", r.left.describe(), r.left.nothing())
+    goals.add("no false verdict of the watcher", f"{len(r.false_verdicts)} false",
+              not r.false_verdicts)
+    return goals.goals
+
+
 def render(runs: Sequence[SoakRun], bmv2: str, watch: dict[str, float]) -> str:
     lines = [f"chaos soak: a training-like loop of AllReduce calls while switches and links "
              f"fail and come back, the watcher (probes every {watch['interval']:g}s, verdict "
@@ -576,9 +591,7 @@ def render(runs: Sequence[SoakRun], bmv2: str, watch: dict[str, float]) -> str:
             f"{r.end_verdict or 'not known'}; one more call: {r.final_call or 'not run'}",
             f"  left behind: {r.left.describe()}",
         ]
-        met = not r.wrong and not r.hung and r.left.nothing()
-        lines.append("  goals (no wrong result, no hung call, nothing left behind): "
-                     + ("met" if met else "NOT met"))
+        lines += render_goals("  goals:", soak_goals(r))
         lines += [f"  WRONG: {w}" for w in r.wrong[:10]]
         lines += [f"  HUNG: {h}" for h in r.hung[:10]]
         lines += [f"  error, e.g.: {e}" for e in r.first_errors[:8]]

@@ -378,6 +378,25 @@ def cpu_goals(case: CollectivesCase) -> list[Goal]:
     return judged.goals
 
 
+#: Issue 24's speed goals with links unlimited: INA against gloo, per collective.
+UNLIMITED_SPEED = (("reduce", 1.0), ("reduce_scatter", 1.0), ("allreduce", 1.0),
+                   ("broadcast", 0.8), ("allgather", 0.8))
+
+
+def unlimited_speed_goals(case: CollectivesCase) -> list[Goal]:
+    """Issue 24's goals on this case's CPU-bound regime (links unlimited): INA at
+    least as fast as gloo where it reduces, at least 0.8x where it moves values."""
+    cpu = next((r for r in case.regimes if r.regime == "cpu"), None)
+    if cpu is None:
+        return [Goal(case.case, "INA's speed against gloo's, links unlimited",
+                     "the CPU-bound regime was not run", None)]
+    judged = Goals[CollectiveRun](case.case, _why_not)
+    for c, least in UNLIMITED_SPEED:
+        judged.judge(f"{NAMES[c]}, links unlimited: INA >= {least}x gloo's speed",
+                     _found(cpu, _ina(c), _gloo(c)), _faster(least))
+    return judged.goals
+
+
 def _less_cpu(runs: list[CollectiveRun]) -> tuple[str, bool]:
     ina, gloo = (sum(r.cpu_us_per_value() or (0.0, 0.0)) for r in runs)
     return f"INA {ina:.2f} us, gloo {gloo:.2f} us ({ina / gloo:.2f}x)", ina < gloo
@@ -489,7 +508,8 @@ class CollectivesFigures:
         return {"bmv2": self.bmv2, "torch": self.torch,
                 "cases": [asdict(c) for c in self.cases],
                 "goals": [asdict(x) for c in self.cases
-                          for x in (*goals(c), *owner_goals(c), *cpu_goals(c))]}
+                          for x in (*goals(c), *owner_goals(c), *unlimited_speed_goals(c),
+                                    *cpu_goals(c))]}
 
     @classmethod
     def from_figures(cls, doc: Any) -> CollectivesFigures:
@@ -523,9 +543,11 @@ class CollectivesFigures:
         lines += ["", *render_goals("Goals of issue 17 (rate-limited links), against this run:",
                                     (x for c in self.cases for x in goals(c)))]
         lines += ["", *render_goals("Goals of issue 24 (one owner's chunks, rate-limited "
-                                    "links; CPU per value, links unlimited), against this run:",
+                                    "links; speed and CPU per value, links unlimited), "
+                                    "against this run:",
                                     (x for c in self.cases
-                                     for x in (*owner_goals(c), *cpu_goals(c))))]
+                                     for x in (*owner_goals(c), *unlimited_speed_goals(c),
+                                               *cpu_goals(c))))]
         return "\n".join(lines)
 
     def _regime(self, c: CollectivesCase, g: CollectivesRegime) -> list[str]:

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ina.bench.goals import render as render_goals
 from ina.bench.onlab import CASES, COLLECTIVE_SIZE_QUANTUM, COLLECTIVE_SIZES, REGIMES
 from ina.bench.output import Drawn, Figures, read_json, write_json
 from ina.cli import common
@@ -374,9 +375,10 @@ def _bench(args: argparse.Namespace) -> int:
         from ina.bench.allreduce import PACED_GAP, PACED_PACKETS, host_rate, wake_floor
         from ina.protocol.constants import ELEMS_PER_PACKET
 
-        for shared, how in ((False, "its own socket"),
-                            (True, "a job's view of a shared socket, as a torch rank's")):
-            rate = host_rate(shared=shared)
+        own = host_rate()
+        for rate, how in ((own, "its own socket"),
+                          (host_rate(shared=True),
+                           "a job's view of a shared socket, as a torch rank's")):
             print(f"one worker against a loopback reflector, through {how}: "
                   f"{rate.packets_per_s:,.0f} packets/s, {rate.values_per_s:,.0f} "
                   f"values/s{rate.cpu()}")
@@ -388,6 +390,8 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"the floor of that: a loop that only waits for the same results, receives "
               f"them and answers each with one send (no window; what any worker pays a "
               f"wake): {floor.cpu_us_per_packet:.1f} us of its CPU per packet")
+        print("\n".join(render_goals("Goal of issue 24, through its own socket:",
+                                      [own.goal()])))
     elif args.cmd == "deploy":
         from ina.bench import deploy
 
