@@ -16,9 +16,9 @@ from ina.host.flow import Flow
 from ina.host.window import ReductionWindow
 from ina.model.harness import run_sessions
 from ina.protocol.bitmaps import bit_of
-from ina.protocol.codec import InaHeader, ina_payload
+from ina.protocol.codec import InaHeader, InaPacket, ina_payload
 from ina.protocol.constants import ELEMS_PER_PACKET as P
-from ina.protocol.constants import QUERY, Flag, JobStat, Op, QueryVerdict
+from ina.protocol.constants import ETHERTYPE_BIER, QUERY, Flag, JobStat, Op, QueryVerdict
 from ina.spec.job import Job
 
 from inatest import ModelLab, assert_exact, int_arrays, open_call
@@ -85,10 +85,72 @@ def test_a_round_complete_below_the_root_is_asked_of_the_parent(model_lab: Model
         "s1": {JobStat.QUERY_UP: 1}, "s6": {JobStat.QUERIED: 1, JobStat.QUERY_HELD: 1}}
 
 
-def test_a_round_complete_at_the_root_is_answered_send(model_lab: ModelLab) -> None:
+def test_a_round_whose_result_passed_its_node_is_answered_send_there(
+        model_lab: ModelLab) -> None:
+    answer = _ask_after(model_lab, ("w1", "w2", "w3", "w4"))  # the result kept at s1
+    assert answer.count == QueryVerdict.SEND
+    assert _query_stats(model_lab) == {"s1": {JobStat.QUERIED: 1}}
+
+
+def _losing_results_at(lab: ModelLab, switch: str) -> None:
+    """``switch`` loses every result that comes down to it (BIER, on its port 1)."""
+    model = lab.net.switches[switch]
+    process = model.process
+
+    def lossy(port: int, raw: bytes) -> list[tuple[int, bytes]]:
+        if port == 1 and raw[12:14] == ETHERTYPE_BIER.to_bytes(2, "big"):
+            return []
+        return process(port, raw)
+
+    model.process = lossy  # type: ignore[method-assign]
+
+
+def test_a_round_whose_result_was_lost_above_its_node_is_asked_of_the_root(
+        model_lab: ModelLab) -> None:
+    _losing_results_at(model_lab, "s1")
     answer = _ask_after(model_lab, ("w1", "w2", "w3", "w4"))
     assert answer.count == QueryVerdict.SEND
     assert _query_stats(model_lab) == {"s1": {JobStat.QUERY_UP: 1}, "s6": {JobStat.QUERIED: 1}}
+
+
+def _resend_stats(lab: ModelLab) -> dict[str, dict[JobStat, int]]:
+    """Per switch, its RESENT, MULTICAST and EMITTED counts of job 1 (not zero)."""
+    status = asyncio.run(lab.ctl.status())
+    wanted = (JobStat.RESENT, JobStat.MULTICAST, JobStat.EMITTED)
+    out = {sw: {k: v.packets for k, v in s.job_stats[1].items() if k in wanted and v.packets}
+           for sw, s in status.items() if 1 in s.job_stats}
+    return {sw: stats for sw, stats in out.items() if stats}
+
+
+def test_values_sent_again_for_a_kept_result_are_answered_by_the_node_alone(
+        model_lab: ModelLab) -> None:
+    job = model_lab.deploy_figure1()
+    seq = open_call(model_lab, job)
+    _contribute(model_lab, job, seq, job.workers)  # complete: s1 and s7 keep the result
+    before = _resend_stats(model_lab)
+    model_lab.net.host_send_payload("w1", S1_IP, ina_payload(1, seq, job.worker_bit["w1"], [5]))
+    (result,) = _answers(model_lab, "w1")
+    assert result.flags & Flag.RESULT and result.seq == seq
+    assert all(_answers(model_lab, w) == [] for w in ("w2", "w3", "w4"))
+    after = _resend_stats(model_lab)
+    assert after["s1"] == {**before["s1"], JobStat.RESENT: 1,
+                           JobStat.MULTICAST: before["s1"].get(JobStat.MULTICAST, 0) + 1}
+    assert after["s6"] == before["s6"]  # the root was not asked
+
+
+def test_a_kept_result_is_the_roots_result(model_lab: ModelLab) -> None:
+    job = model_lab.deploy_figure1()
+    seq = open_call(model_lab, job)
+    for w in job.workers:
+        model_lab.net.host_send_payload(w, job.target_of(w, model_lab.topology),
+                                        ina_payload(1, seq, job.worker_bit[w], [5, -2, 7]))
+    (first,) = model_lab.net.received_payloads("w2")
+    model_lab.net.received_payloads("w1")
+    model_lab.net.host_send_payload("w1", S1_IP,
+                                    ina_payload(1, seq, job.worker_bit["w1"], [5, -2, 7]))
+    (again,) = model_lab.net.received_payloads("w1")
+    assert InaPacket.unpack(again).values[:3] == InaPacket.unpack(first).values[:3] == \
+        (20, -8, 28)
 
 
 def test_a_query_writes_nothing_and_the_round_completes_as_before(model_lab: ModelLab) -> None:

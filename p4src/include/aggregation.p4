@@ -68,6 +68,14 @@
 // contribution gets values again from that contribution's worker only, not from
 // every worker. Nothing is written for a query.
 //
+// Results kept below the root. A result passing down through a node below the
+// root, of the round complete in its cell, replaces the node's aggregate there
+// (KEPT). A worker that lost it asks (SEND: the node answers itself) and sends
+// its values again; the node sends the kept result back to it by BIER, and
+// nothing crosses its uplink. Before, its aggregate went up as a copy and the
+// root's result came down again: two packets on the path's busiest links for
+// one lost on the last hop.
+//
 // Registers hold only what the data plane writes. A cell whose epoch differs
 // from the job entry's is a leftover of a torn-down job and counts as empty.
 control Aggregation(inout headers_t hdr, inout metadata_t meta,
@@ -124,7 +132,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         cells.write(cell, hdr.ina.pbm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w1
                           ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
-                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 8w0);
+                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 1w0 ++ 8w0);
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
     }
@@ -134,7 +142,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         cells.write(cell, hdr.ina.pbm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w0
                           ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
-                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 8w0);
+                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 1w0 ++ 8w0);
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
     }
@@ -147,7 +155,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         cells.write(cell, (cs[CELL_BITMAP] | hdr.ina.pbm) ++ cs[CELL_EPOCH] ++ cs[CELL_SEQ]
                           ++ cs[CELL_GEN] ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ cs[CELL_WIDTH]
                           ++ 1w1 ++ overflow ++ (cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT])
-                          ++ cs[CELL_DONE]);
+                          ++ 1w0 ++ cs[CELL_DONE]);
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
     }
@@ -160,7 +168,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                           ++ (cs[CELL_OVERFLOW]
                               | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0))
                           ++ (cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT])
-                          ++ cs[CELL_DONE]);
+                          ++ 1w0 ++ cs[CELL_DONE]);
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
     }
@@ -173,7 +181,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w1
                           ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
-                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 8w1);
+                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 1w0 ++ 8w1);
         meta.job_stat = JOB_STAT_ABSORBED;
     }
 
@@ -182,7 +190,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w0
                           ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
-                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 8w1);
+                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 1w0 ++ 8w1);
         meta.job_stat = JOB_STAT_ABSORBED;
     }
 
@@ -194,7 +202,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         bit<1> ce = cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT];
         cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ cs[CELL_GEN]
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w1
-                          ++ (bit<1>)overflow ++ ce ++ 8w1);
+                          ++ (bit<1>)overflow ++ ce ++ 1w0 ++ 8w1);
         lanes_load();
         hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW)
                         | (((bit<8>)(bit<1>)overflow) * FLAG_OVERFLOW);
@@ -208,7 +216,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         bit<1> ce = cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT];
         cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ cs[CELL_GEN]
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w0
-                          ++ overflow ++ ce ++ 8w1);
+                          ++ overflow ++ ce ++ 1w0 ++ 8w1);
         hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW) | (((bit<8>)overflow) * FLAG_OVERFLOW);
         hdr.ina.ecn = hdr.ina.ecn | ((bit<8>)ce * ECN_CE);
         meta.job_stat = JOB_STAT_ABSORBED;
@@ -229,6 +237,46 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                         | (((bit<8>)cs[CELL_OVERFLOW]) * FLAG_OVERFLOW);
         hdr.ina.ecn = hdr.ina.ecn | ((bit<8>)cs[CELL_CE] * ECN_CE);
         meta.job_stat = JOB_STAT_RESENT;
+    }
+
+    // A result passing down through this node below the root, of the round complete
+    // here: the cell keeps it (its array and flags, the P-BM it came with), so that a
+    // worker that lost it and sends its values again is answered from here.
+    action keep_result() {
+        lanes_store();
+        cells.write(cell, hdr.ina.pbm ++ cs[CELL_EPOCH] ++ cs[CELL_SEQ] ++ cs[CELL_GEN]
+                          ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ cs[CELL_WIDTH] ++ 1w1
+                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
+                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 1w1 ++ cs[CELL_DONE]);
+        meta.job_stat2 = JOB_STAT_KEPT;
+    }
+
+    // The same for a NODATA round: its flags.
+    action keep_result_nodata() {
+        cells.write(cell, hdr.ina.pbm ++ cs[CELL_EPOCH] ++ cs[CELL_SEQ] ++ cs[CELL_GEN]
+                          ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ cs[CELL_WIDTH] ++ 1w0
+                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
+                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 1w1 ++ cs[CELL_DONE]);
+        meta.job_stat2 = JOB_STAT_KEPT;
+    }
+
+    // A retransmission for a result kept here (after resend or resend_nodata): the
+    // result goes back to the retransmitter's bit by BIER through the job's group on
+    // this switch (egress prunes the other ports), with the P-BM it came with; the
+    // root is not asked, and no copy crosses the uplink.
+    action answer_kept() {
+        hdr.ina.flags = hdr.ina.flags | FLAG_RESULT;
+        bier_push(hdr, hdr.ina.si, hdr.ina.pbm);
+        hdr.ina.pbm = cs[CELL_BITMAP];
+        hdr.ipv4.src_addr = meta.node_ip;
+        hdr.ipv4.dst_addr = 0;  // each edge switch sets its host's address
+        hdr.ipv4.ttl = IPV4_INITIAL_TTL;
+        hdr.udp.checksum = 0;
+        std.mcast_grp = JOB_GROUP_BASE + (bit<16>)meta.job_index;
+        meta.bier_result = false;
+        meta.to_me = false;
+        meta.consumed = false;
+        meta.job_stat2 = JOB_STAT_MULTICAST;
     }
 
     // A root spanning several sets: the cell's state with the packet's set's bitmap.
@@ -269,7 +317,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         cells.write(cell, 256w0 ++ meta.epoch ++ hdr.ina.seq ++ gen
                           ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width
                           ++ (bit<1>)hdr.data.isValid()
-                          ++ (bit<1>)overflow ++ (bit<1>)ce ++ done);
+                          ++ (bit<1>)overflow ++ (bit<1>)ce ++ 1w0 ++ done);
         set_bitmaps.write((cell << BIER_SETS_LOG2) | (bit<32>)hdr.ina.si, gen ++ bitmap);
         hdr.ina.flags = overflow ? hdr.ina.flags | FLAG_OVERFLOW
                                  : hdr.ina.flags & ~FLAG_OVERFLOW;
@@ -364,6 +412,24 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     }
 
     apply {
+        if (hdr.bier.isValid()) {
+            // A result on its way down (ingress applies this control to BIER packets
+            // at a node below the root only): kept if it is the round complete here.
+            open_cell();
+            if (hdr.ina.si == meta.node_si && (hdr.ina.pbm & meta.abm) == meta.abm
+                    && hdr.ina.gen == meta.gen && cs[CELL_EPOCH] == meta.epoch
+                    && cs[CELL_SEQ] == hdr.ina.seq && cs[CELL_DONE] != 0
+                    && cs[CELL_KEPT] == 0 && cs[CELL_COUNT] == hdr.ina.count
+                    && cs[CELL_OP] == hdr.ina.op && cs[CELL_WIDTH] == hdr.ina.width
+                    && cs[CELL_DATA] == (bit<1>)hdr.data.isValid()) {
+                if (hdr.data.isValid()) {
+                    keep_result();
+                } else {
+                    keep_result_nodata();
+                }
+            }
+            return;
+        }
         if ((hdr.ina.flags & FLAG_SYNC) != 0) {
             // A call's control packet: never absorbed.
             if (!meta.to_me) {
@@ -382,8 +448,10 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                         answer_query(false);  // not held here: send it
                     } else if (cs[CELL_DONE] == 0) {
                         answer_query(true);
-                    } else if (meta.job_role == ROLE_ROOT) {
-                        answer_query(false);  // its result was lost: send it again
+                    } else if (meta.job_role == ROLE_ROOT || cs[CELL_KEPT] == 1) {
+                        // Its result was lost: send it again (the root, or this node
+                        // keeping the result, answers the values with it).
+                        answer_query(false);
                     } else {
                         ask_parent();
                     }
@@ -557,6 +625,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         } else if (meta.job_stat == JOB_STAT_RESENT) {
             if (meta.job_role == ROLE_ROOT) {
                 to_workers(hdr.ina.pbm, true);
+            } else if (cs[CELL_KEPT] == 1) {
+                answer_kept();
             } else {
                 to_parent();
             }

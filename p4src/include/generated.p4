@@ -5,7 +5,7 @@
 // Widths.
 typedef bit<256> bitmap_t;  // P-BM, A-BM, F-BM and BIER BitString
 typedef bit<2048> lane_t;  // 64 int32 values side by side (or 128 int16 ones)
-typedef bit<391> cell_t;  // a cell's scalars (CELL_* slices)
+typedef bit<392> cell_t;  // a cell's scalars (CELL_* slices)
 typedef bit<288> set_cell_t;  // a (cell, set) bitmap (SET_* slices)
 typedef bit<80> phantom_t;  // a port's phantom queue (PHANTOM_* slices)
 
@@ -105,6 +105,7 @@ const bit<8> JOB_STAT_OWNED = 21;
 const bit<8> JOB_STAT_QUERIED = 22;
 const bit<8> JOB_STAT_QUERY_HELD = 23;
 const bit<8> JOB_STAT_QUERY_UP = 24;
+const bit<8> JOB_STAT_KEPT = 25;
 const bit<8> SWITCH_STAT_NONE = 255;
 const bit<8> SWITCH_STAT_DROP_PARSER_ERROR = 0;
 const bit<8> SWITCH_STAT_DROP_BAD_VERSION = 1;
@@ -144,16 +145,17 @@ header ina_data_h {
 }
 
 // Slices of cell_t, set_cell_t and phantom_t.
-#define CELL_BITMAP 390:135
-#define CELL_EPOCH 134:103
-#define CELL_SEQ 102:71
-#define CELL_GEN 70:39
-#define CELL_COUNT 38:23
-#define CELL_OP 22:19
-#define CELL_WIDTH 18:11
-#define CELL_DATA 10:10
-#define CELL_OVERFLOW 9:9
-#define CELL_CE 8:8
+#define CELL_BITMAP 391:136
+#define CELL_EPOCH 135:104
+#define CELL_SEQ 103:72
+#define CELL_GEN 71:40
+#define CELL_COUNT 39:24
+#define CELL_OP 23:20
+#define CELL_WIDTH 19:12
+#define CELL_DATA 11:11
+#define CELL_OVERFLOW 10:10
+#define CELL_CE 9:9
+#define CELL_KEPT 8:8
 #define CELL_DONE 7:0
 #define SET_GEN 287:256
 #define SET_BITMAP 255:0

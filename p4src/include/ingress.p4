@@ -132,6 +132,10 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
             bier.apply(hdr, meta, std);
             if (meta.drop_reason == SWITCH_STAT_NONE && meta.job_role != ROLE_NONE) {
                 meta.job_stat = JOB_STAT_BIER_RECEIVED;
+                if (meta.job_role == ROLE_AGGREGATOR && hdr.ina.op != OP_COPY
+                        && (hdr.ina.flags & (FLAG_RESULT | FLAG_SYNC)) == FLAG_RESULT) {
+                    aggregation.apply(hdr, meta, std);  // a node below the root keeps it
+                }
             }
         } else if (meta.from_host && hdr.ina.isValid() && hdr.ina.op == OP_COPY) {
             // A worker's own values: whole, as itself, in the plan it is told of.

@@ -411,7 +411,8 @@ def test_bmv2_and_the_model_agree_on_a_workers_own_values(labs: Labs) -> None:
 def _query_batches(topology: Topology) -> list[Batch]:
     """QUERYs about round START of NOTICE_SPEC's job (s1 holds w1 and w2, s7 w3 and w4,
     root s6): held at s1, missing at s1, complete at s1 and held at s6, complete at
-    the root; one of another plan, one as another worker."""
+    the root (its result kept at s7, which answers); one of another plan, one as
+    another worker."""
     job, root, s1, s7 = 14, "10.0.100.6", "10.0.100.1", "10.0.100.7"
     w1, w2, w3, w4 = (bit_of(i) for i in (1, 2, 3, 4))
     query = Flag.SYNC | Flag.NODATA
@@ -443,9 +444,49 @@ def test_bmv2_and_the_model_agree_on_queries(labs: Labs) -> None:
     s1, s6, s7 = counters["s1"], counters["s6"], counters["s7"]
     assert (_job_cell(s1, JobStat.QUERIED), _job_cell(s1, JobStat.QUERY_HELD),
             _job_cell(s1, JobStat.QUERY_UP)) == (2, 1, 1)
-    assert (_job_cell(s6, JobStat.QUERIED), _job_cell(s6, JobStat.QUERY_HELD)) == (2, 1)
-    assert _job_cell(s7, JobStat.QUERY_UP) == 1
+    assert (_job_cell(s6, JobStat.QUERIED), _job_cell(s6, JobStat.QUERY_HELD)) == (1, 1)
+    assert (_job_cell(s7, JobStat.QUERIED), _job_cell(s7, JobStat.QUERY_UP)) == (1, 0)
     assert _switch_cell(s1, SwitchStat.DROP_FORGED_PBM) == 1
+
+
+def _kept_batches(topology: Topology) -> list[Batch]:
+    """NOTICE_SPEC's job: round START complete (its result kept at s1 and s7 on the
+    way down), then w1's and w3's values again (answered by s1 and s7 from what they
+    kept), then round START + 1 complete at s1 alone and w2's values again for it
+    (nothing kept: s1's aggregate goes up, a duplicate at the root)."""
+    job, root, s1, s7 = 14, "10.0.100.6", "10.0.100.1", "10.0.100.7"
+    w1, w2, w3, w4 = (bit_of(i) for i in (1, 2, 3, 4))
+
+    def part(seq: int, bits: int, *values: int) -> bytes:
+        return _header(job, seq, bits, Flag.NONE, values=values)
+
+    return [
+        _from(topology, "w1", root, [_header(job, START, w1, Flag.SYNC)]),
+        _from(topology, "w1", s1, [part(START, w1, 1, 2)]),
+        _from(topology, "w2", s1, [part(START, w2, 3, 4)]),
+        _from(topology, "w3", s7, [part(START, w3, 5, 6)]),
+        _from(topology, "w4", s7, [part(START, w4, 7, 8)]),
+        _from(topology, "w1", s1, [part(START, w1, 1, 2)]),
+        _from(topology, "w3", s7, [part(START, w3, 5, 6)]),
+        _from(topology, "w1", s1, [part(START + 1, w1, 9, 9)]),
+        _from(topology, "w2", s1, [part(START + 1, w2, 9, 9)]),
+        _from(topology, "w2", s1, [part(START + 1, w2, 9, 9)]),
+    ]
+
+
+def test_bmv2_and_the_model_agree_on_results_kept_below_the_root(labs: Labs) -> None:
+    got, counters = _crafted_on_both(labs, NOTICE_SPEC, _kept_batches)
+    results = {h: [InaPacket.unpack(p) for p in got[h]
+                   if InaHeader.unpack(p).flags & Flag.RESULT] for h in ("w1", "w2", "w3", "w4")}
+    # Each worker got round START's result; w1 and w3 twice (their values sent again).
+    assert {h: len(r) for h, r in results.items()} == {"w1": 2, "w2": 1, "w3": 2, "w4": 1}
+    assert all(r.values[:2] == (16, 20) for rs in results.values() for r in rs)
+    s1, s6, s7 = counters["s1"], counters["s6"], counters["s7"]
+    assert (_job_cell(s1, JobStat.KEPT), _job_cell(s7, JobStat.KEPT)) == (1, 1)
+    assert (_job_cell(s1, JobStat.RESENT), _job_cell(s7, JobStat.RESENT)) == (2, 1)
+    assert (_job_cell(s1, JobStat.MULTICAST), _job_cell(s7, JobStat.MULTICAST)) == (1, 1)
+    assert _job_cell(s1, JobStat.EMITTED) == 3  # START, START + 1 and its copy
+    assert (_job_cell(s6, JobStat.RESENT), _job_cell(s6, JobStat.DROP_DUPLICATE)) == (0, 1)
 
 
 #: A root that holds workers of three BIER sets itself (a cell per set).

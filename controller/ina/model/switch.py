@@ -134,6 +134,9 @@ class CellState:
     width: int = 0
     data: bool = False
     ce: bool = False
+    #: Below the root: the cell's lanes hold the round's result, kept as it passed
+    #: down (its P-BM in ``bitmap``), for its workers' retransmissions.
+    kept: bool = False
 
 
 EMPTY_CELL = CellState()
@@ -296,6 +299,11 @@ class ModelSwitch:
             meta.drop = SwitchStat.DROP_IP_CHECKSUM
         elif frame.bier is not None:
             self._bier_ingress(frame, meta)
+            if (meta.drop is None and meta.job is not None
+                    and meta.job.action == n.VAT_NODE.name and frame.ina is not None
+                    and frame.ina.op != OP_COPY
+                    and frame.ina.flags & (Flag.RESULT | Flag.SYNC) == Flag.RESULT):
+                self._keep(frame, meta)
         elif meta.from_host and frame.ina is not None and frame.ina.op == OP_COPY:
             self._own(frame, meta)
         elif frame.ipv4 is not None and frame.ipv4.ver_ihl & 0xF == 5:
@@ -371,6 +379,27 @@ class ModelSwitch:
                 meta.mcast_grp = job_group_id(meta.job.param("job_index"))
             else:
                 meta.mcast_grp = BIER_MCAST_GROUP
+
+    def _keep(self, frame: Frame, meta: _Meta) -> None:
+        """aggregation.p4's results kept below the root: a result passing down, of the
+        round complete in its cell here, replaces the node's aggregate (its array,
+        flags and P-BM), for the workers' retransmissions."""
+        job, ina, s = meta.job, frame.ina, self.store
+        assert job is not None and ina is not None
+        cell, cs = self._cell(job, ina.seq)
+        if (ina.si != job.param("set_id") or ina.pbm & meta.abm != meta.abm
+                or ina.gen != job.param("gen") or cs.epoch != job.param("epoch")
+                or cs.seq != ina.seq or cs.done == 0 or cs.kept or cs.count != ina.count
+                or cs.op != ina.op or cs.width != ina.width
+                or cs.data != (frame.lanes is not None)):
+            return
+        if frame.lanes is not None:
+            for r, lane in zip(REG_LANES, frame.lanes, strict=True):
+                s.reg_write(r, cell, lane)
+        s.reg_write(REG_CELLS, cell, replace(cs, bitmap=ina.pbm, kept=True,
+                                             overflow=bool(ina.flags & Flag.OVERFLOW),
+                                             ce=bool(ina.ecn & Ecn.CE)))
+        meta.job_events.add(JobStat.KEPT)
 
     def _ipv4_ingress(self, frame: Frame, meta: _Meta) -> None:
         ipv4 = frame.ipv4
@@ -518,7 +547,10 @@ class ModelSwitch:
             meta.job_events.add(JobStat.RESENT)
             if cs.data:
                 frame.lanes = tuple(s.reg_read(r, cell, 0) for r in REG_LANES)
-            self._emit(frame, meta, cs.overflow, cs.ce, ina.pbm, all_sets=False)
+            if cs.kept:
+                self._answer_kept(frame, meta, cs)
+            else:
+                self._emit(frame, meta, cs.overflow, cs.ce, ina.pbm, all_sets=False)
         else:
             self._absorb(frame, meta, cell, set_index, cs, bitmap, fresh=False)
 
@@ -592,7 +624,7 @@ class ModelSwitch:
         here = (ina.gen == job.param("gen") and cs.epoch == job.param("epoch")
                 and cs.seq == ina.seq and bool(bitmap & ina.pbm))
         held = here and cs.done != meta.sets
-        if here and not held and job.action != n.VAT_ROOT.name:
+        if here and not held and job.action != n.VAT_ROOT.name and not cs.kept:
             frame.ina = replace(ina, pbm=meta.abm)
             ipv4.dst = ip_str(job.param("parent_ip"))
             udp.checksum = 0
@@ -683,6 +715,24 @@ class ModelSwitch:
             frame.ina = replace(ina, pbm=meta.abm, flags=flags)
             ipv4.dst = ip_str(job.param("parent_ip"))
             meta.job_events.add(JobStat.EMITTED)
+
+    def _answer_kept(self, frame: Frame, meta: _Meta, cs: CellState) -> None:
+        """A retransmission for a result kept here: the result back to the
+        retransmitter's bit by BIER through the job's group here, with the P-BM it
+        came with."""
+        job, ina, ipv4, udp = meta.job, frame.ina, frame.ipv4, frame.udp
+        assert job is not None and ina is not None and ipv4 is not None and udp is not None
+        flags = (ina.flags & ~Flag.OVERFLOW) | (Flag.OVERFLOW if cs.overflow else Flag.NONE)
+        frame.bier = Bier.for_set(ina.si, ina.pbm)
+        frame.eth.ethertype = ETHERTYPE_BIER
+        frame.ina = replace(ina, pbm=cs.bitmap, flags=flags | Flag.RESULT,
+                            ecn=ina.ecn | (Ecn.CE if cs.ce else Ecn.NONE))
+        ipv4.src, ipv4.dst, ipv4.ttl = ip_str(job.param("node_ip")), "0.0.0.0", IPV4_INITIAL_TTL
+        udp.checksum = 0
+        meta.to_me = False
+        meta.bier_result = False
+        meta.mcast_grp = job_group_id(job.param("job_index"))
+        meta.job_events.add(JobStat.MULTICAST)
 
     def _leave(self, port: int, out: Frame | bytes, nbytes: int) -> bytes:
         """congestion.p4: a packet leaving ``port`` (any but the CPU port) is counted,

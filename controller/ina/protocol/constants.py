@@ -231,7 +231,9 @@ class JobStat(enum.IntEnum):
     PASSED = 1  # VAT node here, A-BM & P-BM == 0: forwarded on toward its target
     TRANSIT = 2  # no VAT node here, the job's packet forwarded by IPv4
     EMITTED = 3  # (partial) result sent toward the parent VAT node, resends included
-    MULTICAST = 4  # root: final result sent by BIER, resends included
+    #: root: final result sent by BIER, resends included; below the root: a kept result
+    #: sent again to a worker by BIER
+    MULTICAST = 4
     BIER_RECEIVED = 5  # BIER packet of this job entered the switch
     DELIVERED = 6  # BIER copy decapsulated to a worker
     RESENT = 7  # retransmission for a complete slot: its stored result sent again
@@ -261,6 +263,9 @@ class JobStat(enum.IntEnum):
     #: a worker's QUERY for a round complete here, below the root: passed to the parent
     #: for this node's bits (the parent answers the worker)
     QUERY_UP = 24
+    #: below the root: a result passing down to this node's workers, kept in its round's
+    #: cell, so that a worker that lost it gets it again from here (RESENT, MULTICAST)
+    KEPT = 25
 
 
 class SwitchStat(enum.IntEnum):

@@ -36,6 +36,7 @@ CELL_FIELDS = (
     ("DATA", 1),  # the cell holds an array (a contribution with data came)
     ("OVERFLOW", 1),  # some SUM element wrapped
     ("CE", 1),  # some contribution of the round carried Ecn.CE (congestion)
+    ("KEPT", 1),  # below the root: the lanes hold the round's result, kept as it passed
     ("DONE", 8),  # BIER sets whose bitmap is full
 )
 #: A (cell, set) bitmap of a root spanning BIER sets: its generation, then the bits.
