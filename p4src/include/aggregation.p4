@@ -34,8 +34,9 @@
 // a cell that holds s + 2W (the round after it there) is a late duplicate. A
 // complete cell keeps its aggregate: a retransmission for it (its bit already
 // set) sends the aggregate again, toward the parent or, at the root, by BIER to
-// the retransmitter's bits. A bit already set in an incomplete cell is a
-// duplicate. Nothing is ever added twice.
+// the retransmitter's bits (below the root, where the result passed: the result,
+// by BIER, below). A bit already set in an incomplete cell is a duplicate.
+// Nothing is ever added twice.
 //
 // The window. One packet from a member must not freeze its job: a round far
 // ahead in a cell makes the job's later rounds there look old, an ABORT far
@@ -62,7 +63,8 @@
 // HELD if the node holds its contribution in a round still waiting for others,
 // else SEND (the node lacks it; or, at the root, the round is complete: its
 // result was lost on the way, and the values sent again make the root send it
-// again). A node below the root whose round is complete asks its parent in turn,
+// again). A node below the root whose round is complete, and which has not kept
+// its result (below: it answers SEND), asks its parent in turn,
 // for its own bits (the A-BM), on the worker's behalf: the answer goes to the
 // worker (the query keeps its IPv4 source). So a round that lost one
 // contribution gets values again from that contribution's worker only, not from

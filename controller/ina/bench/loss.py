@@ -257,7 +257,7 @@ class LossFigures:
                 top.text(x, share / 2, f"{share:.0%}", ha="center", color="white")
             top.set_title(_regime(runs[0].rate_mbit), fontsize=10)
             top.set_ylabel("rate, of the lossless median")
-            top.legend(loc="lower right", fontsize=7)
+            top.legend(loc="best", fontsize=7)
             bottom.bar(names, [r.busiest / 1e6 for r in runs], color="#2a7ab0")
             bottom.set_ylabel("busiest link, MB (one direction)")
             bottom.set_xlabel("frames lost per link and direction")
