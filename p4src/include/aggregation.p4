@@ -34,9 +34,9 @@
 // a cell that holds s + 2W (the round after it there) is a late duplicate. A
 // complete cell keeps its aggregate: a retransmission for it (its bit already
 // set) sends the aggregate again, toward the parent or, at the root, by BIER to
-// the retransmitter's bits (below the root, where the result passed: the result,
-// by BIER, below). A bit already set in an incomplete cell is a duplicate.
-// Nothing is ever added twice.
+// the retransmitter's bits; below the root, a node that kept the round's result
+// sends that back by BIER instead ("Results kept below the root"). A bit already
+// set in an incomplete cell is a duplicate. Nothing is ever added twice.
 //
 // The window. One packet from a member must not freeze its job: a round far
 // ahead in a cell makes the job's later rounds there look old, an ABORT far
@@ -63,8 +63,8 @@
 // HELD if the node holds its contribution in a round still waiting for others,
 // else SEND (the node lacks it; or, at the root, the round is complete: its
 // result was lost on the way, and the values sent again make the root send it
-// again). A node below the root whose round is complete, and which has not kept
-// its result (below: it answers SEND), asks its parent in turn,
+// again). A node below the root whose round is complete asks its parent in turn
+// (unless it kept the round's result: then it answers SEND itself, below),
 // for its own bits (the A-BM), on the worker's behalf: the answer goes to the
 // worker (the query keeps its IPv4 source). So a round that lost one
 // contribution gets values again from that contribution's worker only, not from
@@ -242,24 +242,21 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     }
 
     // A result passing down through this node below the root, of the round complete
-    // here: the cell keeps it (its array and flags, the P-BM it came with), so that a
-    // worker that lost it and sends its values again is answered from here.
-    action keep_result() {
-        lanes_store();
+    // here: the cell keeps its flags and the P-BM it came with (a NODATA round's
+    // whole result) ...
+    action keep_flags() {
         cells.write(cell, hdr.ina.pbm ++ cs[CELL_EPOCH] ++ cs[CELL_SEQ] ++ cs[CELL_GEN]
-                          ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ cs[CELL_WIDTH] ++ 1w1
+                          ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ cs[CELL_WIDTH] ++ cs[CELL_DATA]
                           ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
                           ++ hdr.ina.ecn[ECN_CE_BIT] ++ 1w1 ++ cs[CELL_DONE]);
         meta.job_stat2 = JOB_STAT_KEPT;
     }
 
-    // The same for a NODATA round: its flags.
-    action keep_result_nodata() {
-        cells.write(cell, hdr.ina.pbm ++ cs[CELL_EPOCH] ++ cs[CELL_SEQ] ++ cs[CELL_GEN]
-                          ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ cs[CELL_WIDTH] ++ 1w0
-                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
-                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 1w1 ++ cs[CELL_DONE]);
-        meta.job_stat2 = JOB_STAT_KEPT;
+    // ... and a round of data's array too (one action: BMv2's cost is per action), so
+    // that a worker that lost it and sends its values again is answered from here.
+    action keep_result() {
+        lanes_store();
+        keep_flags();
     }
 
     // A retransmission for a result kept here (after resend or resend_nodata): the
@@ -427,7 +424,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 if (hdr.data.isValid()) {
                     keep_result();
                 } else {
-                    keep_result_nodata();
+                    keep_flags();
                 }
             }
             return;

@@ -8,7 +8,7 @@ next to what was measured."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +162,7 @@ class LossFigures:
 
     runs: list[LossRun]
     bmv2: str = ""
-    case: Case = field(default=CASES["figure1"])
+    case: Case = CASES["figure1"]
 
     def regimes(self) -> list[list[LossRun]]:
         """The runs of each link rate, in the order measured (lossless first)."""
