@@ -39,7 +39,8 @@ help:
 	@echo "               TOPO=topologies/leaf-spine-2x4.yaml FAIL=\"switch spine1\": a spine fails mid-AllReduce"
 	@echo "make bench     INA vs parameter server vs ring, CPU- and link-bound (Figure 1, fat-tree)"
 	@echo "make bench-dataplane  one switch: aggregation vs plain forwarding, packets/s"
-	@echo "make bench-loss    INA under 1% and 5% loss per link against no loss"
+	@echo "make bench-loss    INA under 1% and 5% loss per link against no loss, links"
+	@echo "                   unlimited and at 4 Mbit/s (docs/loss.json, docs/loss.png)"
 	@echo "make bench-deploy  deploy time on the k=4 fat-tree, concurrent vs one by one"
 	@echo "make bench-failover  a VAT switch stopped mid-AllReduce: detection, repair, slowdown"
 	@echo "make bench-collectives  every collective: INA vs gloo vs the ring on hosts, CPU- and"
@@ -136,6 +137,7 @@ figures:
 	$(VENV)/bin/inabench train --from-json docs/train.json --png docs/train.png
 	$(VENV)/bin/inabench collectives --from-json docs/collectives.json --png docs/collectives.png
 	$(VENV)/bin/inabench congestion --from-json docs/congestion.json --png docs/congestion.png
+	$(VENV)/bin/inabench loss --from-json docs/loss.json --png docs/loss.png
 
 simulate:
 	$(PY) -m ina.bench.simulate --k 4 6 8 16
