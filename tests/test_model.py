@@ -239,7 +239,7 @@ def test_a_lost_result_is_sent_again_by_the_node_that_kept_it(model_lab: ModelLa
         _send(model_lab, w, job.target_of(w, model_lab.topology),
               ina_payload(1, 0, job.worker_bit[w], [1]))
     for w in job.workers:
-        model_lab.net.inbox[w].clear()  # w1's copy of the result is lost
+        model_lab.net.inbox[w].clear()  # every result read, w1's taken for lost
     _send(model_lab, "w1", "10.0.100.1", ina_payload(1, 0, bit_of(1), [1]))
     stats = _job_stats(model_lab, 1)
     assert stats["s1"][JobStat.KEPT] == 1 and stats["s1"][JobStat.RESENT] == 1

@@ -38,10 +38,11 @@ def _answers(lab: ModelLab, host: str) -> list[InaHeader]:
 QUERY_STATS = (JobStat.QUERIED, JobStat.QUERY_HELD, JobStat.QUERY_UP)
 
 
-def _query_stats(lab: ModelLab) -> dict[str, dict[JobStat, int]]:
-    """The query counters that are not zero, per switch."""
+def _query_stats(lab: ModelLab, wanted: tuple[JobStat, ...] = QUERY_STATS
+                 ) -> dict[str, dict[JobStat, int]]:
+    """Job 1's ``wanted`` counters (the query counters) that are not zero, per switch."""
     status = asyncio.run(lab.ctl.status())
-    out = {sw: {k: v.packets for k, v in s.job_stats[1].items() if k in QUERY_STATS
+    out = {sw: {k: v.packets for k, v in s.job_stats[1].items() if k in wanted
                 and v.packets} for sw, s in status.items() if 1 in s.job_stats}
     return {sw: stats for sw, stats in out.items() if stats}
 
@@ -113,13 +114,7 @@ def test_a_round_whose_result_was_lost_above_its_node_is_asked_of_the_root(
     assert _query_stats(model_lab) == {"s1": {JobStat.QUERY_UP: 1}, "s6": {JobStat.QUERIED: 1}}
 
 
-def _resend_stats(lab: ModelLab) -> dict[str, dict[JobStat, int]]:
-    """Per switch, its RESENT, MULTICAST and EMITTED counts of job 1 (not zero)."""
-    status = asyncio.run(lab.ctl.status())
-    wanted = (JobStat.RESENT, JobStat.MULTICAST, JobStat.EMITTED)
-    out = {sw: {k: v.packets for k, v in s.job_stats[1].items() if k in wanted and v.packets}
-           for sw, s in status.items() if 1 in s.job_stats}
-    return {sw: stats for sw, stats in out.items() if stats}
+RESEND_STATS = (JobStat.RESENT, JobStat.MULTICAST, JobStat.EMITTED)
 
 
 def test_values_sent_again_for_a_kept_result_are_answered_by_the_node_alone(
@@ -127,12 +122,12 @@ def test_values_sent_again_for_a_kept_result_are_answered_by_the_node_alone(
     job = model_lab.deploy_figure1()
     seq = open_call(model_lab, job)
     _contribute(model_lab, job, seq, job.workers)  # complete: s1 and s7 keep the result
-    before = _resend_stats(model_lab)
+    before = _query_stats(model_lab, RESEND_STATS)
     model_lab.net.host_send_payload("w1", S1_IP, ina_payload(1, seq, job.worker_bit["w1"], [5]))
     (result,) = _answers(model_lab, "w1")
     assert result.flags & Flag.RESULT and result.seq == seq
     assert all(_answers(model_lab, w) == [] for w in ("w2", "w3", "w4"))
-    after = _resend_stats(model_lab)
+    after = _query_stats(model_lab, RESEND_STATS)
     assert after["s1"] == {**before["s1"], JobStat.RESENT: 1,
                            JobStat.MULTICAST: before["s1"].get(JobStat.MULTICAST, 0) + 1}
     assert after["s6"] == before["s6"]  # the root was not asked
