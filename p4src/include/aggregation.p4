@@ -259,25 +259,6 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         keep_flags();
     }
 
-    // A retransmission for a result kept here (after resend or resend_nodata): the
-    // result goes back to the retransmitter's bit by BIER through the job's group on
-    // this switch (egress prunes the other ports), with the P-BM it came with; the
-    // root is not asked, and no copy crosses the uplink.
-    action answer_kept() {
-        hdr.ina.flags = hdr.ina.flags | FLAG_RESULT;
-        bier_push(hdr, hdr.ina.si, hdr.ina.pbm);
-        hdr.ina.pbm = cs[CELL_BITMAP];
-        hdr.ipv4.src_addr = meta.node_ip;
-        hdr.ipv4.dst_addr = 0;  // each edge switch sets its host's address
-        hdr.ipv4.ttl = IPV4_INITIAL_TTL;
-        hdr.udp.checksum = 0;
-        std.mcast_grp = JOB_GROUP_BASE + (bit<16>)meta.job_index;
-        meta.bier_result = false;
-        meta.to_me = false;
-        meta.consumed = false;
-        meta.job_stat2 = JOB_STAT_MULTICAST;
-    }
-
     // A root spanning several sets: the cell's state with the packet's set's bitmap.
     action open_sets() {
         fresh = cs[CELL_EPOCH] != meta.epoch
@@ -391,20 +372,24 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.job_stat2 = JOB_STAT_EMITTED;
     }
 
-    // The root's result leaves by BIER: to every worker through the job's group (a
-    // copy per port toward its workers, or per such (port, set) for a job spanning
-    // sets, where bier_egress.p4 writes each set's A-BM); a resend to the
-    // retransmitter's bits through the group of every BIER port.
-    action to_workers(bitmap_t bits, bool is_resend) {
-        hdr.ina.pbm = meta.abm;
+    // A result leaves by BIER to bits, carrying pbm, through group: the
+    // root's to every worker through the job's group (a copy per port toward its
+    // workers, or per such (port, set) for a job spanning sets, all_sets, where
+    // bier_egress.p4 writes each set's A-BM); the root's resend to the
+    // retransmitter's bits through the group of every BIER port; a result kept below
+    // the root to the retransmitter's bit through the job's group there (egress
+    // prunes the other ports), with the P-BM it came with: the root is not asked,
+    // and no copy crosses the node's uplink.
+    action to_workers(bitmap_t bits, bitmap_t pbm, bit<16> group, bool all_sets) {
+        hdr.ina.pbm = pbm;
         hdr.ina.flags = hdr.ina.flags | FLAG_RESULT;
         hdr.ipv4.src_addr = meta.node_ip;
         hdr.ipv4.dst_addr = 0;  // each edge switch sets its host's address
         hdr.ipv4.ttl = IPV4_INITIAL_TTL;
         hdr.udp.checksum = 0;
         bier_push(hdr, hdr.ina.si, bits);
-        std.mcast_grp = is_resend ? BIER_MCAST_GROUP : JOB_GROUP_BASE + (bit<16>)meta.job_index;
-        meta.bier_result = !is_resend && meta.sets != 1;
+        std.mcast_grp = group;
+        meta.bier_result = all_sets && meta.sets != 1;
         meta.to_me = false;
         meta.consumed = false;
         meta.job_stat2 = JOB_STAT_MULTICAST;
@@ -617,15 +602,16 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         if (meta.job_stat == JOB_STAT_ABSORBED && !meta.consumed) {
             if (meta.job_role == ROLE_ROOT) {
                 advance(hdr.ina.seq);
-                to_workers(meta.abm, false);
+                to_workers(meta.abm, meta.abm, JOB_GROUP_BASE + (bit<16>)meta.job_index, true);
             } else {
                 to_parent();
             }
         } else if (meta.job_stat == JOB_STAT_RESENT) {
             if (meta.job_role == ROLE_ROOT) {
-                to_workers(hdr.ina.pbm, true);
+                to_workers(hdr.ina.pbm, meta.abm, BIER_MCAST_GROUP, false);
             } else if (cs[CELL_KEPT] == 1) {
-                answer_kept();
+                to_workers(hdr.ina.pbm, cs[CELL_BITMAP],
+                           JOB_GROUP_BASE + (bit<16>)meta.job_index, false);
             } else {
                 to_parent();
             }

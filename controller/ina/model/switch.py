@@ -547,10 +547,8 @@ class ModelSwitch:
             meta.job_events.add(JobStat.RESENT)
             if cs.data:
                 frame.lanes = tuple(s.reg_read(r, cell, 0) for r in REG_LANES)
-            if cs.kept:
-                self._answer_kept(frame, meta, cs)
-            else:
-                self._emit(frame, meta, cs.overflow, cs.ce, ina.pbm, all_sets=False)
+            self._emit(frame, meta, cs.overflow, cs.ce, ina.pbm, all_sets=False,
+                       kept=cs.bitmap if cs.kept else None)
         else:
             self._absorb(frame, meta, cell, set_index, cs, bitmap, fresh=False)
 
@@ -687,11 +685,13 @@ class ModelSwitch:
         self._emit(frame, meta, overflow, ce, meta.abm, all_sets=True)
 
     def _emit(self, frame: Frame, meta: _Meta, overflow: bool, ce: bool, bier_bits: int,
-              all_sets: bool) -> None:
+              all_sets: bool, kept: int | None = None) -> None:
         """The packet carries the cell's aggregate toward the parent, or, at the root,
         by BIER: to every set of the job (``all_sets``; egress writes each set's
-        A-BM) or to ``bier_bits`` of the packet's set (a resend). It carries the
-        cell's congestion mark (``ce``) too, besides its own."""
+        A-BM) or to ``bier_bits`` of the packet's set (a resend); below the root, a
+        result kept here (``kept``: the P-BM it came with) to ``bier_bits`` through
+        the job's group. It carries the cell's congestion mark (``ce``) too, besides
+        its own."""
         job, ina, ipv4, udp = meta.job, frame.ina, frame.ipv4, frame.udp
         assert job is not None and ina is not None and ipv4 is not None and udp is not None
         flags = (ina.flags & ~Flag.OVERFLOW) | (Flag.OVERFLOW if overflow else Flag.NONE)
@@ -699,40 +699,24 @@ class ModelSwitch:
         ipv4.src = ip_str(job.param("node_ip"))
         udp.checksum = 0
         meta.to_me = False
-        if job.action == n.VAT_ROOT.name:
-            frame.ina = replace(ina, pbm=meta.abm, flags=flags | Flag.RESULT)
+        if job.action == n.VAT_ROOT.name or kept is not None:
+            frame.ina = replace(ina, pbm=meta.abm if kept is None else kept,
+                                flags=flags | Flag.RESULT)
             ipv4.dst = "0.0.0.0"
             ipv4.ttl = IPV4_INITIAL_TTL
             frame.bier = Bier.for_set(ina.si, bier_bits)
             frame.eth.ethertype = ETHERTYPE_BIER
             # A result leaves through the job's group (a copy per (port, set) for a
-            # job spanning sets); a resend through the group of every BIER port.
+            # job spanning sets), and so does a kept one; the root's resend through
+            # the group of every BIER port.
             meta.bier_result = all_sets and meta.sets != 1
-            meta.mcast_grp = (job_group_id(job.param("job_index")) if all_sets
+            meta.mcast_grp = (job_group_id(job.param("job_index")) if all_sets or kept is not None
                               else BIER_MCAST_GROUP)
             meta.job_events.add(JobStat.MULTICAST)
         else:
             frame.ina = replace(ina, pbm=meta.abm, flags=flags)
             ipv4.dst = ip_str(job.param("parent_ip"))
             meta.job_events.add(JobStat.EMITTED)
-
-    def _answer_kept(self, frame: Frame, meta: _Meta, cs: CellState) -> None:
-        """A retransmission for a result kept here: the result back to the
-        retransmitter's bit by BIER through the job's group here, with the P-BM it
-        came with."""
-        job, ina, ipv4, udp = meta.job, frame.ina, frame.ipv4, frame.udp
-        assert job is not None and ina is not None and ipv4 is not None and udp is not None
-        flags = (ina.flags & ~Flag.OVERFLOW) | (Flag.OVERFLOW if cs.overflow else Flag.NONE)
-        frame.bier = Bier.for_set(ina.si, ina.pbm)
-        frame.eth.ethertype = ETHERTYPE_BIER
-        frame.ina = replace(ina, pbm=cs.bitmap, flags=flags | Flag.RESULT,
-                            ecn=ina.ecn | (Ecn.CE if cs.ce else Ecn.NONE))
-        ipv4.src, ipv4.dst, ipv4.ttl = ip_str(job.param("node_ip")), "0.0.0.0", IPV4_INITIAL_TTL
-        udp.checksum = 0
-        meta.to_me = False
-        meta.bier_result = False
-        meta.mcast_grp = job_group_id(job.param("job_index"))
-        meta.job_events.add(JobStat.MULTICAST)
 
     def _leave(self, port: int, out: Frame | bytes, nbytes: int) -> bytes:
         """congestion.p4: a packet leaving ``port`` (any but the CPU port) is counted,
