@@ -3,12 +3,14 @@ DDP step, and the speed-up goals said against it."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from ina.bench.train import (
     TrainCaseResult,
+    TrainFigures,
     TrainRegime,
     TrainRun,
     TrainSettings,
@@ -78,3 +80,58 @@ def test_a_speedup_goal_within_what_the_links_allow_is_not_called_out_of_reach()
     whole_run = next(g for g in goals(case) if "whole run >= 2.0x" in g.goal)
     assert whole_run.passed is True
     assert whole_run.measured == f"2.40x; the links allow at most {most:.2f}x"
+
+
+def _pairs(*steps: tuple[float, float], stalled: int | None = None) -> TrainRegime:
+    """A links-unlimited regime of pairs (ina's step, gloo's step), in the order
+    ``run_case`` runs them (ina gloo, gloo ina, ...); ina's run of pair ``stalled``
+    has one step of ten times its median."""
+    runs: list[TrainRun] = []
+    for i, (ina, gloo) in enumerate(steps):
+        mine = _run("ina", ina)
+        if i == stalled:
+            mine.clock[-1] += 10 * ina
+        pair = [mine, _run("gloo", gloo)]
+        runs += pair if i % 2 == 0 else pair[::-1]
+    return TrainRegime("cpu", None, runs, 0.0)
+
+
+def test_a_regimes_speedup_is_its_median_pairs() -> None:
+    regime = _pairs((0.10, 0.08), (0.10, 0.11), (0.10, 0.10))
+    assert regime.speedups == pytest.approx([0.8, 1.1, 1.0])
+    assert regime.speedup == pytest.approx(1.0)
+    assert regime.run("ina") is regime.of("ina")[2]
+    assert regime.run("gloo") is regime.of("gloo")[2]
+
+
+def test_of_an_even_count_of_pairs_the_lower_middle_one_is_the_median() -> None:
+    regime = _pairs((0.10, 0.12), (0.10, 0.09))
+    assert regime.speedup == pytest.approx(0.9)
+
+
+def test_pairs_are_made_by_backend_whatever_order_they_ran_in() -> None:
+    regime = _pairs((0.10, 0.08), (0.20, 0.22))
+    assert [run.backend for run in regime.runs] == ["ina", "gloo", "gloo", "ina"]
+    assert [(ina.step_median, gloo.step_median) for ina, gloo in regime.pairs] == [
+        (0.10, 0.08), (0.20, 0.22)]
+
+
+def test_a_stall_in_any_pair_misses_the_no_stall_goal() -> None:
+    regime = _pairs((0.10, 0.08), (0.10, 0.11), (0.10, 0.10), stalled=0)
+    case = TrainCaseResult("fat-tree", "fat-tree", ["w1", "w2"], "root s1", PARAMETERS,
+                           TrainSettings(steps=STEPS), [regime])
+    stalls = next(g for g in goals(case) if "links unlimited: no ina step" in g.goal)
+    assert stalls.passed is False
+    assert stalls.measured.startswith("1 ")
+
+
+def test_pairs_survive_the_figures_json() -> None:
+    regime = _pairs((0.10, 0.08), (0.10, 0.11), (0.10, 0.10))
+    case = TrainCaseResult("figure1", "figure1", ["w1", "w2"], "root s1", PARAMETERS,
+                           TrainSettings(steps=STEPS), [regime])
+    doc = TrainFigures([case], None, "bmv2", "torch").figures()
+    again = TrainFigures.from_figures(json.loads(json.dumps(doc))).cases[0].regimes[0]
+    assert again.speedups == pytest.approx(regime.speedups)
+    assert doc["cases"][0]["regimes"][0]["speedup"] == pytest.approx(1.0)
+    assert "pair by pair: 0.80x, 1.10x, 1.00x; the median pair is 3" in TrainFigures(
+        [case], None, "bmv2", "torch").render()

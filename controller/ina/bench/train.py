@@ -102,23 +102,51 @@ class TrainRun:
 
 @dataclass
 class TrainRegime:
+    """A regime's runs, in the order they ran: one pair (ina, gloo) or several, the
+    backends alternating (ina gloo, gloo ina, ...) so that the machine's drift falls on
+    both. Each pair's ratio is its own; the regime's is the median pair's (the lower
+    of the two middle ones for an even count): with links unlimited the figures move
+    from run to run by more than the gap between the backends."""
+
     regime: str  # "cpu" (links unlimited) or "link" (rate-limited)
     rate_mbit: float | None
     runs: list[TrainRun]
-    max_param_diff: float  # between the two backends' trained parameters
+    max_param_diff: float  # between the two backends' trained parameters, every pair
+
+    def of(self, backend: str) -> list[TrainRun]:
+        """``backend``'s runs, in order: the i-th of each backend make pair i."""
+        return [r for r in self.runs if r.backend == backend]
+
+    @property
+    def pairs(self) -> list[tuple[TrainRun, TrainRun]]:
+        """(ina, gloo) of each pair."""
+        return list(zip(self.of("ina"), self.of("gloo"), strict=True))
+
+    @property
+    def speedups(self) -> list[float]:
+        """Each pair's gloo time per step over ina's: above 1, ina is faster."""
+        return [gloo.step_median / ina.step_median for ina, gloo in self.pairs]
+
+    @property
+    def median_pair(self) -> int:
+        """The index of the pair whose speed-up is the median (the lower middle one)."""
+        ordered = sorted(range(len(self.pairs)), key=lambda i: self.speedups[i])
+        return ordered[(len(ordered) - 1) // 2]
 
     def run(self, backend: str) -> TrainRun:
-        return next(r for r in self.runs if r.backend == backend)
+        """``backend``'s run of the median pair."""
+        return self.pairs[self.median_pair][0 if backend == "ina" else 1]
 
     @property
     def speedup(self) -> float:
-        """gloo's time per step over ina's: above 1, ina is faster."""
-        return self.run("gloo").step_median / self.run("ina").step_median
+        """The median pair's gloo time per step over ina's."""
+        return self.speedups[self.median_pair]
 
     @property
     def run_speedup(self) -> float:
-        """gloo's whole run over ina's (every step counted, stalls too)."""
-        return self.run("gloo").seconds / self.run("ina").seconds
+        """The median pair's gloo whole run over ina's (every step counted, stalls too)."""
+        ina, gloo = self.pairs[self.median_pair]
+        return gloo.seconds / ina.seconds
 
 
 @dataclass
@@ -231,9 +259,12 @@ def _parameters(settings: TrainSettings) -> int:
 
 
 def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...],
-             settings: TrainSettings, bucket_mib: int = 0) -> TrainCaseResult:
-    """Inside the sandbox: both backends in each regime, on one lab; and, with
-    ``bucket_mib``, one bucket of that size, links unlimited."""
+             settings: TrainSettings, bucket_mib: int = 0, pairs: int = 1) -> TrainCaseResult:
+    """Inside the sandbox: both backends in each regime, ``pairs`` times alternating
+    (TrainRegime), on one lab; and, with ``bucket_mib``, one bucket of that size,
+    links unlimited."""
+    if pairs < 1:
+        raise ValueError(f"pairs must be at least 1, got {pairs}")
     with bench_on_lab(case, build_dir) as bench, tempfile.TemporaryDirectory() as tmp:
         job = bench.job
         result = TrainCaseResult(case.name + ("-hsdp" if settings.hsdp else ""),
@@ -242,8 +273,12 @@ def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...],
         for regime, rate in bench.regimes(regimes, case.rate_mbit):
             out = Path(tmp) / regime
             out.mkdir()
-            runs = [_train(bench, backend, settings, out) for backend in BACKENDS]
-            result.regimes.append(TrainRegime(regime, rate, runs, _param_diff(out)))
+            runs, diff = [], 0.0
+            for pair in range(pairs):
+                order = BACKENDS if pair % 2 == 0 else BACKENDS[::-1]
+                runs += [_train(bench, backend, settings, out) for backend in order]
+                diff = max(diff, _param_diff(out))
+            result.regimes.append(TrainRegime(regime, rate, runs, diff))
         if bucket_mib:
             result.bucket = _bucket(bench, bucket_mib, Path(tmp))
     return result
@@ -300,7 +335,8 @@ class TrainFigures:
                 "conversion": None if c is None else {**asdict(c), "share": c.share},
                 "cases": [{**asdict(r), "regimes": [
                     {**asdict(g), "speedup": g.speedup, "run_speedup": g.run_speedup,
-                     "tails": {run.backend: asdict(run.tail) for run in g.runs}}
+                     "speedups": g.speedups, "median_pair": g.median_pair,
+                     "tails": {run.backend: asdict(run.tail) for run in g.pairs[g.median_pair]}}
                     for g in r.regimes]} for r in self.cases],
                 "goals": [asdict(x) for r in self.cases for x in goals(r)]}
 
@@ -321,9 +357,13 @@ class TrainFigures:
 
     def render(self) -> str:
         kinds = "DDP and HSDP" if any(r.settings.hsdp for r in self.cases) else "DDP"
-        lines = [f"{kinds} training on Mininet + {self.bmv2}, torch {self.torch}; one run per "
-                 "case, regime and backend, rank 0's figures; both backends on the same "
-                 "network, same data, same initial weights.", ""]
+        pairs = max((len(g.pairs) for r in self.cases for g in r.regimes), default=1)
+        runs = ("one run per case, regime and backend" if pairs == 1 else
+                f"{pairs} runs per case, regime and backend, alternating (ina gloo, gloo ina, "
+                "...), each pair's ratio its own, the median pair's in the goals")
+        lines = [f"{kinds} training on Mininet + {self.bmv2}, torch {self.torch}; {runs}, "
+                 "rank 0's figures; both backends on the same network, same data, same "
+                 "initial weights.", ""]
         for r in self.cases:
             s = r.settings
             how = (f"HSDP (fully_shard on a {s.hsdp} x {len(r.workers) // s.hsdp} mesh: "
@@ -343,7 +383,9 @@ class TrainFigures:
                              f"{'loss':>7} {'accuracy':>9}")
                 for run in g.runs:
                     t = run.tail
-                    lines.append(f"    {run.backend:<8} {run.step_median * 1000:>8.1f} "
+                    name = run.backend if len(g.pairs) == 1 else (
+                        f"{run.backend} {g.of(run.backend).index(run) + 1}")
+                    lines.append(f"    {name:<8} {run.step_median * 1000:>8.1f} "
                                  f"{t.p90 * 1000:>7.1f} {t.p99 * 1000:>7.1f} "
                                  f"{t.largest * 1000:>8.1f} {t.stalls:>6} {run.seconds:>7.1f} "
                                  f"{run.comm_share:>6.1%} {run.final_loss:>7.4f} "
@@ -354,11 +396,13 @@ class TrainFigures:
                     lines.append(f"    ina, {per} phases (ms): " + ", ".join(
                         f"{name} {seconds * 1000:.1f}" for name, seconds in phases.items())
                         + _round_trips(g.run("ina")))
-                if all(run.cpu_ms_per_step for run in g.runs):
-                    lines.append("    CPU per step, first step to last (ms): " + "; ".join(
-                        f"{run.backend} " + ", ".join(
-                            f"{kind} {ms:.1f}" for kind, ms in run.cpu_ms_per_step.items())
-                        + f", total {run.cpu_ms:.1f}" for run in g.runs))
+                median = g.pairs[g.median_pair]
+                if all(run.cpu_ms_per_step for run in median):
+                    lines.append(f"    CPU per step, first step to last (ms"
+                                 f"{'' if len(g.pairs) == 1 else ', the median pair'}): "
+                                 + "; ".join(f"{run.backend} " + ", ".join(
+                                     f"{kind} {ms:.1f}" for kind, ms in run.cpu_ms_per_step.items())
+                                     + f", total {run.cpu_ms:.1f}" for run in median))
                 floor = link_floor(r, g)
                 if floor is not None:
                     lines.append(
@@ -367,7 +411,12 @@ class TrainFigures:
                         f"median step at {floor / g.run('ina').step_median:.0%} of it; ina "
                         f"can be at most {_most_speedup(r, g):.2f}x gloo's median step here")
                 acc = g.run("ina").test_accuracy - g.run("gloo").test_accuracy
-                lines.append(f"    ina vs gloo (same run): {g.speedup:.2f}x gloo's speed by the "
+                if len(g.pairs) > 1:
+                    lines.append("    ina vs gloo by the median step, pair by pair: "
+                                 + ", ".join(f"{x:.2f}x" for x in g.speedups)
+                                 + f"; the median pair is {g.median_pair + 1}")
+                which = "same run" if len(g.pairs) == 1 else "the median pair"
+                lines.append(f"    ina vs gloo ({which}): {g.speedup:.2f}x gloo's speed by the "
                              f"median step, {g.run_speedup:.2f}x for the whole run; accuracy "
                              f"{acc * 100:+.1f} points; largest parameter difference "
                              f"{g.max_param_diff:.2e}")
@@ -403,7 +452,7 @@ class TrainFigures:
             regime = ("links unlimited" if g.rate_mbit is None
                       else f"links {g.rate_mbit:g} Mbit/s")
             top, bottom = axes[0][col], axes[1][col]
-            for run in g.runs:
+            for run in g.pairs[g.median_pair]:
                 smooth = _smooth(run.loss, 10)
                 style = {"color": colors[run.backend], "linewidth": 1.2,
                          "linestyle": "-" if run.backend == "ina" else "--"}
@@ -411,8 +460,9 @@ class TrainFigures:
                          label=f"{run.backend}: {run.step_median * 1000:.0f} ms a step, "
                                f"{run.test_accuracy:.1%} test accuracy")
                 bottom.plot(run.clock, smooth, **style)
+            pairs = "" if len(g.pairs) == 1 else f" (the median of {len(g.pairs)} pairs)"
             top.set_title(f"{r.case}, {len(r.workers)} workers, {regime}\n"
-                          f"ina {g.speedup:.2f}x gloo's speed", fontsize=9)
+                          f"ina {g.speedup:.2f}x gloo's speed{pairs}", fontsize=9)
             top.set_xlabel("training step")
             bottom.set_xlabel("wall-clock seconds since the first step")
             top.legend(fontsize=7)
@@ -522,13 +572,17 @@ def _one_round_trip(regime: TrainRegime) -> tuple[str, bool]:
 
 
 def _p99(regime: TrainRegime) -> tuple[str, bool]:
-    t = regime.run("ina").tail
+    """ina's p99 step against its median, of its run with the longest tail."""
+    t = max((run.tail for run in regime.of("ina")), key=lambda t: t.p99 / t.median)
     return f"p99 {t.p99 * 1000:.0f} ms, {t.p99 / t.median:.2f}x", t.p99 <= 1.5 * t.median
 
 
 def _stalls(regime: TrainRegime) -> tuple[str, bool]:
-    t = regime.run("ina").tail
-    return f"{t.stalls} (largest {t.largest * 1000:.0f} ms)", t.stalls == 0
+    """ina's stalls, every run's."""
+    tails = [run.tail for run in regime.of("ina")]
+    stalls = sum(t.stalls for t in tails)
+    return (f"{stalls} (largest {max(t.largest for t in tails) * 1000:.0f} ms)",
+            stalls == 0)
 
 
 def _smooth(values: list[float], n: int) -> list[float]:
@@ -542,14 +596,14 @@ HSDP_CASE, HSDP_REPLICAS = "fat-tree-hsdp", 2
 
 def run_named_case(name: str, build_dir: Path, regimes: tuple[str, ...],
                    settings: TrainSettings, bucket_mib: int = 0,
-                   rate_mbit: float | None = None) -> TrainCaseResult:
+                   rate_mbit: float | None = None, pairs: int = 1) -> TrainCaseResult:
     """``run_case`` of a case by name: a DDP case of DEFAULT_CASES, or the HSDP case;
     its links at ``rate_mbit`` in the link-bound regime (None: the case's rate)."""
     if name == HSDP_CASE:
         return run_case(CASES["fat-tree"].adjusted(rate_mbit=rate_mbit), build_dir, regimes,
-                        dataclasses.replace(settings, hsdp=HSDP_REPLICAS), bucket_mib)
+                        dataclasses.replace(settings, hsdp=HSDP_REPLICAS), bucket_mib, pairs)
     return run_case(DEFAULT_CASES[name].adjusted(rate_mbit=rate_mbit), build_dir, regimes,
-                    settings, bucket_mib)
+                    settings, bucket_mib, pairs)
 
 
 # --- On a worker's host: python -m ina.bench.train bucket --mib N [--json FILE] -------

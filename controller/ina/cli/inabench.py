@@ -161,6 +161,10 @@ def _train_options(sub: common.SubParsers) -> None:
     t.add_argument("--steps", type=int, default=200, help="training steps per run")
     t.add_argument("--hidden", type=int, default=128,
                    help="width of the MLP's two hidden layers")
+    t.add_argument("--pairs", type=_count, default=1, metavar="N",
+                   help="runs of each backend per regime, alternating (ina gloo, gloo ina, "
+                        "...): each pair's ratio is printed, the goals take the median "
+                        "pair's")
     t.add_argument("--rate", type=_link_rate, metavar="MBIT",
                    help="Mbit/s of every link in the link-bound regime (default: the "
                         "case's, as inabench allreduce: " + ", ".join(
@@ -248,6 +252,17 @@ def _positive(text: str) -> int:
     if value <= 0 or value % COLLECTIVE_SIZE_QUANTUM:
         raise argparse.ArgumentTypeError(
             f"{value} is not a positive multiple of {COLLECTIVE_SIZE_QUANTUM}")
+    return value
+
+
+def _count(text: str) -> int:
+    """A whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
     return value
 
 
@@ -416,9 +431,9 @@ def _loss(args: argparse.Namespace) -> Any:
     from ina.bench import loss
     from ina.lab.mininet import bmv2_build
 
-    rates = [args.rate if r == "link" else None for r in _regimes(args.regimes)]
-    figures = loss.LossFigures(loss.run(args.build, args.losses, args.size, CASES["figure1"],
-                                        args.rounds, rates), bmv2_build())
+    case = CASES["figure1"].adjusted(rate_mbit=args.rate)
+    figures = loss.LossFigures(loss.run(args.build, args.losses, args.size, case, args.rounds,
+                                        _regimes(args.regimes)), bmv2_build())
     return figures.figures()
 
 
@@ -448,7 +463,8 @@ def _train(args: argparse.Namespace) -> Any:
     settings = train.TrainSettings(steps=args.steps, hidden=args.hidden)
     conversion = train.bucket_conversion(CASES["figure1"].rate_mbit)
     trained = [train.run_named_case(name, args.build, _regimes(args.regimes), settings,
-                                    args.bucket_mib if name == "figure1" else 0, args.rate)
+                                    args.bucket_mib if name == "figure1" else 0, args.rate,
+                                    args.pairs)
                for name in args.case or ["figure1", "fat-tree", train.HSDP_CASE]]
     return train.TrainFigures(trained, conversion, bmv2_build(), torch.__version__).figures()
 
