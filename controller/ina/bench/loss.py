@@ -7,7 +7,6 @@ next to what was measured."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -77,20 +76,20 @@ GOAL_LOSS, GOAL_OF_LOSSLESS = 0.01, 0.95
 
 
 def run(build_dir: Path, losses: list[float], size: int, case: Case, rounds: int = 3,
-        rates: Sequence[float | None] = (None,)) -> list[LossRun]:
+        regimes: tuple[str, ...] = ("cpu",)) -> list[LossRun]:
     """Inside the sandbox: ``measure_on_bench`` on ``case``'s lab with its job
-    deployed, once per link rate in ``rates`` (None: links unlimited)."""
+    deployed, in each of ``regimes`` (Bench.regimes: "link" at the case's rate)."""
     with bench_on_lab(case, build_dir) as bench:
-        return [r for rate in rates for r in measure_on_bench(bench, losses, size, rounds, rate)]
+        return [r for _ in bench.regimes(regimes, case.rate_mbit)
+                for r in measure_on_bench(bench, losses, size, rounds)]
 
 
-def measure_on_bench(bench: Bench, losses: list[float], size: int, rounds: int = 3,
-                     rate_mbit: float | None = None) -> list[LossRun]:
+def measure_on_bench(bench: Bench, losses: list[float], size: int, rounds: int = 3
+                     ) -> list[LossRun]:
     """The INA AllReduce of ``size`` values of the bench's job at each loss rate,
     ``rounds`` times, the loss rates taking turns (the median is reported: one stall
-    of the machine does not decide a figure), every link at ``rate_mbit`` meanwhile
-    (None: as the lab has them), the lab's own links again after. RuntimeError if a
-    result is not exact."""
+    of the machine does not decide a figure), on the lab's links as they are.
+    RuntimeError if a result is not exact."""
     from ina.host.arrays import digest, random_array
     from ina.model.harness import reduce_arrays
 
@@ -98,16 +97,11 @@ def measure_on_bench(bench: Bench, losses: list[float], size: int, rounds: int =
     expected = digest(reduce_arrays(job.op, [random_array(size, i)
                                              for i in range(len(job.workers))]))
     reports: dict[float, list[dict[str, Any]]] = {loss: [] for loss in losses}
+    for _ in range(rounds):
+        for loss in losses:
+            reports[loss].append(_round(bench, loss, size, expected))
     queues = lab.topology.queues
-    if rate_mbit is not None:
-        lab.limit_links(rate_mbit)
-    try:
-        for _ in range(rounds):
-            for loss in losses:
-                reports[loss].append(_round(bench, loss, size, expected))
-    finally:
-        if lab.topology.queues != queues:
-            lab.set_queues(queues)
+    rate_mbit = None if queues is None else queues.rate
     runs: list[LossRun] = []
     for loss in losses:
         by_time = sorted(reports[loss], key=lambda r: float(r["seconds"]))

@@ -106,14 +106,15 @@ class Bench:
     def regimes(self, regimes: tuple[str, ...], rate_mbit: float
                 ) -> Iterator[tuple[str, float | None]]:
         """Each regime in turn with its link rate (None: unlimited), the lab's links
-        set for it while the caller measures; unlimited again after each."""
+        set for it while the caller measures; as they were again after each."""
+        before = self.lab.topology.queues
         for regime in regimes:
             rate = rate_mbit if regime == "link" else None
             self.lab.limit_links(rate)
             try:
                 yield regime, rate
             finally:
-                self.lab.limit_links(None)
+                self.lab.set_queues(before)
 
     def rank_envs(self, master_port: int) -> dict[str, dict[str, str]]:
         """Per worker, the environment ``inalab ranks`` gives rank r on the job's r-th
