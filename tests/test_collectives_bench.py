@@ -283,6 +283,18 @@ def test_ina_using_more_cpu_per_value_misses_issue_24s_goal() -> None:
     assert "(1.17x)" in goals_[0].measured
 
 
+def test_a_cpu_goal_inas_switches_alone_miss_says_no_host_code_can_meet_it() -> None:
+    goals_ = cpu_goals(_with_cpu((1.3, 0.2), (1.0, 0.2)))
+    assert [g.passed for g in goals_] == [False, False, False]
+    assert goals_[0].measured.endswith(": out of the hosts' code's reach")
+
+
+def test_a_cpu_goal_missed_by_the_ranks_alone_is_not_called_out_of_reach() -> None:
+    goals_ = cpu_goals(_with_cpu((1.1, 0.2), (1.0, 0.2)))
+    assert [g.passed for g in goals_] == [False, False, False]
+    assert "reach" not in goals_[0].measured
+
+
 def test_figures_without_cpu_times_leave_issue_24s_goal_not_measured() -> None:
     assert [g.passed for g in cpu_goals(case())] == [None, None, None]
 

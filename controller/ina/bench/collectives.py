@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ina.bench.collective_rank import OWNED, OWNED_COLLECTIVES, Command
-from ina.bench.goals import Goal, Goals
+from ina.bench.goals import Goal, Goals, less_cpu
 from ina.bench.goals import render as render_goals
 from ina.bench.onlab import (
     CASES,
@@ -398,8 +398,8 @@ def unlimited_speed_goals(case: CollectivesCase) -> list[Goal]:
 
 
 def _less_cpu(runs: list[CollectiveRun]) -> tuple[str, bool]:
-    ina, gloo = (sum(r.cpu_us_per_value() or (0.0, 0.0)) for r in runs)
-    return f"INA {ina:.2f} us, gloo {gloo:.2f} us ({ina / gloo:.2f}x)", ina < gloo
+    (switches, ranks), gloo = (r.cpu_us_per_value() or (0.0, 0.0) for r in runs)
+    return less_cpu(switches, ranks, sum(gloo), "us")
 
 
 def _lacked(rs: list[CollectiveRun], lacks: dict[str, float]) -> tuple[str, bool]:

@@ -62,3 +62,15 @@ class Goals(Generic[R]):
 def render(title: str, goals: Iterable[Goal]) -> list[str]:
     """The goals as a report's lines, under ``title``."""
     return [title, *(g.line() for g in goals)]
+
+
+def less_cpu(switches: float, ranks: float, gloo: float, unit: str) -> tuple[str, bool]:
+    """Issue 24's CPU goal: INA's CPU (its ``switches``' and ``ranks``') below
+    ``gloo``'s (switches and ranks), in ``unit``. Where INA's switches alone spend
+    ``gloo``'s or more, no change to the hosts' code can meet it (only fewer or
+    cheaper packets in BMv2), and it says so."""
+    ina = switches + ranks
+    measured = f"INA {ina:.2f} {unit}, gloo {gloo:.2f} {unit} ({ina / gloo:.2f}x)"
+    if switches >= gloo:
+        measured += f"; INA's switches alone {switches:.2f} {unit}: out of the hosts' code's reach"
+    return measured, ina < gloo

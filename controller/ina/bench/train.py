@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ina.bench.goals import Goal, Goals
+from ina.bench.goals import Goal, Goals, less_cpu
 from ina.bench.goals import render as render_goals
 from ina.bench.onlab import (
     CASES,
@@ -543,10 +543,10 @@ def goals(case: TrainCaseResult) -> list[Goal]:
 
 
 def _less_cpu(regime: TrainRegime) -> tuple[str, bool]:
-    ina, gloo = regime.run("ina").cpu_ms, regime.run("gloo").cpu_ms
-    if ina is None or gloo is None:
+    ina, gloo = regime.run("ina").cpu_ms_per_step, regime.run("gloo").cpu_ms
+    if not ina or gloo is None:
         return "not measured", False
-    return f"{ina:.1f} ms against {gloo:.1f} ms", ina < gloo
+    return less_cpu(ina["switches"], ina["ranks"], gloo, "ms")
 
 
 def _round_trips(run: TrainRun) -> str:
