@@ -133,5 +133,9 @@ def test_pairs_survive_the_figures_json() -> None:
     again = TrainFigures.from_figures(json.loads(json.dumps(doc))).cases[0].regimes[0]
     assert again.speedups == pytest.approx(regime.speedups)
     assert doc["cases"][0]["regimes"][0]["speedup"] == pytest.approx(1.0)
-    assert "pair by pair: 0.80x, 1.10x, 1.00x; the median pair is 3" in TrainFigures(
-        [case], None, "bmv2", "torch").render()
+    text = TrainFigures([case], None, "bmv2", "torch").render()
+    assert "pair by pair: 0.80x, 1.10x, 1.00x; the median pair is 3" in text
+    rows = [line.split()[:2] for line in text.splitlines()
+            if line.split()[:1] in (["ina"], ["gloo"]) and line.split()[1].isdigit()]
+    assert rows == [["ina", "1"], ["gloo", "1"], ["gloo", "2"], ["ina", "2"], ["ina", "3"],
+                    ["gloo", "3"]]

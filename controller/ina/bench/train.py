@@ -381,10 +381,11 @@ class TrainFigures:
                 lines.append(f"    {'backend':<8} {'ms/step':>8} {'p90':>7} {'p99':>7} "
                              f"{'largest':>8} {'stalls':>6} {'run s':>7} {'comm':>6} "
                              f"{'loss':>7} {'accuracy':>9}")
+                seen: dict[str, int] = {}
                 for run in g.runs:
                     t = run.tail
-                    name = run.backend if len(g.pairs) == 1 else (
-                        f"{run.backend} {g.of(run.backend).index(run) + 1}")
+                    seen[run.backend] = nth = seen.get(run.backend, 0) + 1
+                    name = run.backend if len(g.pairs) == 1 else f"{run.backend} {nth}"
                     lines.append(f"    {name:<8} {run.step_median * 1000:>8.1f} "
                                  f"{t.p90 * 1000:>7.1f} {t.p99 * 1000:>7.1f} "
                                  f"{t.largest * 1000:>8.1f} {t.stalls:>6} {run.seconds:>7.1f} "
