@@ -377,50 +377,7 @@ class TrainFigures:
                          + ("; the mesh's groups planned by the lab's job service when the "
                             "program makes them." if s.hsdp else "."))
             for g in r.regimes:
-                lines.append(f"  {describe_regime(g.rate_mbit)}:")
-                lines.append(f"    {'backend':<8} {'ms/step':>8} {'p90':>7} {'p99':>7} "
-                             f"{'largest':>8} {'stalls':>6} {'run s':>7} {'comm':>6} "
-                             f"{'loss':>7} {'accuracy':>9}")
-                seen: dict[str, int] = {}
-                for run in g.runs:
-                    t = run.tail
-                    seen[run.backend] = nth = seen.get(run.backend, 0) + 1
-                    name = run.backend if len(g.pairs) == 1 else f"{run.backend} {nth}"
-                    lines.append(f"    {name:<8} {run.step_median * 1000:>8.1f} "
-                                 f"{t.p90 * 1000:>7.1f} {t.p99 * 1000:>7.1f} "
-                                 f"{t.largest * 1000:>8.1f} {t.stalls:>6} {run.seconds:>7.1f} "
-                                 f"{run.comm_share:>6.1%} {run.final_loss:>7.4f} "
-                                 f"{run.test_accuracy:>9.1%}")
-                phases = g.run("ina").phases
-                if phases:
-                    per = "a step's" if s.hsdp else "an all_reduce's"
-                    lines.append(f"    ina, {per} phases (ms): " + ", ".join(
-                        f"{name} {seconds * 1000:.1f}" for name, seconds in phases.items())
-                        + _round_trips(g.run("ina")))
-                median = g.pairs[g.median_pair]
-                if all(run.cpu_ms_per_step for run in median):
-                    lines.append(f"    CPU per step, first step to last (ms"
-                                 f"{'' if len(g.pairs) == 1 else ', the median pair'}): "
-                                 + "; ".join(f"{run.backend} " + ", ".join(
-                                     f"{kind} {ms:.1f}" for kind, ms in run.cpu_ms_per_step.items())
-                                     + f", total {run.cpu_ms:.1f}" for run in median))
-                floor = link_floor(r, g)
-                if floor is not None:
-                    lines.append(
-                        f"    the links' floor for ina's step: {floor * 1000:.1f} ms (every "
-                        "packet of its all_reduces once each way at the link's rate); its "
-                        f"median step at {floor / g.run('ina').step_median:.0%} of it; ina "
-                        f"can be at most {_most_speedup(r, g):.2f}x gloo's median step here")
-                acc = g.run("ina").test_accuracy - g.run("gloo").test_accuracy
-                if len(g.pairs) > 1:
-                    lines.append("    ina vs gloo by the median step, pair by pair: "
-                                 + ", ".join(f"{x:.2f}x" for x in g.speedups)
-                                 + f"; the median pair is {g.median_pair + 1}")
-                which = "same run" if len(g.pairs) == 1 else "the median pair"
-                lines.append(f"    ina vs gloo ({which}): {g.speedup:.2f}x gloo's speed by the "
-                             f"median step, {g.run_speedup:.2f}x for the whole run; accuracy "
-                             f"{acc * 100:+.1f} points; largest parameter difference "
-                             f"{g.max_param_diff:.2e}")
+                lines += _regime_lines(r, g)
             b = r.bucket
             if b is not None:
                 lines.append(f"  one {b.mib} MiB float32 bucket (DDP's default size), links "
@@ -472,6 +429,56 @@ class TrainFigures:
                 bottom.set_ylabel("training loss\n(mean of the last 10 steps)")
         save(fig, path, f"{self.bmv2}; torch {self.torch}; where the two lines of a panel "
              "overlap, the backends' losses agree")
+
+
+def _regime_lines(r: TrainCaseResult, g: TrainRegime) -> list[str]:
+    """The report's lines of one regime of a case: every run, the calls' phases, the
+    CPU, the links' floor and the ratios."""
+    s = r.settings
+    lines = [f"  {describe_regime(g.rate_mbit)}:",
+             f"    {'backend':<8} {'ms/step':>8} {'p90':>7} {'p99':>7} {'largest':>8} "
+             f"{'stalls':>6} {'run s':>7} {'comm':>6} {'loss':>7} {'accuracy':>9}"]
+    seen: dict[str, int] = {}
+    for run in g.runs:
+        t = run.tail
+        seen[run.backend] = nth = seen.get(run.backend, 0) + 1
+        name = run.backend if len(g.pairs) == 1 else f"{run.backend} {nth}"
+        lines.append(f"    {name:<8} {run.step_median * 1000:>8.1f} "
+                     f"{t.p90 * 1000:>7.1f} {t.p99 * 1000:>7.1f} "
+                     f"{t.largest * 1000:>8.1f} {t.stalls:>6} {run.seconds:>7.1f} "
+                     f"{run.comm_share:>6.1%} {run.final_loss:>7.4f} "
+                     f"{run.test_accuracy:>9.1%}")
+    phases = g.run("ina").phases
+    if phases:
+        per = "a step's" if s.hsdp else "an all_reduce's"
+        lines.append(f"    ina, {per} phases (ms): " + ", ".join(
+            f"{name} {seconds * 1000:.1f}" for name, seconds in phases.items())
+            + _round_trips(g.run("ina")))
+    median = g.pairs[g.median_pair]
+    if all(run.cpu_ms_per_step for run in median):
+        lines.append(f"    CPU per step, first step to last (ms"
+                     f"{'' if len(g.pairs) == 1 else ', the median pair'}): "
+                     + "; ".join(f"{run.backend} " + ", ".join(
+                         f"{kind} {ms:.1f}" for kind, ms in run.cpu_ms_per_step.items())
+                         + f", total {run.cpu_ms:.1f}" for run in median))
+    floor = link_floor(r, g)
+    if floor is not None:
+        lines.append(
+            f"    the links' floor for ina's step: {floor * 1000:.1f} ms (every "
+            "packet of its all_reduces once each way at the link's rate); its "
+            f"median step at {floor / g.run('ina').step_median:.0%} of it; ina "
+            f"can be at most {_most_speedup(r, g):.2f}x gloo's median step here")
+    acc = g.run("ina").test_accuracy - g.run("gloo").test_accuracy
+    if len(g.pairs) > 1:
+        lines.append("    ina vs gloo by the median step, pair by pair: "
+                     + ", ".join(f"{x:.2f}x" for x in g.speedups)
+                     + f"; the median pair is {g.median_pair + 1}")
+    which = "same run" if len(g.pairs) == 1 else "the median pair"
+    lines.append(f"    ina vs gloo ({which}): {g.speedup:.2f}x gloo's speed by the "
+                 f"median step, {g.run_speedup:.2f}x for the whole run; accuracy "
+                 f"{acc * 100:+.1f} points; largest parameter difference "
+                 f"{g.max_param_diff:.2e}")
+    return lines
 
 
 def link_floor(case: TrainCaseResult, regime: TrainRegime) -> float | None:
