@@ -243,17 +243,20 @@ def test_a_probe_passes_a_full_queue(figure1_lab: NetLab) -> None:
     sender = watcher.watcher._links["s1"]  # noqa: SLF001 (its probes' sequence numbers)
     s5_from_s1 = next(p for p, nb in lab.topology.ports("s5").items() if nb.node == "s1")
     lags: list[tuple[float, int]] = []  # (when, probes sent since the one heard)
-    heard = watcher.watcher.detector.probe_received
-
-    def timed(switch: str, in_port: int, probe: Probe, now: float) -> bool:
-        if (switch, in_port) == ("s5", s5_from_s1):
-            lags.append((time.monotonic(), sender.seq - probe.seq))
-        return heard(switch, in_port, probe, now)
-
-    watcher.watcher.detector.probe_received = timed  # type: ignore[method-assign]
     floods: list[subprocess.Popen[bytes]] = []
     try:
+        # Settled first: the watcher's run makes its detector anew, so one patched
+        # before that is not the one that hears the probes (the test's race: no probe
+        # heard at all, one run in three).
         watcher.settled()
+        heard = watcher.watcher.detector.probe_received
+
+        def timed(switch: str, in_port: int, probe: Probe, now: float) -> bool:
+            if (switch, in_port) == ("s5", s5_from_s1):
+                lags.append((time.monotonic(), sender.seq - probe.seq))
+            return heard(switch, in_port, probe, now)
+
+        watcher.watcher.detector.probe_received = timed  # type: ignore[method-assign]
         for w in ("w1", "w2"):  # 36 frames of 1,000 bytes a second: 0.29 Mbit/s each
             node = lab.lab.host(w)
             floods.append(node.popen(
