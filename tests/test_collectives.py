@@ -178,13 +178,34 @@ def test_float_reductions_are_within_their_bound(collective: str, op: Op) -> Non
 
 
 @pytest.mark.parametrize("collective", ["allreduce", "reduce", "reduce_scatter"])
-def test_float16_travels_in_16_bit_elements_within_its_bound(collective: str) -> None:
+def test_float16_travels_in_16_bit_elements_within_its_bound_when_asked(collective: str
+                                                                         ) -> None:
     rng = np.random.default_rng(4)
     arrays = [rng.standard_normal(P16 + 3).astype(np.float16) for _ in range(4)]
-    outcomes, fabric = _run(collective, arrays, root=3)
-    check(collective, arrays, outcomes, root=3)
+    outcomes, fabric = _run(collective, arrays, root=3, width=16)
+    check(collective, arrays, outcomes, root=3, width=16)
     widths = [flow.width for _, flow in fabric.flows]
     assert widths == [32, 16]  # the exponents (the descriptor their lead), the values
+
+
+def test_a_float16_sum_travels_in_32_bit_elements_by_default() -> None:
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal(P16 + 3).astype(np.float16) for _ in range(4)]
+    outcomes, fabric = _run("allreduce", arrays)
+    check("allreduce", arrays, outcomes)
+    assert [flow.width for _, flow in fabric.flows] == [32, 32]
+
+
+@pytest.mark.parametrize("op", [Op.MIN, Op.MAX])
+def test_a_float_min_or_max_travels_as_exact_32_bit_keys_whatever_the_width(op: Op) -> None:
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(P16 + 3).astype(np.float16) for _ in range(4)]
+    outcomes, fabric = _run("allreduce", arrays, op, width=16)
+    expected = (np.minimum if op == Op.MIN else np.maximum).reduce(np.stack(arrays))
+    for outcome in outcomes:
+        assert isinstance(outcome, AllreduceResult)
+        assert np.array_equal(outcome.values, expected.astype(np.float32))
+    assert [flow.width for _, flow in fabric.flows] == [32, 32]  # the descriptor, the keys
 
 
 @pytest.mark.parametrize("op", [Op.SUM, Op.MIN, Op.MAX])
@@ -285,7 +306,7 @@ class _Silent:
 @pytest.mark.parametrize(("call", "message"), [
     (lambda w: w.broadcast(np.arange(3), root=4), "rank 4 is not a rank of job 4"),
     (lambda w: w.reduce(np.arange(3), root=-1), "rank -1 is not a rank"),
-    (lambda w: w.allreduce(np.array([1, 2**20]), width=16), "signed 16 bits"),
+    (lambda w: w.allreduce(np.array([1, 2]), width=8), "32 or 16 bits wide"),
     (lambda w: w.reduce_scatter(np.zeros((2, 2))), "one-dimensional"),
     (lambda w: w.allgather(np.zeros(0)), "non-empty"),
 ])

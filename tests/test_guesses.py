@@ -8,12 +8,14 @@ import numpy as np
 from ina.host.guesses import (
     DIGEST_VALUES,
     GUESS_HEADROOM,
+    GUESS_TOLERANCE,
     Guesses,
     Verdict,
     counted,
     digest,
     guessable,
 )
+from ina.host.quantize import ZERO_EXPONENT
 from ina.protocol.constants import ELEMS_PER_PACKET, WIDTH16, WIDTH32
 
 KEY = (4, 1, True)
@@ -68,13 +70,14 @@ def test_the_digest_differs_for_another_guess_or_another_kind_of_call() -> None:
 
 
 def test_only_32_bit_arrays_whose_exponents_fit_the_lead_packet_guess() -> None:
-    assert guessable(ELEMS_PER_PACKET - 16, WIDTH32)
-    assert not guessable(ELEMS_PER_PACKET - 15, WIDTH32)
+    # The descriptor (14 values), the digest (4) and the specials flag (1) go first.
+    assert guessable(ELEMS_PER_PACKET - 19, WIDTH32)
+    assert not guessable(ELEMS_PER_PACKET - 18, WIDTH32)
     assert not guessable(1, WIDTH16)
 
 
-def _lead(guess: np.ndarray | None, exps: np.ndarray) -> np.ndarray:
-    return np.concatenate((digest(KEY, guess), exps))
+def _lead(guess: np.ndarray | None, exps: np.ndarray, special: int = 0) -> np.ndarray:
+    return np.concatenate((digest(KEY, guess), [special], exps)).astype(np.int32)
 
 
 def test_a_guess_every_worker_made_stands_where_the_agreed_exponent_is_within_it() -> None:
@@ -84,6 +87,26 @@ def test_a_guess_every_worker_made_stands_where_the_agreed_exponent_is_within_it
     assert v.anyone_guessed and v.all_same
     assert np.array_equal(v.exponents, _exps(5, 6, 0))
     assert v.missed.tolist() == [False, True, False]
+
+
+def test_a_guess_far_above_the_agreed_exponent_misses_unless_the_block_is_zero() -> None:
+    guess = _exps(18, 18, 18, 18)
+    agreed = _exps(18 - GUESS_TOLERANCE, 17 - GUESS_TOLERANCE, -13, ZERO_EXPONENT)
+    v = Verdict.of(_led(_lead(guess, agreed), _lead(guess, agreed)), guess)
+    assert v.missed.tolist() == [False, True, True, False]
+
+
+def test_the_lead_says_whether_any_worker_holds_a_nan_or_an_infinity() -> None:
+    guess = _exps(1)
+    assert not Verdict.of(_led(_lead(guess, _exps(1)), _lead(guess, _exps(1))), guess).special
+    assert Verdict.of(_led(_lead(guess, _exps(1), 1), _lead(guess, _exps(1))), guess).special
+
+
+def test_a_call_that_missed_forgets_its_kinds_history() -> None:
+    g = Guesses()
+    g.learn(KEY, _exps(31))
+    g.learn(KEY, _exps(3), missed=True)
+    assert _guess(g, KEY).tolist() == [3 + GUESS_HEADROOM]
 
 
 def test_no_worker_guessed_the_values_follow_with_the_agreed_exponents() -> None:

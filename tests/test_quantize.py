@@ -49,6 +49,7 @@ def test_zero_blocks_stay_zero() -> None:
     assert not result.any()
 
 
-def test_non_finite_values_are_refused() -> None:
-    with pytest.raises(ValueError, match="finite"):
-        qz.block_exponents(np.array([1.0, np.inf], dtype=np.float32))
+def test_non_finite_values_are_left_out_of_the_block_exponents() -> None:
+    # They travel apart (ina.host.floatbits).
+    x = np.array([1.0, np.inf, np.nan, -np.inf], dtype=np.float32)
+    assert qz.block_exponents(x).tolist() == [1]

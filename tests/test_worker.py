@@ -112,8 +112,8 @@ def test_a_worker_whose_root_does_not_answer_times_out_saying_so() -> None:
 
 def test_bad_input_is_refused_before_anything_is_sent() -> None:
     transport = _SilentTransport()
-    with pytest.raises(ValueError, match="signed 32 bits"):
-        Worker(CONFIG, transport).allreduce(np.array([2**40]))
+    with pytest.raises(ValueError, match="one-dimensional"):
+        Worker(CONFIG, transport).allreduce(np.array([[1, 2]]))
     assert transport.sent == []
 
 
@@ -245,8 +245,21 @@ def test_at_a_timeout_every_chunk_a_later_result_overtook_is_sent_again() -> Non
     for seq in (3, 6):
         session.accept(_result(seq, [0] * ELEMS_PER_PACKET), now=0.01)
     assert session.packets_to_send(now=10.01) == [_query(first[0])]  # the oldest timed out
-    assert session.packets_to_send(now=10.01) == [_query(first[c]) for c in (1, 2, 4, 5)]
-    assert session.packets_to_send(now=10.01) == []  # 7: nothing overtook it
+    # 1, 2, 4 and 5: results overtook them; 7: nothing did, but it was sent an RTO ago.
+    assert session.packets_to_send(now=10.01) == [_query(first[c]) for c in (1, 2, 4, 5, 7)]
+    assert session.packets_to_send(now=10.01) == []
+
+
+def test_at_a_timeout_a_chunk_sent_less_than_an_rto_ago_waits() -> None:
+    config = WorkerConfig(4, Op.SUM, bit_of(2), "10.0.100.1", window=8, root="10.0.100.6")
+    session = ReductionWindow(config, np.zeros(6 * ELEMS_PER_PACKET, dtype=np.int32),
+                               rto=RtoEstimator(initial=10.0, floor=10.0))
+    first = session.packets_to_send(now=0.0)  # chunks 0..3
+    session.accept(_result(1, [0] * ELEMS_PER_PACKET), now=5.0)
+    assert len(session.packets_to_send(now=5.0)) == 1  # chunk 4, in 1's room
+    assert session.packets_to_send(now=10.01) == [_query(first[0])]  # the oldest timed out
+    # 2 and 3 were sent an RTO ago (nothing overtook them: they went after 1); 4 waits.
+    assert session.packets_to_send(now=10.01) == [_query(first[c]) for c in (2, 3)]
 
 
 def test_a_stalled_window_probes_its_oldest_chunk_before_the_rto() -> None:

@@ -185,6 +185,10 @@ class CallMismatch(AllreduceError):
     """The workers of a job did not make the same call."""
 
 
+class CallRefused(AllreduceError):
+    """Another worker of the call refused it: its input does not fit the data plane."""
+
+
 class PlanChanged(AllreduceError):
     """The job's plan changed during a call: planned anew in generation ``gen``
     (REPLAN), or no switch aggregates it now (``on_hosts``). ina.host.call.Caller

@@ -35,7 +35,7 @@ def allgather(config: WorkerConfig, values: npt.ArrayLike) -> CallBody:
         owner = layout.owner()
         owners, op = chunk_owners(config, owner)
         reduce = agreeing(reduce, describe(Collective.ALLGATHER, array.size, bytes_kind(array),
-                                           op), config.job_id)
+                                           op), config)
         wire = np.zeros(layout.slots, dtype=np.int32)
         start = layout.part_slots(config.rank)
         wire[start: start + mine.size] = mine

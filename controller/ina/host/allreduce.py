@@ -3,8 +3,9 @@
 Every worker contributes data to every chunk and every chunk's data comes back to
 every worker (``dest`` 0): a worker's uplink and downlink each carry the array once.
 Integers travel as they are (32-bit elements, or 16-bit ones: int16 arrays, or on
-request), floats through the block quantization (16-bit elements for float16
-arrays, or on request; ina.host.quantize).
+request); floats' SUM through the block quantization (32-bit elements, or 16-bit
+ones on request: ina.host.quantize), their MIN and MAX as order keys, exactly
+(ina.host.floatbits).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 import numpy.typing as npt
 
 from ina.host.call import Collective, agreeing
-from ina.host.collective import describe, reducible, reduction, reduction_kind
+from ina.host.collective import reducible, reduction
 from ina.host.config import WorkerConfig
 from ina.host.flow import Layout
 from ina.host.guesses import Guesses
@@ -26,15 +27,13 @@ def allreduce(config: WorkerConfig, values: npt.ArrayLike, op: Op,
               width: int | None = None, guesses: Guesses | None = None) -> CallBody:
     """The body of an AllReduce of ``values`` (checked now, before anything is sent);
     ``guesses``: the worker's, for a float array (ina.host.guesses)."""
-    array, is_float, width = reducible(values, width, "allreduce")
+    operand = reducible(values, width, "allreduce", op, config)
 
     def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
-        reduce = agreeing(reduce, describe(Collective.ALLREDUCE, array.size,
-                                           reduction_kind(is_float), op, width=width),
-                          config.job_id)
-        r, seq = reduction(reduce, config, array, is_float, op, seq, Layout(array.size, width),
-                          guesses=guesses)
-        return trimmed(r, array.size), seq
+        reduce = agreeing(reduce, operand.describe(Collective.ALLREDUCE, op), config)
+        r, seq = reduction(reduce, config, operand, op, seq,
+                           Layout(operand.size, operand.width), guesses=guesses)
+        return trimmed(r, operand.size), seq
 
     return body
 

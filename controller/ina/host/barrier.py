@@ -22,7 +22,7 @@ def barrier(config: WorkerConfig) -> CallBody:
     """The body of a Barrier: its result has no values."""
 
     def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
-        reduce = agreeing(reduce, describe(Collective.BARRIER, 1, KIND_INT), config.job_id)
+        reduce = agreeing(reduce, describe(Collective.BARRIER, 1, KIND_INT), config)
         r = reduce(np.zeros(1, dtype=np.int32), Op.SUM, seq, "waiting at the barrier",
                    no_data())
         return AllreduceResult(np.zeros(0, dtype=np.int32), False, r.packets,

@@ -42,7 +42,7 @@ def broadcast(config: WorkerConfig, values: npt.ArrayLike, root: int) -> CallBod
         layout = Layout(wire.size)
         owners, op = chunk_owners(config, np.full(layout.chunks, root))
         reduce = agreeing(reduce, describe(Collective.BROADCAST, array.size, bytes_kind(array),
-                                           op, root=root), config.job_id)
+                                           op, root=root), config)
         data = np.full(layout.chunks, mine, dtype=bool)
         r, seq = movement(reduce, wire, seq, layout, data, "broadcasting", owners)
         values = unwords(r.values, array.dtype, array.size)

@@ -56,7 +56,14 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch, PlanChanged
+from ina.errors import (
+    AllreduceError,
+    AllreduceTimeout,
+    CallMismatch,
+    CallRefused,
+    PlanChanged,
+    UsageError,
+)
 from ina.host.config import WorkerConfig
 from ina.host.congestion import PACING_QUANTUM, CongestionWindow
 from ina.host.flow import Flow
@@ -172,12 +179,29 @@ def _collective_name(code: int) -> str:
         else str(code)
 
 
+class Refusal(enum.IntEnum):
+    """Why a worker refuses a call (its descriptor's ``refusal``): its own input does
+    not fit the data plane. Every worker then fails the call, naming it."""
+
+    NONE = 0
+    #: An integer beyond the signed range of the call's elements.
+    INT_RANGE = 1
+
+
+REFUSALS = {Refusal.INT_RANGE: "an integer beyond the range of the call's elements"}
+#: A descriptor's ``refusal`` is ``code << REFUSAL_SHIFT | rank``: MAX gives the
+#: highest code, and of the ranks refusing so, the highest.
+REFUSAL_SHIFT = 20
+
+
 @dataclass(frozen=True)
 class CallDescriptor:
     """What every worker of a call must agree on: the array's length, its kind, the
     op, the collective, its root (the rank a broadcast comes from or a reduce goes
-    to; NO_ROOT) and the elements' width. Reduced with MAX as ``[f, -f]`` for each
-    field ``f``: for each field, the largest and the smallest value any worker gave."""
+    to; NO_ROOT) and the elements' width; and ``refusal``, whether a worker refuses
+    the call (``Refusal``, with the worker's rank; 0: none) with ``detail``, what is
+    wrong with its input (not sent). Reduced with MAX as ``[f, -f]`` for each field
+    ``f``: for each field, the largest and the smallest value any worker gave."""
 
     size: int
     kind: int
@@ -185,13 +209,16 @@ class CallDescriptor:
     collective: int = Collective.ALLREDUCE
     root: int = NO_ROOT
     width: int = WIDTH32
+    refusal: int = 0
+    detail: str = ""
 
     FIELDS: ClassVar[tuple[tuple[str, Callable[[int], str]], ...]] = (
         ("array length", str), ("kind", _kind_name), ("op", _op_name),
         ("collective", _collective_name), ("root rank", str), ("element width", str))
 
     def values(self) -> npt.NDArray[np.int32]:
-        fields = (self.size, self.kind, self.op, self.collective, self.root, self.width)
+        fields = (self.size, self.kind, self.op, self.collective, self.root, self.width,
+                  self.refusal)
         return np.array([v for f in fields for v in (f, -f)], dtype=np.int32)
 
     @staticmethod
@@ -204,8 +231,30 @@ class CallDescriptor:
                 problems.append(f"{name} from {show(low)} to {show(high)}")
         return problems
 
+    def refused(self, reduced: npt.NDArray[np.int32], config: WorkerConfig) -> None:
+        """Fail the call if the reduced descriptor says a worker refuses it: this
+        worker's own refusal as a UsageError (its input is at fault), another's as
+        CallRefused, naming that worker and why."""
+        high = int(reduced[2 * len(self.FIELDS)])
+        if high <= 0:
+            return
+        if self.refusal:
+            raise UsageError(f"job {config.job_id}: {config.name}: {self.detail}; the "
+                             "call is refused at every worker")
+        code, rank = high >> REFUSAL_SHIFT, high & ((1 << REFUSAL_SHIFT) - 1)
+        who = config.peers[rank] if rank < len(config.peers) else "?"
+        why = REFUSALS.get(Refusal(code), str(code)) if code in Refusal._value2member_map_ \
+            else f"code {code}"
+        raise CallRefused(f"job {config.job_id}: rank {rank} ({who}) refused the call: "
+                          f"{why}; the call is refused at every worker")
 
-def agreeing(reduce: Reduce, descriptor: CallDescriptor, job_id: int) -> Reduce:
+
+def refusal(code: Refusal, rank: int) -> int:
+    """A descriptor's ``refusal`` field: ``code`` at ``rank``."""
+    return int(code) << REFUSAL_SHIFT | rank
+
+
+def agreeing(reduce: Reduce, descriptor: CallDescriptor, config: WorkerConfig) -> Reduce:
     """``reduce`` that agrees on the call first (step 2): the call's descriptor is
     reduced with MAX at the call's first sequence number, and the call's first
     reduction follows at the next one. A worker that started the call without a
@@ -224,6 +273,7 @@ def agreeing(reduce: Reduce, descriptor: CallDescriptor, job_id: int) -> Reduce:
     in all; its result's ``lead`` is its own lead's part."""
     first = True
     described = len(descriptor.values())
+    job_id = config.job_id
 
     def check(reduced: npt.NDArray[np.int32]) -> None:
         problems = CallDescriptor.disagreement(reduced)
@@ -232,6 +282,7 @@ def agreeing(reduce: Reduce, descriptor: CallDescriptor, job_id: int) -> Reduce:
                 f"job {job_id}: the workers do not make the same call: "
                 + "; ".join(problems) + " (every worker must make the same collectives, "
                 "with the same array length, type, op, root and width, in the same order)")
+        descriptor.refused(reduced, config)
 
     def agreed(values: npt.NDArray[Any], op: Op, seq: int, phase: str,
                flow: Flow | None = None, lead: Lead | None = None) -> AllreduceResult:

@@ -21,19 +21,29 @@ descriptor (ina.host.call.CallDescriptor) the workers agree on first.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ina.errors import AllreduceError
-from ina.host import quantize
-from ina.host.call import KIND_BYTES, KIND_FLOAT, KIND_INT, NO_ROOT, CallDescriptor, Collective
+from ina.host import floatbits, quantize
+from ina.host.call import (
+    KIND_BYTES,
+    KIND_FLOAT,
+    KIND_INT,
+    NO_ROOT,
+    CallDescriptor,
+    Collective,
+    Refusal,
+    refusal,
+)
 from ina.host.config import WorkerConfig
 from ina.host.flow import WIDTHS, BoolArray, Flow, IntArray, Layout
 from ina.host.guesses import Guesses, Verdict, counted, digest, guessable
 from ina.host.results import EXPONENTS, REDUCING, AllreduceResult, Lead, Reduce, Reductions
-from ina.host.window import check_ints
+from ina.host.window import int_range_problem
 from ina.protocol.arith import seq_add
 from ina.protocol.constants import BITSTRING_BITS, OP_COPY, WIDTH16, WIDTH32, Op
 
@@ -55,20 +65,54 @@ def flat(values: npt.ArrayLike, what: str) -> npt.NDArray[Any]:
     return array
 
 
-def reducible(values: npt.ArrayLike, width: int | None, what: str
-              ) -> tuple[npt.NDArray[Any], bool, int]:
-    """``values`` checked for a reduction (refused before anything is sent): the
-    array, whether it is float, and the elements' width (default: 16 for float16
-    and int16 arrays, else 32)."""
+@dataclass(frozen=True)
+class Operand:
+    """A reduction's input as a worker's call takes it: ``array`` (zeros if the
+    worker refuses the call: its input does not fit the data plane), whether it is
+    float, its elements' width, and the worker's ``refusal`` (its descriptor's field,
+    ina.host.call.Refusal) with what is wrong (``detail``). A refused call still runs
+    its descriptor's round trip, so that every worker fails at once, saying why."""
+
+    array: npt.NDArray[Any]
+    is_float: bool
+    width: int
+    refusal: int = 0
+    detail: str = ""
+
+    @property
+    def size(self) -> int:
+        return int(self.array.size)
+
+    def describe(self, collective: Collective, op: Op, root: int = NO_ROOT
+                 ) -> CallDescriptor:
+        return CallDescriptor(self.size, reduction_kind(self.is_float), int(op),
+                              int(collective), root, self.width, self.refusal, self.detail)
+
+
+def reducible(values: npt.ArrayLike, width: int | None, what: str, op: Op,
+              config: WorkerConfig) -> Operand:
+    """``values`` checked for a reduction with ``op``: the operand, its elements'
+    width (default: 16 for int16 arrays, else 32; floats' MIN and MAX always 32, their
+    order keys: ina.host.floatbits). A shape or type the data plane never takes is
+    refused at once (ValueError, TypeError); integers beyond the width refuse the
+    call at every worker (``Operand``)."""
     array = flat(values, what)
     is_float = bool(np.issubdtype(array.dtype, np.floating))
+    if not is_float and not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(f"{what} takes integers or floats, not {array.dtype}")
     if width is None:
-        width = WIDTH16 if array.dtype in (np.float16, np.int16) else WIDTH32
+        width = WIDTH16 if array.dtype == np.int16 else WIDTH32
     if width not in WIDTHS:
         raise ValueError(f"elements are 32 or 16 bits wide, not {width}")
+    if is_float and op != Op.SUM:
+        width = WIDTH32
     if not is_float:
-        check_ints(array, width)
-    return array, is_float, width
+        problem = int_range_problem(array, width)
+        if problem is not None:
+            zeros = np.zeros(array.size, dtype=np.int32)
+            return Operand(zeros, False, width, refusal(Refusal.INT_RANGE, config.rank),
+                           f"{what}: {problem}")
+    return Operand(array, is_float, width)
 
 
 def check_rank(rank: int, config: WorkerConfig, what: str) -> int:
@@ -95,33 +139,62 @@ def describe(collective: Collective, size: int, kind: int, op: int = 0,
 # --- reductions ----------------------------------------------------------------------
 
 
-def reduction(reduce: Reduce, config: WorkerConfig, array: npt.NDArray[Any], is_float: bool,
-              op: Op, seq: int, layout: Layout, dest: IntArray | None = None,
+def reduction(reduce: Reduce, config: WorkerConfig, operand: Operand, op: Op, seq: int,
+              layout: Layout, dest: IntArray | None = None,
               guesses: Guesses | None = None) -> tuple[AllreduceResult, int]:
     """Every worker's ``array`` reduced with ``op`` from ``seq``, laid out on the wire
     as ``layout`` (its width included), chunk j's data to ``dest[j]`` (None: every
     worker): the result as on the wire (``layout.slots`` values: zeros in chunks
     that went elsewhere; floats with their bound) and the sequence number after.
-    ``guesses``: the worker's agreed exponents of earlier calls, to send a float
-    array's values with its exponents (ina.host.guesses; None: exponents first)."""
+    Integers travel as they are; floats' MIN and MAX as order keys, exactly
+    (ina.host.floatbits); floats' SUM quantized (``float_sum``)."""
     flow = Flow.of(layout, dest=dest)
-    if not is_float:
-        r = reduce(layout.spread(array), op, seq, REDUCING, flow)
+    if not operand.is_float:
+        r = reduce(layout.spread(operand.array), op, seq, REDUCING, flow)
         return r, seq_add(seq, r.packets)
+    x = layout.spread(operand.array.astype(np.float32))
+    if op != Op.SUM:
+        r = reduce(floatbits.order_keys(x, op), op, seq, REDUCING, flow)
+        values = floatbits.from_order_keys(r.values)
+        return dataclasses.replace(r, values=values, error_bound=np.zeros(values.size)), \
+            seq_add(seq, r.packets)
+    return float_sum(reduce, config, x, seq, layout, flow, guesses)
+
+
+def float_sum(reduce: Reduce, config: WorkerConfig, x: npt.NDArray[np.float32], seq: int,
+              layout: Layout, flow: Flow, guesses: Guesses | None
+              ) -> tuple[AllreduceResult, int]:
+    """The SUM of float values ``x`` (as on the wire): their finite part quantized
+    with block exponents (ina.host.quantize), agreed first, or guessed from earlier
+    calls (``guesses``: ina.host.guesses); then, if any worker holds a NaN or an
+    infinity (the exponents' lead says), its flags (ina.host.floatbits)."""
     n, width = config.workers, layout.width
-    x = layout.spread(array.astype(np.float32))
-    mine = quantize.block_exponents(x, width)
-    if guesses is not None and guessable(mine.size, width):
-        return _guessed(reduce, config, x, mine, op, seq, layout, flow, guesses)
+    finite = floatbits.finite_part(x)
+    mine = quantize.block_exponents(finite, width)
+    special = int(floatbits.has_specials(x))
     run = Reductions(reduce, seq)
-    e = run(mine, Op.MAX, EXPONENTS)
-    if np.any(e.values < mine):
-        raise AllreduceError(_not_counted(config))
-    r = run(quantize.quantize(x, e.values, op, n, width), op, REDUCING, flow)
-    values = quantize.dequantize(r.values, e.values, op, n, width)
-    return AllreduceResult(values, r.overflow, run.packets, run.retransmissions,
-                           quantize.bound(values, e.values, op, n, width),
-                           on_hosts=r.on_hosts, exponents=e.values.astype(np.int32)), run.seq
+    if guesses is not None and guessable(mine.size, width):
+        r, used, anyone_special = _guessed(run, config, finite, mine, special, layout, flow,
+                                           guesses)
+    else:
+        lead = np.concatenate(([special], mine)).astype(np.int32)
+        e = run(lead, Op.MAX, EXPONENTS)
+        if np.any(e.values < lead):
+            raise AllreduceError(_not_counted(config))
+        used, anyone_special = e.values[1:], bool(e.values[0] > 0)
+        r = run(quantize.quantize(finite, used, Op.SUM, n, width), Op.SUM, REDUCING, flow)
+    values = quantize.dequantize(r.values, used, Op.SUM, n, width)
+    bound = quantize.bound(values, used, Op.SUM, n, width)
+    overflow, on_hosts = r.overflow, r.on_hosts
+    if anyone_special:
+        p, m = floatbits.special_flags(x)
+        rp = run(p, Op.MAX, REDUCING, flow)
+        rm = run(m, Op.MAX, REDUCING, flow)
+        values = floatbits.with_specials(values, rp.values, rm.values)
+        bound = np.where(np.isfinite(values), bound, 0.0)
+        on_hosts = on_hosts or rp.on_hosts or rm.on_hosts
+    return AllreduceResult(values, overflow, run.packets, run.retransmissions, bound,
+                           on_hosts=on_hosts, exponents=used.astype(np.int32)), run.seq
 
 
 def _not_counted(config: WorkerConfig) -> str:
@@ -133,29 +206,30 @@ def _not_counted(config: WorkerConfig) -> str:
             "left in the switches; this call is given up, the next one is exact")
 
 
-def _guessed(reduce: Reduce, config: WorkerConfig, x: npt.NDArray[np.float32],
-             mine: IntArray32, op: Op, seq: int, layout: Layout, flow: Flow,
-             guesses: Guesses) -> tuple[AllreduceResult, int]:
-    """A float reduction whose values go with its exponents, scaled by a guess
+def _guessed(run: Reductions, config: WorkerConfig, x: npt.NDArray[np.float32],
+             mine: IntArray32, special: int, layout: Layout, flow: Flow,
+             guesses: Guesses) -> tuple[AllreduceResult, IntArray32, bool]:
+    """A float SUM whose values go with its exponents, scaled by a guess
     (ina.host.guesses): one window if the guess holds, else the blocks it missed
     reduced again with the agreed exponents (every block if the workers' guesses
-    differ)."""
+    differ). The integer result, the exponents it is scaled by, and whether any
+    worker holds a NaN or an infinity."""
     n, width = config.workers, layout.width
-    key = (layout.chunks, int(op), flow.dest is None)
+    key = (layout.chunks, int(Op.SUM), flow.dest is None)
     guess = guesses.guess(key)
-    lead_values = np.concatenate((digest(key, guess), mine))
+    lead_values = np.concatenate((digest(key, guess), [special], mine)).astype(np.int32)
 
     def check(led: IntArray32) -> None:
         if not counted(led, lead_values):
             raise AllreduceError(_not_counted(config))
 
     lead = Lead(lead_values, check)
-    run = Reductions(reduce, seq)
     if guess is None:  # the lead alone: the values wait for the agreed exponents
         first = run(np.zeros(0, dtype=np.int32), Op.MAX, EXPONENTS, None, lead)
         ints = np.zeros(layout.slots, dtype=np.int32)
     else:
-        first = run(quantize.quantize(x, guess, op, n, width), op, REDUCING, flow, lead)
+        first = run(quantize.quantize(x, guess, Op.SUM, n, width), Op.SUM, REDUCING, flow,
+                    lead)
         ints = first.values.astype(np.int32)
     assert first.lead is not None
     verdict = Verdict.of(first.lead, guess)
@@ -163,7 +237,7 @@ def _guessed(reduce: Reduce, config: WorkerConfig, x: npt.NDArray[np.float32],
     if guess is None and verdict.anyone_guessed:
         # The others sent their values with their guesses in these chunks: they
         # are completed (with zeros: nothing of them is used), then reduced again.
-        run(np.zeros(layout.slots, dtype=np.int32), op, REDUCING, flow)
+        run(np.zeros(layout.slots, dtype=np.int32), Op.SUM, REDUCING, flow)
     used = agreed if guess is None else np.where(verdict.missed, agreed, guess)
     on_hosts, overflow = first.on_hosts, first.overflow
     redo = verdict.missed if verdict.anyone_guessed else np.ones(agreed.size, dtype=bool)
@@ -173,15 +247,14 @@ def _guessed(reduce: Reduce, config: WorkerConfig, x: npt.NDArray[np.float32],
         again = x.reshape(-1, per)[rows].reshape(-1)
         counts = layout.counts()[rows]
         sub = Flow(width, counts, None, None if flow.dest is None else flow.dest[rows])
-        r = run(quantize.quantize(again, agreed[rows], op, n, width), op, REDUCING, sub)
+        r = run(quantize.quantize(again, agreed[rows], Op.SUM, n, width), Op.SUM, REDUCING,
+                sub)
         ints.reshape(-1, per)[rows] = r.values.reshape(-1, per)
         on_hosts, overflow = on_hosts or r.on_hosts, overflow or r.overflow
-    guesses.learn(key, agreed)
+    guesses.learn(key, agreed, missed=guess is not None and bool(verdict.missed.any()))
     guesses.guessed += guess is not None
-    values = quantize.dequantize(ints, used, op, n, width)
-    return AllreduceResult(values, overflow, run.packets, run.retransmissions,
-                           quantize.bound(values, used, op, n, width), on_hosts=on_hosts,
-                           exponents=used.astype(np.int32)), run.seq
+    return (AllreduceResult(ints, overflow, run.packets, run.retransmissions,
+                            on_hosts=on_hosts), used.astype(np.int32), verdict.special)
 
 
 def reduction_kind(is_float: bool) -> int:

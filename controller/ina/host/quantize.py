@@ -1,7 +1,8 @@
-"""Float arrays over an integer data plane: block exponents agreed by the workers.
+"""Float SUMs over an integer data plane: block exponents agreed by the workers.
 
-The switches add signed 32-bit (or 16-bit) integers. A float AllReduce takes two
-integer AllReduces (SwitchML's block floating point, with the exponent agreed first):
+The switches add signed 32-bit (or 16-bit) integers. A float SUM takes two
+integer AllReduces (SwitchML's block floating point, with the exponent agreed first;
+MIN and MAX need none: ina.host.floatbits):
 
 1. every worker computes, for each block of values (a packet's: ELEMS_PER_PACKET
    for 32-bit elements, ELEMS16_PER_PACKET for 16-bit ones), the exponent ``e``
@@ -13,11 +14,17 @@ integer AllReduces (SwitchML's block floating point, with the exponent agreed fi
    ``|q| <= 2**(W - 2 - h)`` and no sum of N of them can overflow; the integer
    result times ``2**-s`` is the float result.
 
-Error bound, per element, against the exact reduction of the float32 inputs:
-SUM: ``N * 2**-s / 2`` (each worker's rounding), MIN/MAX: ``2**-s / 2``; plus
-half an ulp of float32 for the final rounding of the result. ``bound`` returns
-it; the tests check it. The arrays given here are as they go on the wire: block
-``b`` is ``x[b * E: (b + 1) * E]`` for E elements to a packet.
+Error bound, per element, against the exact SUM of the float32 inputs:
+``N * 2**-s / 2`` (each worker's rounding) plus half an ulp of float32 for the
+final rounding of the result. ``bound`` returns it; the tests check it. A block
+scaled by an exponent ``G`` above its agreed ``E`` (a guess: ina.host.guesses, used
+only while ``G <= E + T``, T = GUESS_TOLERANCE) has ``s = W - 2 - G - h``: relative
+to the block's largest magnitude ``M`` (``2**(E-1) <= M < 2**E``, over every
+worker's values), each element is within ``N * 2**(T + h - (W - 2)) * M``
+(``relative_bound``) plus the final rounding: ``W - 2 - T - h - log2(N)`` bits of
+``M``; with 32-bit elements, 4 workers and a guess, 20 bits; with agreed exponents
+(T = 0), 26. The arrays given here are as they go on the wire: block ``b`` is
+``x[b * E: (b + 1) * E]`` for E elements to a packet.
 """
 
 from __future__ import annotations
@@ -36,13 +43,12 @@ IntArray = npt.NDArray[np.int32]
 
 
 def block_exponents(x: FloatArray, width: int = WIDTH32) -> IntArray:
-    """Per block of a packet's values: the least ``e`` with ``max |x| < 2**e``."""
-    if not np.all(np.isfinite(x)):
-        raise ValueError("float AllReduce needs finite values (no inf or NaN)")
+    """Per block of a packet's values: the least ``e`` with ``max |x| < 2**e`` over
+    its finite values (NaN and infinities travel apart: ina.host.floatbits)."""
     per_block = ELEMS_BY_WIDTH[width]
     blocks = -(-x.size // per_block)
     padded = np.zeros(blocks * per_block, dtype=np.float64)
-    padded[: x.size] = np.abs(x)
+    padded[: x.size] = np.where(np.isfinite(x), np.abs(x), 0.0)
     peak = padded.reshape(blocks, per_block).max(axis=1)
     _, exponent = np.frexp(peak)  # peak = m * 2**exponent with 0.5 <= m < 1
     return np.where(peak > 0, exponent, ZERO_EXPONENT).astype(np.int32)
@@ -73,7 +79,15 @@ def quantize(x: FloatArray, exponents: IntArray, op: Op, workers: int,
 def dequantize(q: npt.NDArray[np.integer], exponents: IntArray, op: Op, workers: int,
                width: int = WIDTH32) -> FloatArray:
     s = shifts(exponents, op, workers, q.size, width)
-    return np.ldexp(q.astype(np.float64), -s).astype(np.float32)
+    with np.errstate(over="ignore"):  # a sum past float32's range is infinite, as IEEE's
+        return np.ldexp(q.astype(np.float64), -s).astype(np.float32)
+
+
+def relative_bound(workers: int, width: int = WIDTH32, above: int = 0) -> float:
+    """The largest error of a SUM's element, relative to its block's largest
+    magnitude (the final rounding aside), for exponents up to ``above`` bits over
+    the agreed ones (see the module's text)."""
+    return workers * 2.0 ** (above + headroom(Op.SUM, workers) - (width - 2))
 
 
 def bound(result: FloatArray, exponents: IntArray, op: Op, workers: int,

@@ -16,14 +16,7 @@ import numpy.typing as npt
 
 from ina.host.allreduce import trimmed
 from ina.host.call import Collective, agreeing
-from ina.host.collective import (
-    bfr_id,
-    check_rank,
-    describe,
-    reducible,
-    reduction,
-    reduction_kind,
-)
+from ina.host.collective import bfr_id, check_rank, reducible, reduction
 from ina.host.config import WorkerConfig
 from ina.host.flow import Layout
 from ina.host.guesses import Guesses
@@ -35,20 +28,17 @@ def reduce_to(config: WorkerConfig, values: npt.ArrayLike, root: int, op: Op,
               width: int | None = None, guesses: Guesses | None = None) -> CallBody:
     """The body of a Reduce of ``values`` to rank ``root``: its result has the values
     at the root, none (an empty array) at the others. ``guesses``: as an AllReduce's."""
-    array, is_float, width = reducible(values, width, "reduce")
+    operand = reducible(values, width, "reduce", op, config)
     check_rank(root, config, "reduce")
     dest_id = bfr_id(config, root)
 
     def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
-        reduce = agreeing(reduce, describe(Collective.REDUCE, array.size,
-                                           reduction_kind(is_float), op, root, width),
-                          config.job_id)
-        layout = Layout(array.size, width)
+        reduce = agreeing(reduce, operand.describe(Collective.REDUCE, op, root), config)
+        layout = Layout(operand.size, operand.width)
         dest = np.full(layout.chunks, dest_id, dtype=np.int64)
-        r, seq = reduction(reduce, config, array, is_float, op, seq, layout, dest,
-                           guesses)
+        r, seq = reduction(reduce, config, operand, op, seq, layout, dest, guesses)
         if config.rank == root:
-            return trimmed(r, array.size), seq
+            return trimmed(r, operand.size), seq
         return dataclasses.replace(r, values=r.values[:0], error_bound=None,
                                    overflow=False), seq
 

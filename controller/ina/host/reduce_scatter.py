@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.host.call import Collective, agreeing
-from ina.host.collective import describe, reducible, reduction, reduction_kind
+from ina.host.collective import reducible, reduction
 from ina.host.config import WorkerConfig
 from ina.host.flow import Layout
 from ina.host.guesses import Guesses
@@ -29,19 +29,17 @@ def reduce_scatter(config: WorkerConfig, values: npt.ArrayLike, op: Op,
                    width: int | None = None, guesses: Guesses | None = None) -> CallBody:
     """The body of a Reduce-scatter of ``values``: its result holds this worker's part.
     ``guesses``: as an AllReduce's."""
-    array, is_float, width = reducible(values, width, "reduce_scatter")
+    operand = reducible(values, width, "reduce_scatter", op, config)
     if not config.bfr_ids:
         raise ValueError(f"job {config.job_id}: {config.name} does not know its peers' "
                          "BFR-ids (a WorkerConfig from the job's files knows them)")
     owners = np.array(config.bfr_ids, dtype=np.int64)
 
     def body(reduce: Reduce, seq: int) -> tuple[AllreduceResult, int]:
-        reduce = agreeing(reduce, describe(Collective.REDUCE_SCATTER, array.size,
-                                           reduction_kind(is_float), op, width=width),
-                          config.job_id)
-        layout = Layout(array.size, width, parts=config.workers)
-        r, seq = reduction(reduce, config, array, is_float, op, seq, layout,
-                           owners[layout.owner()], guesses)
+        reduce = agreeing(reduce, operand.describe(Collective.REDUCE_SCATTER, op), config)
+        layout = Layout(operand.size, operand.width, parts=config.workers)
+        r, seq = reduction(reduce, config, operand, op, seq, layout, owners[layout.owner()],
+                           guesses)
         mine = layout.take_part(r.values, config.rank)
         bound = None if r.error_bound is None else layout.take_part(r.error_bound,
                                                                      config.rank)

@@ -213,12 +213,26 @@ def check_ints(values: npt.ArrayLike, width: int = WIDTH32) -> npt.NDArray[Any]:
         raise ValueError("allreduce takes a non-empty one-dimensional array")
     if not np.issubdtype(array.dtype, np.integer):
         raise TypeError(f"allreduce takes integers, got {array.dtype}")
+    problem = int_range_problem(array, width)
+    if problem is not None:
+        raise ValueError(problem)
+    return array
+
+
+def int_range_problem(array: npt.NDArray[np.integer], width: int) -> str | None:
+    """What is wrong with an integer ``array`` for elements of ``width`` bits: the
+    first value beyond their signed range; None if every one fits."""
     wire = RESULT_TYPES.get(width, np.int32)
     low, high = (INT16_MIN, INT16_MAX) if wire is np.int16 else (INT32_MIN, INT32_MAX)
     # Scanned only when the type can hold more: a call checks its array more than once.
-    if not np.can_cast(array.dtype, wire) and (array.min() < low or array.max() > high):
-        raise ValueError(f"values must fit in signed {width} bits")
-    return array
+    if np.can_cast(array.dtype, wire):
+        return None
+    beyond = np.flatnonzero((array < low) | (array > high))
+    if beyond.size == 0:
+        return None
+    i = int(beyond[0])
+    return (f"values must fit in signed {width} bits: {int(array[i])} at index {i} does not"
+            + (f" ({beyond.size} values do not)" if beyond.size > 1 else ""))
 
 
 def _chunk_counts(flow: Flow, size: int, per_packet: int) -> npt.NDArray[np.int64]:

@@ -14,8 +14,10 @@ and
   (and ``all_gather_into_tensor``, ``all_gather_coalesced``, coalesced or not;
   any type, bit for bit) and ``barrier`` go through the switches
   (ina.torch.convert: each as a collective of the rank's worker);
-- float16 and bfloat16 reductions travel in 16-bit elements (twice the values per
-  packet) unless INA_HALF_WIDTH=32 or ``set_half_width(32)`` says 32-bit ones;
+- float16 and bfloat16 SUMs travel in 32-bit elements, as float32's (no coarser
+  than gloo's float16 sum), unless INA_HALF_WIDTH=16 or ``set_half_width(16)``
+  says 16-bit ones (twice the values per packet, a coarser quantization); MIN and
+  MAX of any float type are exact (ina.host.floatbits);
 - what has no form in the data plane (``all_to_all``, ``gather``, ``scatter``,
   ``send``, ``recv``: VIA_GLOO) goes through a gloo group the backend keeps beside
   its job.
@@ -419,9 +421,10 @@ def round_trip(group: dist.ProcessGroup | None = None) -> float | None:
 
 def set_half_width(width: int, group: dist.ProcessGroup | None = None) -> None:
     """Reduce float16 and bfloat16 tensors in ``group`` in ``width``-bit elements from
-    now on: 16 (the default: twice the values per packet) or 32 (finer quantization,
-    twice the packets). Every rank must set the same width before the same call (a
-    rank that differs fails that call with CallMismatch at every rank)."""
+    now on: 32 (the default: as float32, no coarser than gloo's float16 sum) or 16
+    (twice the values per packet, one exponent per 640 values: coarser). Every rank
+    must set the same width before the same call (a rank that differs fails that call
+    with CallMismatch at every rank)."""
     if width not in HALF_WIDTHS:
         raise UsageError(f"float16 and bfloat16 travel in 16- or 32-bit elements, not {width}")
     backend_of(group).member.half_width = width

@@ -4,12 +4,12 @@ each torch collective as a collective of the rank's worker (ina.host.worker).
 Reductions (all_reduce, reduce, reduce_scatter). The switches reduce signed 32- or
 16-bit integers. Integer tensors travel as they are: int16 in 16-bit elements (its
 SUM wraps in 16 bits, as gloo's; its AVG in 32 bits, whose exact sum it divides),
-the others in 32-bit ones (int64 only with values that fit in 32 bits); float32
-travels through the block quantization of ina.host.quantize in 32-bit elements,
-float16 and bfloat16 in 16-bit ones (twice as many values per packet; 32-bit ones
-with ``half_width`` 32: INA_HALF_WIDTH), their
-result rounded back to the tensor's type, and the error bound grows by that
-rounding. Results are written into the tensor, in place, whatever its shape or
+the others in 32-bit ones (int64 only with values that fit in 32 bits); a float
+SUM travels through the block quantization of ina.host.quantize in 32-bit elements,
+float16 and bfloat16 too (16-bit ones with ``half_width`` 16: INA_HALF_WIDTH, twice
+as many values per packet, coarser), their result rounded back to the tensor's type,
+and the error bound grows by that rounding; a float MIN or MAX is exact (order keys:
+ina.host.floatbits). Results are written into the tensor, in place, whatever its shape or
 layout.
 
 Movements (broadcast, all_gather and its forms). A tensor of any type travels as
@@ -142,14 +142,14 @@ def _reduction(worker: Worker, source: torch.Tensor, target: torch.Tensor, op: s
 
 
 def allreduce_tensor(worker: Worker, tensor: torch.Tensor, op: str, ranks: int,
-                     half_width: int = WIDTH16) -> Reduced:
+                     half_width: int = WIDTH32) -> Reduced:
     """Reduce ``tensor`` with every rank's through ``worker``'s job, in place."""
     return _reduction(worker, tensor, tensor, op, ranks, half_width,
                       lambda a, plane, width: worker.allreduce(a, plane, width))
 
 
 def reduce_tensor(worker: Worker, tensor: torch.Tensor, op: str, root: int,
-                  ranks: int, half_width: int = WIDTH16) -> Reduced:
+                  ranks: int, half_width: int = WIDTH32) -> Reduced:
     """Reduce ``tensor`` with every rank's into rank ``root``'s (in place there; the
     other ranks' tensors stay as they are)."""
     return _reduction(worker, tensor, tensor, op, ranks, half_width,
@@ -158,7 +158,7 @@ def reduce_tensor(worker: Worker, tensor: torch.Tensor, op: str, root: int,
 
 
 def reduce_scatter_tensor(worker: Worker, output: torch.Tensor, whole: torch.Tensor,
-                          op: str, ranks: int, half_width: int = WIDTH16) -> Reduced:
+                          op: str, ranks: int, half_width: int = WIDTH32) -> Reduced:
     """Reduce ``whole`` (``ranks`` parts, rank r's part the size of ``output``) with
     every rank's; this rank's part of the result into ``output``, in place."""
     if whole.numel() != ranks * output.numel():
