@@ -165,17 +165,18 @@ def test_all_to_all_gather_and_scatter_go_through_gloo_and_are_counted(ranks: Ra
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_half_floats_travel_in_half_the_packets_of_float32(ranks: RankPool, dtype: str
-                                                           ) -> None:
+def test_half_floats_travel_in_half_the_packets_of_float32_when_asked(
+        ranks: RankPool, dtype: str) -> None:
     (full,) = {r["packets"] for r in ranks.run("packets", dtype="float32", size=20_000)}
-    (half,) = {r["packets"] for r in ranks.run("packets", dtype=dtype, size=20_000)}
+    (half,) = {r["packets"] for r in ranks.run("packets", dtype=dtype, size=20_000,
+                                                half_width=16)}
     assert half <= full / 2 + 2  # the exponents' and the descriptor's packets aside
 
 
-def test_half_floats_in_32_bit_elements_when_asked(ranks: RankPool) -> None:
+def test_half_floats_are_summed_in_32_bit_elements_by_default(ranks: RankPool) -> None:
     (full,) = {r["packets"] for r in ranks.run("packets", dtype="float32", size=20_000)}
-    narrow = ranks.run("packets", dtype="float16", size=20_000)
-    wide = ranks.run("packets", dtype="float16", size=20_000, half_width=32)
+    narrow = ranks.run("packets", dtype="float16", size=20_000, half_width=16)
+    wide = ranks.run("packets", dtype="float16", size=20_000)
     assert {r["packets"] for r in wide} == {full}
     assert wide[0]["max_bound"] < narrow[0]["max_bound"]  # finer quantization
 
@@ -312,6 +313,32 @@ def test_a_rank_that_dies_ends_every_other_ranks_call_with_an_error() -> None:
         assert code == 1, f"rank {rank} ended with {code}"
         assert "rank 2 (w3) stopped" in out
 
+
+
+def test_a_rank_that_holds_the_gil_in_a_long_c_call_is_slow_not_dead() -> None:
+    # Its Python threads stop for 8 s; the others' calls wait on (their timeout, 1 s,
+    # asks whether every rank's process is still there), and all finish together.
+    results = run_once(4, "gil_bound", {**JOB_ENV, "INA_TIMEOUT": "1"}, timeout=120,
+                       params={"seconds": 8, "victim": 0})
+    for rank, (code, out, err) in enumerate(results):
+        assert code == 0, (rank, out, err[-2000:])
+        report = json.loads(out.strip().splitlines()[-1])["report"]
+        assert report["value"] == 4.0 and report["elapsed"] >= 8.0, (rank, report)
+
+
+def test_a_nan_or_an_infinity_at_one_rank_reaches_every_rank(ranks: RankPool) -> None:
+    for report in ranks.run("specials", victim=2):
+        for dtype in ("float32", "float16", "bfloat16"):
+            assert report[dtype] == ["4.0", "nan", "inf"], (dtype, report)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_float_sum_is_no_coarser_than_gloos(ranks: RankPool, dtype: str) -> None:
+    (report, *_) = ranks.run("half_sums", dtype=dtype)
+    assert report["ina"] <= report["gloo"], report
+    # [60000, 1, 3, 5] at four ranks: 240000 is past float16's range, not bfloat16's.
+    assert report["edge"][1:] == ["4.0", "12.0", "20.0"], report
+    assert (report["edge"][0] == "inf") == (dtype == "float16"), report
 
 
 def test_the_example_trains_under_torchrun_on_the_embedded_network(tmp_path: Path) -> None:

@@ -574,7 +574,7 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         return {"max_param_diff": largest_difference(through_switches, reference),
                 "loss": loss, "loss_gloo": loss_gloo, "stats": made, "full_tensor_ok": full_ok}
 
-    def packets(dtype: str, size: int, half_width: int = 16) -> dict[str, Any]:
+    def packets(dtype: str, size: int, half_width: int = 32) -> dict[str, Any]:
         """Packets a SUM all_reduce of ``size`` values sent, with float16 and bfloat16
         in ``half_width``-bit elements."""
         ina.torch.set_half_width(half_width)
@@ -587,7 +587,7 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
             return {"packets": worker.stats.packets - before,
                     "max_bound": None if bound is None else float(bound.max())}
         finally:
-            ina.torch.set_half_width(16)
+            ina.torch.set_half_width(32)
 
     hooks: dict[str, Any] = {}
 
@@ -617,6 +617,58 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
 
     def nothing() -> dict[str, Any]:
         return {}
+
+    def gil_bound(seconds: int, victim: int) -> dict[str, Any]:
+        """Rank ``victim`` spends ``seconds`` in one C call that holds the GIL (no
+        other thread of its process runs), then every rank all-reduces."""
+        import ctypes
+
+        dist.all_reduce(torch.ones(10))
+        started = time.monotonic()
+        if dist.get_rank() == victim:
+            ctypes.PyDLL(None).sleep(seconds)
+        tensor = torch.ones(1000)
+        dist.all_reduce(tensor)
+        return {"elapsed": time.monotonic() - started, "value": float(tensor[0])}
+
+    def specials(victim: int) -> dict[str, Any]:
+        """Rank ``victim``'s gradient holds a NaN and an infinity (AMP's overflow):
+        every rank's SUM all_reduce of float32, float16 and bfloat16 tensors."""
+        out = {}
+        for dtype in ("float32", "float16", "bfloat16"):
+            tensor = torch.ones(700, dtype=getattr(torch, dtype))
+            if dist.get_rank() == victim:
+                tensor[3], tensor[500] = float("nan"), float("inf")
+            dist.all_reduce(tensor)
+            out[dtype] = [str(float(tensor[i])) for i in (0, 3, 500)]
+        return out
+
+    def half_sums(dtype: str) -> dict[str, Any]:
+        """The issue's 16-bit inputs through the switches and through gloo: 640 values
+        of about 1e-3 with one 10.0 among them (the median relative error of each
+        against the exact sum), and [60000, 1, 3, 5] at every rank."""
+        t, size = getattr(torch, dtype), dist.get_world_size()
+        g = torch.Generator().manual_seed(dist.get_rank())
+        small = (torch.rand(640, generator=g, dtype=torch.float64) * 1e-3 + 5e-4)
+        small[100] = 10.0
+        inputs = [small.to(t)]
+        exact = torch.zeros(640, dtype=torch.float64)
+        for r in range(size):
+            gr = torch.Generator().manual_seed(r)
+            other = torch.rand(640, generator=gr, dtype=torch.float64) * 1e-3 + 5e-4
+            other[100] = 10.0
+            exact += other.to(t).double()
+        mine, theirs = inputs[0].clone(), inputs[0].clone()
+        dist.all_reduce(mine)
+        dist.all_reduce(theirs, group=gloo())
+
+        def median_error(x: torch.Tensor) -> float:
+            return float(((x.double() - exact).abs() / exact.abs()).median())
+
+        edge = torch.tensor([60000.0, 1.0, 3.0, 5.0], dtype=t)
+        dist.all_reduce(edge)
+        return {"ina": median_error(mine), "gloo": median_error(theirs),
+                "edge": [str(float(v)) for v in edge]}
 
     # --- process groups: each a job of its own --------------------------------------
 
@@ -846,7 +898,8 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
     return {f.__name__: f for f in (backend, allreduce, like_gloo, bucket, wrapping_sum, refused,
                                      async_calls, repeated, noncontiguous, via_gloo, collective,
                                      collectives, train, fsdp, packets,
-                                     die_after, nothing, service_jobs, subgroup,
+                                     die_after, nothing, gil_bound, specials, half_sums,
+                                     service_jobs, subgroup,
                                      overlapping, churn, die_in_group, hsdp,
                                      tensor_parallel, subgroups, split)}
 

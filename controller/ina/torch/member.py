@@ -12,8 +12,9 @@ half width, no host twice: any mismatch is one clear error at every rank, never 
 hang), learns every rank's host, reaches the network (a lab host's UDP socket, or a
 link of the embedded network, which rank 0 starts when the ranks are not on hosts
 of a lab), shares that one transport among every job of the process
-(ina.host.transport.SharedTransport: by job id), and keeps a heartbeat in the store
-that tells a slow peer from a dead one.
+(ina.host.transport.SharedTransport: by job id), and holds a connection to every
+other rank that tells a slow peer from a dead one (ina.host.liveness: the kernel
+closes it with the process, whatever the process's Python is doing).
 
 ``Member`` is the rank in one process group: a worker of the group's job. Each
 group is a job of its own, its workers the hosts of the group's ranks in group rank
@@ -58,6 +59,7 @@ from ina.host.call import SyncReply
 from ina.host.config import WorkerConfig
 from ina.host.jobclient import JobClient
 from ina.host.link import LinkTransport, on_loopback
+from ina.host.liveness import Liveness
 from ina.host.transport import JobView, SharedTransport, UdpTransport, is_local_address
 from ina.host.worker import Worker
 from ina.model.embedded import Endpoints, SpawnedNetwork, spawn
@@ -74,8 +76,10 @@ ENV_WORKER = "INA_WORKER"
 ENV_NETWORK = "INA_NETWORK"
 ENV_TIMEOUT = "INA_TIMEOUT"
 ENV_JOB_SERVICE = JOB_SERVICE_ENV
-#: The elements' width float16 and bfloat16 tensors are reduced in: 16 (the default,
-#: twice the values per packet) or 32 (the float32 path, finer quantization).
+#: The elements' width float16 and bfloat16 tensors' SUMs are reduced in: 32 (the
+#: default: the float32 path, no coarser than gloo's own float16 sum) or 16 (twice
+#: the values per packet, one exponent per 640 values: small values beside a large
+#: one lose their bits; docs/limits.md).
 ENV_HALF_WIDTH = "INA_HALF_WIDTH"
 HALF_WIDTHS = (16, 32)
 #: INA_NETWORK: ``auto`` (a lab if this machine has the worker's address, else the
@@ -84,9 +88,6 @@ HALF_WIDTHS = (16, 32)
 NETWORKS = ("auto", "lab", "embedded")
 #: Seconds without a new result before a call asks whether every rank is alive.
 DEFAULT_TIMEOUT = 5.0
-#: A rank is dead once its heartbeat has not moved for this many seconds.
-HEARTBEAT_GRACE = 5.0
-HEARTBEAT_PERIOD = 0.5
 #: How long a rank waits at init for the others to say who they are.
 JOIN_TIMEOUT = timedelta(seconds=120)
 #: How long the rank that asked for a group's job waits, when the group ends, for the
@@ -94,6 +95,8 @@ JOIN_TIMEOUT = timedelta(seconds=120)
 #: call may need the job's cells for a retransmission).
 CLOSE_WAIT = 30.0
 WHERE_SWITCHES, WHERE_HOSTS = "switches", "hosts"
+#: Where a rank on the embedded network listens for its peers' liveness connections.
+LOOPBACK = "127.0.0.1"
 
 
 class Store(Protocol):
@@ -117,7 +120,7 @@ class Settings:
     worker: str | None = None  # None: the job's worker at the rank's index, or found
     network: str = "auto"
     timeout: float = DEFAULT_TIMEOUT
-    half_width: int = 16
+    half_width: int = 32
     job_service: str | None = None  # a lab's job service socket (INA_JOB_SERVICE)
 
     @classmethod
@@ -138,7 +141,7 @@ class Settings:
         if not timeout > 0:
             raise UsageError(f"{ENV_TIMEOUT} must be a positive number of seconds, not "
                              f"{environ.get(ENV_TIMEOUT)!r}")
-        half = environ.get(ENV_HALF_WIDTH) or "16"
+        half = environ.get(ENV_HALF_WIDTH) or "32"
         if half not in {str(w) for w in HALF_WIDTHS}:
             raise UsageError(f"{ENV_HALF_WIDTH} must be 16 or 32 (the elements' width for "
                              f"float16 and bfloat16 tensors), not {half!r}")
@@ -211,53 +214,6 @@ class CallCounts:
         by_where[where] = by_where.get(where, 0) + 1
 
 
-class Heartbeat:
-    """Every rank adds to its counter in the store; a counter that stops moving is
-    a rank that stopped. Read only when a call waits."""
-
-    def __init__(self, store: Store, rank: int, size: int):
-        self.store, self.rank, self.size = store, rank, size
-        self.key = f"ina/alive/{rank}"
-        self._stop = threading.Event()
-        self._seen: dict[int, tuple[int, float]] = {}  # rank -> (counter, when it moved)
-        self._lock = threading.Lock()  # several groups' calls may ask at once
-        store.add(self.key, 1)
-        self._thread = threading.Thread(target=self._beat, name="ina-heartbeat", daemon=True)
-        self._thread.start()
-
-    def _beat(self) -> None:
-        while not self._stop.wait(HEARTBEAT_PERIOD):
-            try:
-                self.store.add(self.key, 1)
-            except Exception as exc:  # the store's host is gone; the check will say
-                LOG.debug("heartbeat stopped: %s", exc)
-                return
-
-    def stopped(self, ranks: Sequence[int] | None = None) -> list[int]:
-        """Those of ``ranks`` (default: every rank) whose heartbeat has not moved for
-        HEARTBEAT_GRACE seconds, as far as this rank has watched them (since its
-        first call of this)."""
-        now = time.monotonic()
-        dead = []
-        with self._lock:
-            for r in range(self.size) if ranks is None else ranks:
-                if r == self.rank:
-                    continue
-                count = self.store.add(f"ina/alive/{r}", 0)
-                last = self._seen.get(r)
-                if last is None or last[0] != count:
-                    self._seen[r] = (count, now)
-                elif now - last[1] > HEARTBEAT_GRACE:
-                    dead.append(r)
-        return dead
-
-    def close(self) -> None:
-        """Stop, and wait for the thread: one left inside a store call while the
-        process group is destroyed makes torch abort the process."""
-        self._stop.set()
-        self._thread.join(HEARTBEAT_PERIOD + 5.0)
-
-
 class CallQueue:
     """Runs calls one after another, in the order submitted, on a thread of its own:
     every rank makes its calls in the same order, as the job's calls must be."""
@@ -324,7 +280,8 @@ class Node:
         self.host, self.network, self.hosts = host, network, list(hosts)
         self.transport, self.spawned, self.service = transport, spawned, service
         self.timeout = timeout
-        self.heartbeat = Heartbeat(store, rank, size)
+        self.liveness = Liveness(store, rank, size,
+                                 topology.hosts[host].ip if network == "lab" else LOOPBACK)
         self.members = 0  # open members: the node closes with the last
         self._client: JobClient | None = None
         self._lock = threading.Lock()
@@ -358,7 +315,7 @@ class Node:
             raw: UdpTransport | LinkTransport = UdpTransport(target)
         else:
             endpoints, spawned = _embedded(store, rank, settings)
-            raw = LinkTransport(topology, host, endpoints.of(host), target)
+            raw = LinkTransport(topology, host, endpoints, target)
             service = endpoints.jobs
         return cls(store, rank, size, settings, topology, spec, host, network, hosts,
                    SharedTransport(raw), spawned, service, timeout)
@@ -390,7 +347,7 @@ class Node:
             self.members += 1
 
     def closed(self) -> None:
-        """A member closed; with the last one, the node: the heartbeat, the service's
+        """A member closed; with the last one, the node: its liveness, the service's
         connection (whatever it still holds goes), the transport and the network."""
         with self._lock:
             self.members -= 1
@@ -399,7 +356,7 @@ class Node:
             client, self._client = self._client, None
         if Node.current is self:
             Node.current = None
-        self.heartbeat.close()
+        self.liveness.close()
         if client is not None:
             client.close()
         self.transport.close()
@@ -424,7 +381,7 @@ class Member:
     deadline: float  # seconds a call may wait on while every rank is alive
     counts: CallCounts = field(default_factory=CallCounts)
     #: The elements' width of float16 and bfloat16 reductions (Settings.half_width).
-    half_width: int = 16
+    half_width: int = 32
     #: Seconds the group's job took to make, as this rank waited for it.
     seconds: float = 0.0
     closed: bool = False
@@ -514,15 +471,11 @@ class Member:
     def _patience(self, waited: float) -> str | None:
         """Keep a waiting call waiting while every member is alive, up to the process
         group's timeout."""
-        try:
-            stopped = self.node.heartbeat.stopped(self.global_ranks)
-        except Exception as exc:  # the store's host (rank 0, or torchrun's agent) is gone
-            return f"the process group's store is unreachable ({exc}): rank 0 or the " \
-                   "launcher stopped"
+        stopped = self.node.liveness.gone(self.global_ranks)
         if stopped:
             names = ", ".join(f"rank {self.global_ranks.index(r)} ({self.node.hosts[r]})"
                               for r in stopped)
-            return f"{names} stopped (no heartbeat for {HEARTBEAT_GRACE:g}s)"
+            return f"{names} stopped (its process is gone: its connection closed)"
         if waited > self.deadline:
             return f"every rank is alive but none answered for {waited:.0f}s (the process " \
                    "group's timeout): is every rank making the same collectives?"
@@ -557,7 +510,7 @@ class Member:
         deadline = time.monotonic() + CLOSE_WAIT
         try:
             while self.store.add("ina/closed", 0) < self.size - 1:
-                if time.monotonic() > deadline or self.node.heartbeat.stopped(
+                if time.monotonic() > deadline or self.node.liveness.gone(
                         self.global_ranks):
                     LOG.info("job %d: not every member ended; giving the job back",
                              self.grant.job_id)
