@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from ina.errors import LabError
 from ina.host.arrays import random_array
 from ina.host.config import WorkerConfig
 from ina.host.link import LinkTransport
@@ -54,7 +55,7 @@ def embedded(figure1: Topology) -> Iterator[EmbeddedNetwork]:
 def worker_on(net: EmbeddedNetwork, host: str, timeout: float = 10.0
               ) -> tuple[Worker, LinkTransport]:
     config = WorkerConfig.from_files(FIGURE1, FIGURE1_JOB, host)
-    transport = LinkTransport(net.topology, host, net.endpoints.of(host), config.target)
+    transport = LinkTransport(net.topology, host, net.endpoints, config.target)
     return Worker(config, transport, timeout=timeout), transport
 
 
@@ -121,10 +122,39 @@ def test_frames_for_a_host_nobody_listens_on_are_dropped_and_counted(
     w1, w5 = topo.hosts["w1"], topo.hosts["w5"]
     edge, _ = topo.host_attachment("w1")
     frame = udp_frame(w1.mac, topo.switches[edge].mac, w1.ip, w5.ip, 4000, 4000, b"hello")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.sendto(frame, embedded.endpoints.of("w1"))
-    wait_until(lambda: embedded.stats.undelivered == 1, 10, "the frame to reach w5")
+    _, link = worker_on(embedded, "w1")
+    with link:
+        link.sock.send(frame)
+        wait_until(lambda: embedded.stats.undelivered == 1, 10, "the frame to reach w5")
     assert embedded.stats.frames_out == 0
+
+
+def test_a_second_process_claiming_a_held_link_is_refused(embedded: EmbeddedNetwork) -> None:
+    _, first = worker_on(embedded, "w1")
+    with first, pytest.raises(LabError, match="w1's link is held by another process"):
+        worker_on(embedded, "w1")
+    assert embedded.stats.refused_claims == 1
+
+
+def test_a_stranger_on_a_held_link_is_dropped_and_gets_nothing(
+        embedded: EmbeddedNetwork) -> None:
+    topo = embedded.topology
+    w1 = topo.hosts["w1"]
+    edge, _ = topo.host_attachment("w1")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:
+        stranger.bind(("127.0.0.1", 0))
+        stranger.setblocking(False)
+        frame = udp_frame(w1.mac, topo.switches[edge].mac, w1.ip, topo.hosts["w2"].ip,
+                          4000, 4000, b"as w1")
+        stranger.sendto(frame, embedded.endpoints.of("w1"))
+        inputs = arrays(3000)
+        outcomes = allreduce_everywhere(embedded, inputs)  # w1 claimed while it ran
+        stranger.sendto(frame, embedded.endpoints.of("w1"))
+        wait_until(lambda: embedded.stats.strangers == 2, 10, "the stranger's frames")
+        with pytest.raises(BlockingIOError):
+            stranger.recv(65535)  # not one of w1's results
+    expected = sum(a.astype(np.int64) for a in inputs.values())
+    assert np.array_equal(outcomes["w1"], expected)
 
 
 def test_lost_frames_are_recovered_on_the_embedded_network(figure1: Topology) -> None:
@@ -219,6 +249,39 @@ def test_inaworker_makes_the_collective_it_is_told_with_its_root_and_width(
     finally:
         net.send_signal(signal.SIGTERM)
         net.communicate(timeout=20)
+
+
+def test_two_inaworkers_as_one_host_never_mix_their_arrays(tmp_path: Path) -> None:
+    ports = tmp_path / "ports.json"
+    net = subprocess.Popen([sys.executable, "-m", "ina.cli.inanet", "-t", str(FIGURE1),
+                            "--job", str(FIGURE1_JOB), "--endpoints", str(ports)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def worker(w: str, seed: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "ina.cli.inaworker", "-t", str(FIGURE1), "--job",
+             str(FIGURE1_JOB), "--worker", w, "--random", "5000", "--seed", str(seed),
+             "--embedded", str(ports), "--output", str(tmp_path / f"{w}-{seed}.npy")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    try:
+        assert net.stdout is not None and net.stdout.readline()
+        procs = {(w, 0): worker(w, 0) for w in SPEC.workers}
+        procs[("w1", 9)] = worker("w1", 9)  # a second w1, another array
+        outcomes = {key: (p.wait(timeout=60), p.stderr.read() if p.stderr else "")
+                    for key, p in procs.items()}
+    finally:
+        net.send_signal(signal.SIGTERM)
+        net.communicate(timeout=20)
+    done = [key for key, (code, _) in outcomes.items() if code == 0]
+    refused = [key for key, (code, _) in outcomes.items() if code != 0]
+    assert len(refused) == 1 and refused[0][0] == "w1", outcomes
+    assert "w1's link is held by another process" in outcomes[refused[0]][1]
+    seeds = {key[1] for key in done if key[0] == "w1"}
+    expected = sum(random_array(5000, s).astype(np.int64)
+                   for s in (*seeds, 0, 0, 0))  # w1's one array and w2..w4's
+    for key in done:
+        assert np.array_equal(np.load(tmp_path / f"{key[0]}-{key[1]}.npy"), expected), key
 
 
 def test_inaworker_off_its_host_says_how_to_run_it_on_the_embedded_network() -> None:

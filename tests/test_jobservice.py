@@ -147,7 +147,7 @@ def test_one_host_in_two_jobs_at_once_through_one_shared_transport(
 
         def link(host: str) -> LinkTransport:
             edge = topo.address(topo.host_attachment(host)[0])
-            return LinkTransport(topo, host, network.endpoints.of(host), edge)
+            return LinkTransport(topo, host, network.endpoints, edge)
 
         shared = SharedTransport(link("w1"))
         own = {h: link(h) for h in ("w2", "w3", "w4")}

@@ -235,8 +235,7 @@ def _transport(args: argparse.Namespace, config: WorkerConfig) -> UdpTransport |
     if args.embedded is None:
         return UdpTransport(config.target)
     endpoints = Endpoints.load(args.embedded)
-    return LinkTransport(Topology.load(args.topology), args.worker,
-                         endpoints.of(args.worker), config.target)
+    return LinkTransport(Topology.load(args.topology), args.worker, endpoints, config.target)
 
 
 def _call(args: argparse.Namespace, config: WorkerConfig, values: npt.NDArray[Any]) -> int:

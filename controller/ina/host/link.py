@@ -8,6 +8,12 @@ socket sends them) and sends them to the UDP port where the embedded network has
 the host's link; of the frames that come back, it keeps what the host's socket would
 receive (IPv4 to the host's address, UDP to the INA port, a whole INA packet).
 ``Endpoints`` says where each host's link ends (what ``inanet --endpoints`` writes).
+
+A transport holds its host's link while it is open: it claims the link over a TCP
+connection to the network's claims port, which its kernel closes when its process
+ends; a link another process holds is refused (LabError), never shared (see
+ina.model.embedded). A child forked by the process closes its copy of that
+connection, so that a child does not hold the link after its parent ended.
 """
 
 from __future__ import annotations
@@ -15,8 +21,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import socket
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,16 +39,20 @@ LOG = logging.getLogger(__name__)
 #: destination port, and where the INA payload begins (a host receives plain IPv4:
 #: its edge switch removed BIER).
 _PROTO, _DST_IP, _DPORT, _PAYLOAD = 14 + 9, 14 + 16, 14 + 20 + 2, 14 + 20 + 8
+#: Seconds to wait for the network's answer to a claim.
+CLAIM_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
 class Endpoints:
-    """Where each host's link ends: a UDP port per host on ``address``; and where the
-    network's job service listens (a Unix socket), if it offers one."""
+    """Where each host's link ends: a UDP port per host on ``address``; where the
+    network's job service listens (a Unix socket), if it offers one; and the TCP
+    port on ``address`` where a process claims a host's link."""
 
     address: str
     ports: dict[str, int]
     jobs: str | None = None
+    claims: int | None = None
 
     def of(self, host: str) -> tuple[str, int]:
         if host not in self.ports:
@@ -50,14 +62,16 @@ class Endpoints:
 
     def to_json(self) -> str:
         return json.dumps({"address": self.address, "ports": self.ports,
-                           **({"jobs": self.jobs} if self.jobs else {})}, sort_keys=True)
+                           **({"jobs": self.jobs} if self.jobs else {}),
+                           **({"claims": self.claims} if self.claims else {})},
+                          sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Endpoints:
         data = json.loads(text)
-        jobs = data.get("jobs")
+        jobs, claims = data.get("jobs"), data.get("claims")
         return cls(str(data["address"]), {str(h): int(p) for h, p in data["ports"].items()},
-                   None if jobs is None else str(jobs))
+                   None if jobs is None else str(jobs), None if claims is None else int(claims))
 
     @classmethod
     def load(cls, path: str | Path) -> Endpoints:
@@ -71,10 +85,14 @@ class Endpoints:
 
 
 class LinkTransport:
-    """``host``'s link, whose far end is ``link`` (address, port) of an embedded
-    network: a ``Transport`` (ina.host.transport) for ``ina.host.worker.Worker``."""
+    """``host``'s link on the embedded network of ``endpoints``, claimed for this
+    process: a ``Transport`` (ina.host.transport) for ``ina.host.worker.Worker``."""
 
-    def __init__(self, topology: Topology, host: str, link: tuple[str, int], target: str):
+    def __init__(self, topology: Topology, host: str, endpoints: Endpoints, target: str):
+        link = endpoints.of(host)
+        if endpoints.claims is None:
+            raise LabError("the embedded network's endpoints name no claims port: written "
+                           "by an older inanet? start it again")
         spec = topology.hosts[host]
         edge, _ = topology.host_attachment(host)
         self.target = target
@@ -87,6 +105,13 @@ class LinkTransport:
         self.sock.bind((link[0], 0))
         self.sock.connect(link)
         self.timeout: float | None = None
+        try:
+            self._claim = _claim(host, link[0], endpoints.claims, self.sock.getsockname()[1])
+        except BaseException:
+            self.sock.close()
+            raise
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _forget_claim(ref))
 
     def send(self, payload: bytes, dst: str | None = None) -> None:
         frame = ina_frame(self.mac, self.edge_mac, self.ip, dst or self.target, payload)
@@ -120,12 +145,43 @@ class LinkTransport:
 
     def close(self) -> None:
         self.sock.close()
+        self._claim.close()
 
     def __enter__(self) -> LinkTransport:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _claim(host: str, address: str, port: int, udp_port: int) -> socket.socket:
+    """A connection to the network's claims port holding ``host``'s link for the UDP
+    port ``udp_port``; LabError if the network refuses (another process holds it)."""
+    try:
+        sock = socket.create_connection((address, port), timeout=CLAIM_TIMEOUT)
+        sock.sendall(json.dumps({"claim": host, "port": udp_port}).encode() + b"\n")
+        answer = b""
+        while not answer.endswith(b"\n"):
+            piece = sock.recv(4096)
+            if not piece:
+                raise OSError("the network closed the connection")
+            answer += piece
+    except OSError as exc:
+        raise LabError(f"could not claim {host}'s link on the embedded network at "
+                       f"{address}:{port}: {exc}") from exc
+    reply = json.loads(answer)
+    if "error" in reply:
+        sock.close()
+        raise LabError(f"{host}'s link on the embedded network: {reply['error']}")
+    sock.settimeout(None)
+    return sock
+
+
+def _forget_claim(ref: weakref.ref[LinkTransport]) -> None:
+    """In a forked child: close the child's copy of the claim."""
+    transport = ref()
+    if transport is not None:
+        transport._claim.close()
 
 
 def on_loopback(config: WorkerConfig) -> WorkerConfig:

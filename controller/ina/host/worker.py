@@ -108,8 +108,8 @@ def _worker(topology: str | Path, job: str | Path, worker: str, timeout: float, 
         transport = UdpTransport(config.target)
     else:
         config = on_loopback(config)
-        transport = LinkTransport(Topology.load(topology), worker,
-                                  Endpoints.load(embedded).of(worker), config.target)
+        transport = LinkTransport(Topology.load(topology), worker, Endpoints.load(embedded),
+                                  config.target)
     with transport:
         yield Worker(config, transport, timeout=timeout, rto=RtoEstimator(initial=rto),
                      progress=progress)

@@ -5,10 +5,17 @@ entries into the model's switches, and worker processes (the torch backend,
 ``inaworker --embedded``) exchange the same frames with them. Each host of the
 topology gets one UDP socket on the loopback, the far end of that host's link:
 an Ethernet frame sent to it is put on the host's link (``ModelNetwork.send``),
-and every frame the model delivers to the host goes back to the address that last
-sent on that link (a restarted worker takes the link over). A host whose link
-nobody has used yet has nobody listening: its frames are dropped, as a host with
-no socket open would drop them.
+and every frame the model delivers to the host goes back to the process on it.
+
+One host, one process: a process claims a host's link over a TCP connection to
+the network's claims port (``{"claim": host, "port": its UDP port}``, one JSON
+line; ina.host.link does it), and holds it while that connection is open, which
+its kernel closes when the process ends, however it ends. While a link is held,
+only the holder's UDP port may send on it (anything else is a stranger's, dropped
+and counted) and only the holder gets its frames; a second claim is refused,
+saying so. A restarted worker claims the link again once the old process is gone.
+A host whose link nobody holds has nobody listening: its frames are dropped, as a
+host with no socket open would drop them.
 
 ``EmbeddedNetwork`` binds the sockets and deploys the jobs; ``serve`` moves frames
 until told to stop. ``Endpoints`` is what a worker needs to reach its host's link;
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import selectors
 import socket
@@ -59,7 +67,9 @@ MAX_FRAME = 16384
 class LinkStats:
     frames_in: int = 0  # frames hosts put on their links
     frames_out: int = 0  # frames delivered to hosts' sockets
-    undelivered: int = 0  # frames for a host whose link nobody uses
+    undelivered: int = 0  # frames for a host whose link nobody holds
+    strangers: int = 0  # frames sent on a host's link by a process that does not hold it
+    refused_claims: int = 0  # claims of a link held by another process, or malformed
 
 
 @dataclass(eq=False)
@@ -68,6 +78,16 @@ class _Client:
 
     sock: socket.socket
     pending: bytearray = field(default_factory=bytearray)
+
+
+@dataclass(eq=False)
+class _Claim:
+    """A connection to the claims port: what it sent of its claim, and the host whose
+    link it holds (None: not yet, or refused)."""
+
+    sock: socket.socket
+    pending: bytearray = field(default_factory=bytearray)
+    host: str | None = None
 
 
 class EmbeddedNetwork:
@@ -85,7 +105,8 @@ class EmbeddedNetwork:
             if deployment.job is not None:
                 self.deployed.append(deployment.job)
         self.sockets: dict[str, socket.socket] = {}
-        self.peers: dict[str, tuple[str, int]] = {}  # who last sent on each host's link
+        self.peers: dict[str, tuple[str, int]] = {}  # the UDP address holding each link
+        self._holders: dict[str, _Claim] = {}  # the claim holding each link
         self.stats = LinkStats()
         self.selector = selectors.DefaultSelector()
         self.service = JobService(lambda: lasting(self.controller))
@@ -100,6 +121,11 @@ class EmbeddedNetwork:
                 jobs_socket.chmod(0o600)
                 self._listener.listen()
                 self.selector.register(self._listener, selectors.EVENT_READ, "listen")
+            self._claims = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._claims.bind((address, 0))
+            self._claims.listen()
+            self._claims.setblocking(False)
+            self.selector.register(self._claims, selectors.EVENT_READ, "claims")
             for host in topology.hosts:
                 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -113,7 +139,8 @@ class EmbeddedNetwork:
             raise
         self.endpoints = Endpoints(address, {h: s.getsockname()[1]
                                              for h, s in self.sockets.items()},
-                                   None if jobs_socket is None else str(jobs_socket))
+                                   None if jobs_socket is None else str(jobs_socket),
+                                   self._claims.getsockname()[1])
         # A socket pair that wakes ``serve`` when ``stop`` is called from elsewhere.
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -134,20 +161,27 @@ class EmbeddedNetwork:
                         self._stopped.set()
                 elif key.data == "listen":
                     self._accept()
+                elif key.data == "claims":
+                    self._accept_claim()
                 elif isinstance(key.data, _Client):
                     self._request(key.data)
+                elif isinstance(key.data, _Claim):
+                    self._claim(key.data)
                 else:
                     self._carry(key.data, key.fileobj)  # type: ignore[arg-type]
             self._deliver()
 
     def _carry(self, host: str, sock: socket.socket) -> None:
-        """What ``host``'s link brought, into the network."""
+        """What ``host``'s link brought from the process that holds it, into the
+        network (a stranger's frames are dropped and counted)."""
         for _ in range(BATCH):
             try:
                 frame, peer = sock.recvfrom(MAX_FRAME)
             except BlockingIOError:
                 return
-            self.peers[host] = peer
+            if self.peers.get(host) != peer:
+                self.stats.strangers += 1
+                continue
             self.stats.frames_in += 1
             if len(frame) >= 14:  # a runt is not a frame; the model would refuse it too
                 self.net.send(host, frame)
@@ -171,6 +205,65 @@ class EmbeddedNetwork:
                     self.stats.frames_out += 1
                 except (BlockingIOError, ConnectionRefusedError):
                     self.stats.undelivered += 1  # a full socket, a peer gone: as a lossy link
+
+    # --- claims: one process a host --------------------------------------------------
+
+    def _accept_claim(self) -> None:
+        try:
+            sock, _ = self._claims.accept()
+        except OSError:
+            return
+        sock.setblocking(False)
+        self.selector.register(sock, selectors.EVENT_READ, _Claim(sock))
+
+    def _claim(self, claim: _Claim) -> None:
+        """What a claim connection sent: its claim, answered once; its end (the
+        process that held a link is gone) frees the link."""
+        try:
+            data = claim.sock.recv(4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data or claim.host is not None or len(claim.pending) + len(data) > 4096:
+            self._unclaim(claim)
+            return
+        claim.pending += data
+        if b"\n" not in claim.pending:
+            return
+        line = bytes(claim.pending[: claim.pending.index(b"\n")])
+        answer = self._grant(claim, line)
+        with contextlib.suppress(OSError):  # gone: its end comes next
+            claim.sock.send(json.dumps(answer).encode() + b"\n")
+
+    def _grant(self, claim: _Claim, line: bytes) -> dict[str, str]:
+        try:
+            request = json.loads(line)
+            host, port = str(request["claim"]), int(request["port"])
+        except (ValueError, KeyError, TypeError):
+            self.stats.refused_claims += 1
+            return {"error": "not a claim: send {\"claim\": HOST, \"port\": UDP_PORT}"}
+        if host not in self.sockets:
+            self.stats.refused_claims += 1
+            return {"error": f"the embedded network has no host {host}"}
+        if host in self._holders:
+            self.stats.refused_claims += 1
+            return {"error": f"{host}'s link is held by another process (UDP port "
+                             f"{self.peers[host][1]}): one process a host; is another "
+                             f"worker running as {host}?"}
+        peer_ip = claim.sock.getpeername()[0]
+        claim.host = host
+        self._holders[host] = claim
+        self.peers[host] = (peer_ip, port)
+        return {"ok": host}
+
+    def _unclaim(self, claim: _Claim) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(claim.sock)
+        claim.sock.close()
+        if claim.host is not None and self._holders.get(claim.host) is claim:
+            del self._holders[claim.host]
+            self.peers.pop(claim.host, None)
 
     # --- the job service ---------------------------------------------------------
 
@@ -218,8 +311,10 @@ class EmbeddedNetwork:
 
     def close(self) -> None:
         for key in list(self.selector.get_map().values()):
-            if isinstance(key.data, _Client):
+            if isinstance(key.data, _Client | _Claim):
                 key.data.sock.close()
+        if hasattr(self, "_claims"):
+            self._claims.close()
         if self._listener is not None:
             self._listener.close()
             self._listener = None
