@@ -26,7 +26,7 @@ from ina.protocol.arith import INT32_MAX, INT32_MIN, seq_add, wrap_int32
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.codec import InaHeader, array_bytes, payload_values
 from ina.protocol.constants import ELEMS_PER_PACKET as P
-from ina.protocol.constants import INA_HEADER_BYTES, INA_UDP_PORT, Flag, Op
+from ina.protocol.constants import INA_HEADER_BYTES, INA_UDP_PORT, QUERY, Flag, Op
 
 from inatest import ROOT, in_threads
 
@@ -82,6 +82,8 @@ class Fabric:
     def handle(self, rank: int, payload: bytes) -> None:
         h = InaHeader.unpack(payload)
         self.sent.append((rank, h))
+        if h.flags & QUERY == QUERY:
+            return  # not answered: the values follow when the chunk is due again
         if not h.flags & Flag.SYNC:
             self.hook(h)
         told = Flag.SYNC | Flag.REPLY

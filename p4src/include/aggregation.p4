@@ -7,7 +7,7 @@
 // root, by BIER to every worker.
 //
 // Widths and NODATA (INA version 4). A round takes one element width, as it takes
-// one count and one op (another: DROP_WIDTH_MISMATCH), and combines 32-bit or
+// one op (another: DROP_WIDTH_MISMATCH), and combines 32-bit or
 // 16-bit elements (lanes_<op> or lanes_<op>16). It also takes one kind, data or
 // NODATA (no array), fixed by its first contribution (the cell's DATA bit); the
 // other kind, retransmissions included, is refused (DROP_KIND_MISMATCH). So a
@@ -53,9 +53,12 @@
 // before it (s = cell's - 2W: stale), so a stray round lasts until the job's
 // next round in that cell. What a member can still do is what it can do by not
 // contributing: hold up the call in progress (its own round within the window,
-// or the first contribution of a round with another count, op, width or kind, which
-// then refuses everyone else's); its workers give that call up (ABORT) and the next
-// one is exact. Since ABORTs are legitimate, a member can also move the job's
+// or the first contribution of a round with another op, width or kind, which then
+// refuses everyone else's); its workers give that call up (ABORT) and the next one
+// is exact. A round does not take its first contribution's element count: the
+// values past a chunk's count are its padding (zeros), summed like the rest, and
+// the result carries the count of the packet that completes the round or is
+// answered (a worker takes only a result of its own chunk's count). Since ABORTs are legitimate, a member can also move the job's
 // calls forward, at most 3W sequence numbers per ABORT.
 //
 // Queries (INA version 7). Before a worker sends a chunk's values again, it asks
@@ -71,8 +74,8 @@
 // every worker. Nothing is written for a query.
 //
 // Results kept below the root. A result passing down through a node below the
-// root, of the round complete in its cell, replaces the node's aggregate there
-// (KEPT). A worker that lost it asks (SEND: the node answers itself) and sends
+// root toward every worker of the node, of the round complete in its cell,
+// replaces the node's aggregate there (KEPT). A worker that lost it asks (SEND: the node answers itself) and sends
 // its values again; the node sends the kept result back to it by BIER, and
 // nothing crosses its uplink. Before, its aggregate went up as a copy and the
 // root's result came down again: two packets on the path's busiest links for
@@ -275,13 +278,12 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         meta.job_stat =
             fresh ? JOB_STAT_ABSORBED :
             ((cs[CELL_SEQ] != hdr.ina.seq) ? JOB_STAT_DROP_STALE :
-            ((cs[CELL_COUNT] != hdr.ina.count) ? JOB_STAT_DROP_COUNT_MISMATCH :
             ((cs[CELL_OP] != hdr.ina.op) ? JOB_STAT_DROP_OP_MISMATCH :
             ((cs[CELL_WIDTH] != hdr.ina.width) ? JOB_STAT_DROP_WIDTH_MISMATCH :
             ((cs[CELL_DATA] != (bit<1>)hdr.data.isValid()) ? JOB_STAT_DROP_KIND_MISMATCH :
             (((bitmap & hdr.ina.pbm) == 0) ? JOB_STAT_ABSORBED :
             ((done != meta.sets) ? JOB_STAT_DROP_DUPLICATE :
-            JOB_STAT_RESENT)))))));  // a retransmission for a complete cell: resend it
+            JOB_STAT_RESENT))))));  // a retransmission for a complete cell: resend it
     }
 
     // The contribution is in (after lanes_<op> or lanes_store, or nothing in a
@@ -398,13 +400,17 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     apply {
         if (hdr.bier.isValid()) {
             // A result on its way down (ingress applies this control to BIER packets
-            // at a node below the root only): kept if it is the round complete here.
+            // at a node below the root only): kept if it is the round complete here
+            // and on its way to every worker of this node (its BitString holds the
+            // A-BM). A node may aggregate workers whose results reach them by other
+            // paths: its job group has no port toward them, and a result it kept
+            // could not answer them.
             open_cell();
             if (hdr.ina.si == meta.node_si && (hdr.ina.pbm & meta.abm) == meta.abm
+                    && (hdr.bier.bitstring & meta.abm) == meta.abm
                     && hdr.ina.gen == meta.gen && cs[CELL_EPOCH] == meta.epoch
                     && cs[CELL_SEQ] == hdr.ina.seq && cs[CELL_DONE] != 0
-                    && cs[CELL_KEPT] == 0 && cs[CELL_COUNT] == hdr.ina.count
-                    && cs[CELL_OP] == hdr.ina.op && cs[CELL_WIDTH] == hdr.ina.width
+                    && cs[CELL_KEPT] == 0 && cs[CELL_OP] == hdr.ina.op && cs[CELL_WIDTH] == hdr.ina.width
                     && cs[CELL_DATA] == (bit<1>)hdr.data.isValid()) {
                 if (hdr.data.isValid()) {
                     keep_result();
@@ -517,8 +523,6 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                 }
             } else if (cs[CELL_SEQ] != hdr.ina.seq) {
                 refuse(JOB_STAT_DROP_STALE);
-            } else if (cs[CELL_COUNT] != hdr.ina.count) {
-                refuse(JOB_STAT_DROP_COUNT_MISMATCH);
             } else if (cs[CELL_OP] != hdr.ina.op) {
                 refuse(JOB_STAT_DROP_OP_MISMATCH);
             } else if (cs[CELL_WIDTH] != hdr.ina.width) {

@@ -91,7 +91,6 @@ const bit<8> JOB_STAT_RESENT = 7;
 const bit<8> JOB_STAT_DROP_FOREIGN_PBM = 8;
 const bit<8> JOB_STAT_DROP_DUPLICATE = 9;
 const bit<8> JOB_STAT_DROP_STALE = 10;
-const bit<8> JOB_STAT_DROP_COUNT_MISMATCH = 11;
 const bit<8> JOB_STAT_DROP_OP_MISMATCH = 12;
 const bit<8> JOB_STAT_SYNCED = 13;
 const bit<8> JOB_STAT_ABORTED = 14;

@@ -129,9 +129,10 @@ class ServerRoot:
         if cell is None:
             cell = self.cells[h.seq] = _Cell(h.seq, h.count, int(h.op), gen=h.gen)
             self._forget_old(h.seq)
-        elif cell.count != h.count or cell.op != h.op:
+        elif cell.op != h.op:  # a round takes no count: past it, padding (zeros)
             self.stats["refused"] += 1
             return []
+        cell.count = h.count  # the result carries the count of the packet it answers
         if cell.bitmap & pbm:
             if cell.bitmap != self.abm:
                 self.stats["duplicate"] += 1

@@ -584,9 +584,18 @@ class ReductionWindow:
         """The oldest chunk timed out: every other one that a result of a later send
         overtook is lost too, and goes next (as after TCP's RTO, what the SACKs show
         missing, RFC 6675). Without this a burst that lost many chunks recovered one
-        per RTO: 11 lost of 16, 11 RTOs (110 s at a least RTO of 10 s)."""
+        per RTO: 11 lost of 16, 11 RTOs (110 s at a least RTO of 10 s). So does every
+        other one last sent an RTO ago or more, which nothing overtook: its QUERY
+        goes (a header; its values only if the node lacks them). Without it, a chunk
+        whose contribution was lost while an older one of this worker was recovered
+        was never sent again (nothing later can complete without it, so nothing
+        overtakes it), and every other worker waited for it, HELD, until this
+        worker's older chunk came back: up to 100 s on the fat-tree at 10% loss."""
+        stale = now - self.rto.rto
         for chunk, state in self.outstanding.items():
-            self._found_lost(chunk, state, 1, now)
+            if (not self._found_lost(chunk, state, 1, now) and chunk != self.base
+                    and state.sent_at <= stale and chunk not in self.lost):
+                self.lost.append(chunk)
 
     def _probe_at(self) -> float | None:
         """When the window can take no new chunk (it is full, the congestion window

@@ -381,15 +381,17 @@ class ModelSwitch:
                 meta.mcast_grp = BIER_MCAST_GROUP
 
     def _keep(self, frame: Frame, meta: _Meta) -> None:
-        """aggregation.p4's results kept below the root: a result passing down, of the
-        round complete in its cell here, replaces the node's aggregate (its array,
-        flags and P-BM), for the workers' retransmissions."""
+        """aggregation.p4's results kept below the root: a result passing down on its
+        way to every worker of this node (its BitString holds the A-BM), of the round
+        complete in its cell here, replaces the node's aggregate (its array, flags
+        and P-BM), for the workers' retransmissions."""
         job, ina, s = meta.job, frame.ina, self.store
-        assert job is not None and ina is not None
+        assert job is not None and ina is not None and frame.bier is not None
         cell, cs = self._cell(job, ina.seq)
         if (ina.si != job.param("set_id") or ina.pbm & meta.abm != meta.abm
+                or frame.bier.bitstring & meta.abm != meta.abm
                 or ina.gen != job.param("gen") or cs.epoch != job.param("epoch")
-                or cs.seq != ina.seq or cs.done == 0 or cs.kept or cs.count != ina.count
+                or cs.seq != ina.seq or cs.done == 0 or cs.kept
                 or cs.op != ina.op or cs.width != ina.width
                 or cs.data != (frame.lanes is not None)):
             return
@@ -530,8 +532,6 @@ class ModelSwitch:
             self._absorb(frame, meta, cell, set_index, cs, 0, fresh=True)
         elif cs.seq != ina.seq:
             self._job_drop(meta, JobStat.DROP_STALE)
-        elif cs.count != ina.count:
-            self._job_drop(meta, JobStat.DROP_COUNT_MISMATCH)
         elif cs.op != ina.op:
             self._job_drop(meta, JobStat.DROP_OP_MISMATCH)
         elif cs.width != ina.width:

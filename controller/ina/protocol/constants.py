@@ -240,7 +240,8 @@ class JobStat(enum.IntEnum):
     DROP_FOREIGN_PBM = 8  # P-BM has bits outside the A-BM (or none, addressed here)
     DROP_DUPLICATE = 9  # contributor already in the slot, which is not complete yet
     DROP_STALE = 10  # a sequence number older than the slot copy's (late duplicate)
-    DROP_COUNT_MISMATCH = 11  # element count differs from the slot's
+    # 11 is free: a round no longer takes its first contribution's element count
+    # (a member's frame with a wrong count could hold the round against everyone's).
     DROP_OP_MISMATCH = 12  # op differs from the slot's
     SYNCED = 13  # root: a worker's SYNC answered (a call starts)
     ABORTED = 14  # root: a worker gave up on its call (the next call starts past it)
