@@ -26,7 +26,7 @@ P4C ?= p4c-bm2-ss
 P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
 
 
-.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy bench-failover bench-collectives bench-congestion soak train figures simulate test lint clean
+.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy bench-failover bench-collectives bench-congestion bench-accuracy soak train figures simulate test lint clean
 
 help:
 	@echo "make setup     Debian packages (as root) and the Python venv ($(VENV))"
@@ -47,6 +47,8 @@ help:
 	@echo "               link-bound, float16 AllReduce in 16 and 32 bits (Figure 1, fat-tree)"
 	@echo "make bench-congestion  INA and a TCP bulk flow (iperf3) on one bottleneck, then"
 	@echo "               INA alone: each one's rate, INA's window, the queue, the marks"
+	@echo "make bench-accuracy  16-bit float sums through ina (32- and 16-bit elements) against"
+	@echo "               gloo's and the exact sum, 2 and 4 ranks (embedded network: no BMv2)"
 	@echo "make soak      chaos soak: AllReduce calls while switches and links fail at random,"
 	@echo "               a member misbehaves and an outsider sends garbage (docs/soak.json)"
 	@echo "make train     DDP and HSDP training with the ina backend against gloo on Mininet"
@@ -127,6 +129,9 @@ train: build
 bench-congestion: build
 	$(VENV)/bin/inabench --build $(BUILD) congestion --json-out docs/congestion.json --png docs/congestion.png
 
+bench-accuracy:
+	$(VENV)/bin/inabench accuracy --json-out docs/accuracy.json --png docs/accuracy.png
+
 bench-deploy: build
 	$(VENV)/bin/inabench --build $(BUILD) deploy
 
@@ -138,6 +143,7 @@ figures:
 	$(VENV)/bin/inabench collectives --from-json docs/collectives.json --png docs/collectives.png
 	$(VENV)/bin/inabench congestion --from-json docs/congestion.json --png docs/congestion.png
 	$(VENV)/bin/inabench loss --from-json docs/loss.json --png docs/loss.png
+	$(VENV)/bin/inabench accuracy --from-json docs/accuracy.json --png docs/accuracy.png
 
 simulate:
 	$(PY) -m ina.bench.simulate --k 4 6 8 16

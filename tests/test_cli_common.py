@@ -180,7 +180,7 @@ def test_the_hidden_reflect_command_is_not_in_inabench_help() -> None:
     assert "SUPPRESS" not in text
     assert not [line for line in text.splitlines() if line.split()[:1] == ["reflect"]]
     assert ("{allreduce,loss,deploy,host,dataplane,failover,train,soak,collectives,"
-            "congestion}") in text
+            "congestion,accuracy}") in text
 
 
 def test_defaults_are_shown_in_the_help_beside_raw_descriptions() -> None:

@@ -18,7 +18,7 @@ from ina.cli import inabench
 from inatest import ROOT
 
 DOCS = ROOT / "docs"
-PICTURES = ["allreduce", "dataplane", "failover", "train", "congestion", "loss"]
+PICTURES = ["allreduce", "dataplane", "failover", "train", "congestion", "loss", "accuracy"]
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
                                       reason="matplotlib not installed: pip install -e '.[bench]'")
 

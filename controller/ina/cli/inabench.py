@@ -16,6 +16,7 @@
         [--png F]
     inabench congestion [--rate 4] [--seconds 60] [--alone 20] [--tcp cubic] [--json-out F]
                         [--png F]
+    inabench accuracy [--ranks 2 4] [--json-out F] [--png F]
 
 Each command is a module of ina.bench: allreduce (and host), loss, deploy;
 dataplane: what one BMv2 switch running the program does per second; failover: a
@@ -24,7 +25,9 @@ with the ina backend against gloo; soak: a chaos soak, a training-like loop of A
 calls while switches and links fail and come back, a member misbehaves and an
 outsider sends garbage; collectives: every collective through the switches against
 gloo's and the ring on hosts, and float16 AllReduce in 16- and 32-bit elements;
-congestion: INA and a TCP bulk flow sharing a bottleneck, then INA alone.
+congestion: INA and a TCP bulk flow sharing a bottleneck, then INA alone; accuracy:
+16-bit float sums through the ina backend against gloo's and the exact sum (on the
+embedded network: no BMv2 needed).
 --json prints the figures as JSON instead of text, --json-out FILE writes them,
 and --from-json FILE reports (and draws) the figures of an earlier run without
 measuring anything (no BMv2 needed).
@@ -64,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
     sub = common.commands(p, "cmd")
     for add in (_allreduce_options, _loss_options, _deploy_options, _host_options,
                 _dataplane_options, _failover_options, _train_options, _soak_options,
-                _collectives_options, _congestion_options):
+                _collectives_options, _congestion_options, _accuracy_options):
         add(sub)
     # The host benchmark's other end (ina.bench.allreduce.host_rate): not for people, hidden.
     r = sub.add_parser("reflect")
@@ -228,6 +231,16 @@ def _collectives_options(sub: common.SubParsers) -> None:
     _outputs(co, "values per second and bytes per value of every collective")
 
 
+def _accuracy_options(sub: common.SubParsers) -> None:
+    ac = common.command(sub, "accuracy", "16-bit float sums through the ina backend (32- and "
+                                         "16-bit elements) against gloo's and the exact sum, "
+                                         "on the embedded network (needs the torch extra)")
+    ac.add_argument("--ranks", type=_count, nargs="+", default=[2, 4], metavar="N",
+                    help="world sizes (default: 2 4; the embedded network's Figure 1 has "
+                         "8 hosts)")
+    _outputs(ac, "the relative errors")
+
+
 def _link_rate(text: str) -> float:
     """A ``--rate``: Mbit/s every link can be given (the topology files' bounds),
     checked before any lab starts."""
@@ -331,7 +344,7 @@ def _reflect_batched(batch: mmsg.Datagrams) -> None:
 FIGURES = {"allreduce": "AllreduceFigures", "loss": "LossFigures",
            "dataplane": "DataplaneReport", "failover": "FailoverFigures",
            "train": "TrainFigures", "collectives": "CollectivesFigures", "soak": "SoakFigures",
-           "congestion": "CongestionRun"}
+           "congestion": "CongestionRun", "accuracy": "AccuracyFigures"}
 
 
 def _read(cmd: str, doc: Any) -> Figures:
@@ -377,6 +390,9 @@ def _bench(args: argparse.Namespace) -> int:
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{earlier} does not hold figures of inabench {args.cmd}: "
                              f"{exc!r}") from exc
+        return 0
+    if args.cmd in WITHOUT_LAB:
+        _figures(args, MEASURE[args.cmd](args))
         return 0
     from ina.lab.mininet import missing_tools
 
@@ -494,12 +510,23 @@ def _congestion(args: argparse.Namespace) -> Any:
     return congestion.run(args.build, settings).figures()
 
 
+def _accuracy(args: argparse.Namespace) -> Any:
+    from ina.bench import accuracy
+
+    if any(not 2 <= n <= 8 for n in args.ranks):
+        raise UsageError("--ranks: 2 to 8 (Figure 1, the embedded network's topology, "
+                         "has 8 hosts)")
+    return accuracy.run(args.ranks).figures()
+
+
 #: How each benchmark with figures measures them (inside the sandbox): their JSON data.
 MEASURE: dict[str, Callable[[argparse.Namespace], Any]] = {
     "allreduce": _allreduce, "loss": _loss, "dataplane": _dataplane, "failover": _failover,
     "train": _train, "collectives": _collectives, "soak": _soak,
-    "congestion": _congestion,
+    "congestion": _congestion, "accuracy": _accuracy,
 }
+#: Benchmarks that need no lab (the embedded network), so no BMv2 and no sandbox.
+WITHOUT_LAB = {"accuracy"}
 
 
 if __name__ == "__main__":
