@@ -304,3 +304,41 @@ def test_a_binary_file_is_not_a_traceback(workdir: Path,
     job = _write(workdir, "binary.yaml", b"\x89PNG\r\n\x1a\n\x00\xff")
     assert inactl.main(["-t", str(job), "bift"]) == INVALID
     assert "not a text file" in capsys.readouterr().err
+
+
+def _alias_bomb(levels: int) -> str:
+    """A few hundred bytes of nested aliases that stand for 9**levels values."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + f"\njob_id: 1\nop: sum\nworkers: *a{levels - 1}\n"
+
+
+def test_a_job_file_of_nested_aliases_is_refused_at_once(
+        workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = _write(workdir, "bomb.yaml", _alias_bomb(8).encode())
+    assert len(job.read_bytes()) < 1000
+    assert inactl.main(["-t", str(FIGURE1), "check", "--job", str(job)]) == INVALID
+    assert "once its aliases are expanded" in capsys.readouterr().err
+
+
+def test_a_topology_file_of_nested_aliases_is_refused_at_once(
+        workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    topology = _write(workdir, "bomb-topology.yaml", _alias_bomb(8).encode())
+    assert inactl.main(["-t", str(topology), "bift"]) == INVALID
+    assert "once its aliases are expanded" in capsys.readouterr().err
+
+
+def test_a_value_of_nested_aliases_is_shown_cut_short(
+        workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Below the limit, the workers are lists of lists: the message shows a few.
+    job = _write(workdir, "small-bomb.yaml", _alias_bomb(5).encode())
+    assert inactl.main(["-t", str(FIGURE1), "check", "--job", str(job)]) == INVALID
+    err = capsys.readouterr().err
+    assert "workers" in err and len(err) < 2000
+
+
+def test_a_recursive_alias_is_refused(workdir: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    job = _write(workdir, "recursive.yaml", b"job_id: 1\nop: sum\nworkers: &w [w1, *w]\n")
+    assert inactl.main(["-t", str(FIGURE1), "check", "--job", str(job)]) == INVALID
+    assert "recursive alias" in capsys.readouterr().err

@@ -34,7 +34,7 @@ from ina.errors import JobError, YamlFileError
 from ina.protocol.bitmaps import split_sets
 from ina.protocol.constants import AGG_SLOTS, Op
 from ina.spec.topology import Topology
-from ina.spec.yamlfile import load_yaml
+from ina.spec.yamlfile import load_yaml, show
 
 DEFAULT_SLOTS = 32
 MAX_JOB_ID = 0xFFFF
@@ -102,9 +102,9 @@ class JobSpec:
     def from_dict(cls, data: Any, source: str | None = None) -> JobSpec:
         """Parse a job document (the YAML mapping); JobError lists every problem."""
         if not isinstance(data, dict):
-            raise JobError([f"expected a mapping of {', '.join(KEYS)}, got {_show(data)}"],
+            raise JobError([f"expected a mapping of {', '.join(KEYS)}, got {show(data)}"],
                            source)
-        problems = [f"unknown key {_show(k)} (a job has {', '.join(KEYS)})"
+        problems = [f"unknown key {show(k)} (a job has {', '.join(KEYS)})"
                     for k in data if k not in KEYS]
         # `root:` left empty is no root; `aggregators:` left empty is a VAT of the root only.
         given = {k for k in KEYS if k in data and not (k == "root" and data[k] is None)}
@@ -117,23 +117,17 @@ class JobSpec:
         return cls(**fields, source=source)
 
 
-def _show(value: Any, limit: int = 60) -> str:
-    """A value for a message: its repr, cut short."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 5] + " ...)"
-
-
 def _is_name(value: Any) -> bool:
     return isinstance(value, str) and value.strip() != ""
 
 
 def _name_list(value: Any, what: str, problems: list[str]) -> None:
     if not isinstance(value, (list, tuple)) or not value:
-        problems.append(f"{what}: expected a non-empty list of names, got {_show(value)}")
+        problems.append(f"{what}: expected a non-empty list of names, got {show(value)}")
         return
     bad = [v for v in value if not _is_name(v)]
     if bad:
-        problems.append(f"{what}: {', '.join(_show(v) for v in bad[:3])}"
+        problems.append(f"{what}: {', '.join(show(v) for v in bad[:3])}"
                         f"{' ...' if len(bad) > 3 else ''} "
                         f"{'is not a name' if len(bad) == 1 else 'are not names'}")
         return
@@ -151,33 +145,33 @@ def _field_problems(data: Mapping[str, Any], given: set[str]) -> list[str]:
         job_id = data["job_id"]
         if (not isinstance(job_id, int) or isinstance(job_id, bool)
                 or not 1 <= job_id <= MAX_JOB_ID):
-            problems.append(f"job_id {_show(job_id)} is not an integer in 1..{MAX_JOB_ID}")
+            problems.append(f"job_id {show(job_id)} is not an integer in 1..{MAX_JOB_ID}")
     if "op" in given:
         op = data["op"]
         if not isinstance(op, Op) and not (isinstance(op, str)
                                            and op.upper() in Op.__members__):
-            problems.append(f"op {_show(op)} is not one of "
+            problems.append(f"op {show(op)} is not one of "
                             f"{', '.join(o.name.lower() for o in Op)}")
     if "workers" in given:
         _name_list(data["workers"], "workers", problems)
     if "root" in given and data["root"] is not None and not _is_name(data["root"]):
-        problems.append(f"root {_show(data['root'])} is not a name (a switch or a host)")
+        problems.append(f"root {show(data['root'])} is not a name (a switch or a host)")
     if "aggregators" in given:
         aggregators = data["aggregators"]
         if aggregators is not None and not isinstance(aggregators, Mapping):
             problems.append("aggregators: expected a mapping of switch to the workers it "
-                            f"covers, got {_show(aggregators)}")
+                            f"covers, got {show(aggregators)}")
         elif aggregators:
             for sw, covers in aggregators.items():
                 if not _is_name(sw):
-                    problems.append(f"aggregators: {_show(sw)} is not a switch name")
+                    problems.append(f"aggregators: {show(sw)} is not a switch name")
                 else:
                     _name_list(covers, f"aggregator {sw}", problems)
     if "slots" in given:
         slots = data["slots"]
         if (not isinstance(slots, int) or isinstance(slots, bool) or slots < 1
                 or slots & (slots - 1) or slots > AGG_SLOTS):
-            problems.append(f"slots {_show(slots)} is not a power of two in 1..{AGG_SLOTS}")
+            problems.append(f"slots {show(slots)} is not a power of two in 1..{AGG_SLOTS}")
     return problems
 
 

@@ -49,7 +49,7 @@ from ina.protocol.constants import (
     QUEUE_BUFFER,
     QUEUE_MARK,
 )
-from ina.spec.yamlfile import load_yaml
+from ina.spec.yamlfile import load_yaml, show
 
 
 @dataclass(frozen=True)
@@ -200,12 +200,6 @@ _NAME = re.compile(r"[A-Za-z_][\w.-]*", re.ASCII)
 _ENDPOINT = re.compile(r"([A-Za-z_][\w.-]*)(?::(\d+))?", re.ASCII)
 
 
-def _show(value: Any, limit: int = 60) -> str:
-    """A value for a message: its repr, cut short."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 5] + " ...)"
-
-
 @dataclass
 class Topology:
     name: str
@@ -242,13 +236,13 @@ class Topology:
         where = None if source == "topology" else source
         if not isinstance(data, dict):
             raise TopologyError(["expected a mapping with name, switches, hosts, links, got "
-                                 + _show(data)], where)
+                                 + show(data)], where)
         unknown = set(data) - {"name", "switches", "hosts", "links", "policing", "queues"}
         if unknown:
             problems.append(f"unknown top-level keys: {sorted(map(str, unknown))}")
         name = data.get("name", Path(source).stem)
         if not isinstance(name, str) or not _NAME.fullmatch(name):
-            problems.append(f"name {_show(name)} is not a name (letters, digits, _ . -, "
+            problems.append(f"name {show(name)} is not a name (letters, digits, _ . -, "
                             "starting with a letter or _): state files are named after it")
         switches = _parse_switches(data.get("switches"), problems)
         hosts = _parse_hosts(data.get("hosts"), problems)
@@ -516,7 +510,7 @@ def _unique(problems: list[str], what: str, pairs: Iterable[tuple[str, object]])
 def _is_node_name(name: Any, what: str, problems: list[str]) -> bool:
     if isinstance(name, str) and _NAME.fullmatch(name):
         return True
-    problems.append(f"{what} {_show(name)}: not a name (letters, digits, _ . -, starting "
+    problems.append(f"{what} {show(name)}: not a name (letters, digits, _ . -, starting "
                     "with a letter or _)")
     return False
 
@@ -549,20 +543,20 @@ def _ipv4(name: str, value: Any, problems: list[str]) -> str:
     try:
         return str(ipaddress.IPv4Address(str(value)))
     except ValueError:
-        problems.append(f"{name}: {_show(value)} is not an IPv4 address")
+        problems.append(f"{name}: {show(value)} is not an IPv4 address")
         return "0.0.0.0"
 
 
 def _mac(name: str, value: Any, problems: list[str]) -> str:
     if not isinstance(value, str) or not _MAC.fullmatch(value):
-        problems.append(f"{name}: {_show(value)} is not a MAC address (aa:bb:cc:dd:ee:ff)")
+        problems.append(f"{name}: {show(value)} is not a MAC address (aa:bb:cc:dd:ee:ff)")
         return "00:00:00:00:00:00"
     return value.lower()
 
 
 def _int(name: str, value: Any, low: int, high: int, problems: list[str]) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        problems.append(f"{name}: {_show(value)} is not an integer in {low}..{high}")
+        problems.append(f"{name}: {show(value)} is not an integer in {low}..{high}")
         return low
     return value
 
@@ -578,8 +572,11 @@ def _parse_switches(value: Any, problems: list[str]) -> dict[str, SwitchSpec]:
         device_id = _int(f"{name}.device_id", f["device_id"], 0, 2**40 - 1, problems)
         grpc = f["grpc"]
         if not isinstance(grpc, str) or not _GRPC.fullmatch(grpc):
-            problems.append(f"{name}.grpc: {_show(grpc)} is not host:port")
+            problems.append(f"{name}.grpc: {show(grpc)} is not host:port")
             grpc = str(grpc)
+        elif not 1 <= int(grpc.rpartition(":")[2]) <= 65535:
+            problems.append(f"{name}.grpc: port {grpc.rpartition(':')[2]} is not from 1 to "
+                            "65535")
         # From the low 32 bits of the device id; the uniqueness check catches clashes.
         default_mac = "02:00:" + ":".join(
             f"{b:02x}" for b in (device_id & 0xFFFFFFFF).to_bytes(4, "big"))
@@ -625,7 +622,7 @@ def _parse_queues(value: Any, problems: list[str]) -> Queues | None:
         return None
     rate = f["rate"]
     if not isinstance(rate, int | float) or isinstance(rate, bool):
-        problems.append(f"queues.rate: {_show(rate)} is not a rate in Mbit/s")
+        problems.append(f"queues.rate: {show(rate)} is not a rate in Mbit/s")
         return None
     try:
         check_link_rate(rate)
@@ -655,13 +652,13 @@ def _parse_links(value: Any, problems: list[str]) -> list[Link]:
     result = []
     for item in value:
         if not isinstance(item, list) or len(item) != 2:
-            problems.append(f"link {_show(item)}: expected [a, b]")
+            problems.append(f"link {show(item)}: expected [a, b]")
             continue
         ends = []
         for raw in item:
             m = _ENDPOINT.fullmatch(raw) if isinstance(raw, str) else None
             if not m:
-                problems.append(f"link {_show(item)}: {_show(raw)} is not node or node:port")
+                problems.append(f"link {show(item)}: {show(raw)} is not node or node:port")
                 break
             ends.append(Endpoint(m.group(1), int(m.group(2)) if m.group(2) else None))
         if len(ends) == 2:
