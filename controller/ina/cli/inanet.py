@@ -42,8 +42,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--address", default="127.0.0.1",
                    help="the address the hosts' ports are bound to")
     p.add_argument("--endpoints", type=Path, metavar="FILE",
-                   help="also write the ports' JSON to FILE, removed at exit (default: "
-                        "not written)")
+                   help="also write the ports' JSON to FILE, a new file (an existing one "
+                        "is refused), removed at exit (default: not written)")
     p.add_argument("--jobs-socket", type=Path, metavar="PATH",
                    help="serve the job service (jobs deployed on request, ina.spec.jobservice) "
                         "on this Unix socket (default: one in a private temporary directory)")
@@ -65,26 +65,43 @@ def _serve(args: argparse.Namespace) -> int:
     topology = Topology.load(args.topology)
     jobs = [JobSpec.load(j) for j in args.job]
     impairment = Impairment(loss=args.loss, seed=args.seed) if args.loss else None
+    for option, path in (("--endpoints", args.endpoints), ("--jobs-socket", args.jobs_socket)):
+        if path is not None and not path.parent.is_dir():
+            raise UsageError(f"{option} {path}: no folder {path.parent}")
+    if args.endpoints is not None and args.endpoints.exists():
+        raise UsageError(f"--endpoints {args.endpoints} exists: it is not overwritten (give "
+                         "a new path)")
     with contextlib.ExitStack() as stack:
         jobs_socket = args.jobs_socket
         if jobs_socket is None:
             jobs_socket = Path(stack.enter_context(tempfile.TemporaryDirectory(
                 prefix="inanet-"))) / "jobs.sock"
-        net = stack.enter_context(EmbeddedNetwork(topology, jobs, args.address, impairment,
-                                                  jobs_socket))
+        try:
+            net = stack.enter_context(EmbeddedNetwork(topology, jobs, args.address,
+                                                      impairment, jobs_socket))
+        except OSError as exc:
+            raise UsageError(f"cannot bind the hosts' ports on --address {args.address}: "
+                             f"{exc.strerror or exc}") from exc
         return _run(args, net)
 
 
 def _run(args: argparse.Namespace, net: EmbeddedNetwork) -> int:
     common.stop_on_signals(net.stop)
     text = net.endpoints.to_json()
-    if args.endpoints is not None:
-        args.endpoints.write_text(text + "\n")
-    print(text, flush=True)
+    written = False
     try:
+        if args.endpoints is not None:
+            try:
+                with args.endpoints.open("x") as f:  # never someone else's file
+                    f.write(text + "\n")
+                written = True
+            except OSError as exc:
+                raise UsageError(f"--endpoints {args.endpoints}: {exc.strerror or exc}"
+                                 ) from exc
+        print(text, flush=True)
         net.serve(sys.stdin.buffer if args.until_stdin_closes else None)
     finally:
-        if args.endpoints is not None:
+        if written:
             args.endpoints.unlink(missing_ok=True)
     print(json.dumps({"jobs": [j.job_id for j in net.deployed],
                       "granted": sorted(net.service.granted()),

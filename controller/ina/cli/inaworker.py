@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import os
 import shlex
 import signal
 import sys
@@ -34,6 +36,7 @@ from ina.bench.timing import wait_for_go
 from ina.cli import common
 from ina.errors import InaError, UsageError
 from ina.host.arrays import digest, random_array, random_floats
+from ina.host.collective import MAX_SIZE
 from ina.host.config import WorkerConfig
 from ina.host.flow import WIDTHS
 from ina.host.link import Endpoints, LinkTransport, on_loopback
@@ -50,6 +53,10 @@ COLLECTIVES = ("allreduce", "reduce", "reduce-scatter", "broadcast", "allgather"
 #: Collectives with a root rank; collectives that reduce (an op, an element width).
 ROOTED = ("reduce", "broadcast")
 REDUCING = ("allreduce", "reduce", "reduce-scatter")
+#: The types a reduction's --input array may hold (int64 too: values beyond 32 bits
+#: refuse the call at every worker, naming the first); a movement takes any.
+READABLE = tuple(np.dtype(t) for t in (np.float32, np.float16, np.int8, np.uint8, np.int16,
+                                       np.int32, np.int64))
 
 
 class _Progress:
@@ -104,7 +111,8 @@ def parser() -> argparse.ArgumentParser:
                    help="bits per element on the wire, for the reductions (allreduce, "
                         "reduce, reduce-scatter): 16 puts twice as many values in a packet "
                         "(integers must fit in 16 bits; floats are quantized to 16) "
-                        "(default: 16 for float16 and int16 arrays, else 32)")
+                        "(default: 16 for int16 arrays, else 32; a float MIN or MAX travels "
+                        "in 32, exactly)")
     p.add_argument("--owned", action="store_true",
                    help="broadcast, allgather: send each chunk once from its owner, by BIER "
                         "from its edge switch, instead of with the others' zeros (uplinks "
@@ -157,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                                          ring_port=args.ring_port)
         config = dataclasses.replace(config, owned=args.owned)
         _check_collective(args, config.workers)
+        _check_options(args)
         values = _values(args)
         if args.embedded is None:
             _on_the_workers_host(args, argv, config.addresses[config.rank])
@@ -213,6 +222,25 @@ def _check_collective(args: argparse.Namespace, workers: int) -> None:
                                  f"reduce-scatter), not {c}: it moves its array bit for bit")
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """UsageError for a value no call can take, before anything is allocated or sent:
+    --random's size, the timeouts, where --output goes."""
+    if args.random is not None and not 1 <= args.random <= MAX_SIZE:
+        raise UsageError(f"--random {args.random}: give a size from 1 to {MAX_SIZE:,} "
+                         "(a call's array length)")
+    for option, value in (("--timeout", args.timeout), ("--rto", args.rto),
+                          ("--min-rto", args.min_rto)):
+        if not (value > 0 and math.isfinite(value)):
+            raise UsageError(f"{option} {value:g}: give a positive number of seconds")
+    if args.output is not None:
+        folder = args.output.parent
+        if not folder.is_dir():
+            raise UsageError(f"--output {args.output}: no folder {folder} (the result would "
+                             "be lost after the call)")
+        if not os.access(folder, os.W_OK):
+            raise UsageError(f"--output {args.output}: {folder} is not writable")
+
+
 def _values(args: argparse.Namespace) -> npt.NDArray[Any]:
     """The array the arguments name (none for a barrier)."""
     if args.collective == "barrier":
@@ -223,7 +251,13 @@ def _values(args: argparse.Namespace) -> npt.NDArray[Any]:
             return np.array([float(v) if args.float else int(v)
                              for v in args.values.split(",")], dtype=dtype)
         if args.input is not None:
-            return np.asarray(np.load(args.input))
+            array = np.asarray(np.load(args.input))
+            if args.collective in REDUCING and array.dtype not in READABLE:
+                raise UsageError(f"--input {args.input} holds {array.dtype} values: the data "
+                                 "plane reduces float32, float16 and integers of up to 32 "
+                                 "bits (convert it first, e.g. to float32, if that "
+                                 "precision will do)")
+            return array
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from exc
     return random_floats(args.random, args.seed) if args.float else \

@@ -13,9 +13,13 @@ ends, and when the program is killed. ``JobService`` does this over any controll
   job; no room or no VAT (PlanError, CapacityError), or the switches unreachable, and
   the grant says ``on_hosts`` with the reason: the group's workers reduce among
   themselves, and creating the group does not fail.
-- ``teardown``: a job the requester was granted, removed.
+- ``teardown``: a job the requester was granted, removed; the grant ends only with
+  its job gone, so a teardown that could not reach the switches is an error the
+  requester may send again.
 - ``release``: when a requester's connection closes, every job granted on it removed;
-  the kernel closes a killed process's sockets, so a killed rank's jobs go too.
+  the kernel closes a killed process's sockets, so a killed rank's jobs go too. A job
+  that could not be removed then is kept as an orphan and removed again before every
+  later request and every ORPHAN_RETRY seconds on a Unix socket, until it is gone.
 
 Requests run one at a time. ``serve_unix`` serves the protocol on a Unix socket (a
 lab's service, ``Lab``); the embedded network calls ``handle`` and ``release`` from
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -36,16 +41,20 @@ from typing import Any
 
 from ina.control.controller import Controller
 from ina.control.entities import TableEntry
-from ina.errors import CapacityError, InaError, JobError, PlanError
+from ina.errors import CapacityError, ControllerError, InaError, JobError, PlanError
 from ina.protocol.constants import Op
 from ina.spec.job import DEFAULT_SLOTS, MAX_JOB_ID, JobSpec
 from ina.spec.jobservice import FIRST_JOB_ID, MAX_LINE, Grant, Jobs, decode, encode
+from ina.spec.yamlfile import show
 
 LOG = logging.getLogger(__name__)
 #: Tries of a fresh job id that another controller deployed meanwhile.
 ID_TRIES = 8
 #: Ring ports repeat every this many job ids (ina.host.config.RING_JOBS).
 RING_PERIOD = 256
+#: Seconds between tries to remove the jobs of requesters that left while the switches
+#: could not be reached (serve_unix; the embedded network tries at every request).
+ORPHAN_RETRY = 5.0
 
 
 @dataclass
@@ -66,15 +75,19 @@ class JobService:
         self.open_controller = open_controller
         self.first_id = first_id
         self.leases: dict[object, Lease] = {}
+        #: Jobs of requesters that left, not removed yet (the switches unreachable).
+        self.orphans: dict[int, Grant] = {}
         self._lock = asyncio.Lock()
         self._releasing = True  # a closed connection's jobs are torn down
         self._cursor = first_id  # where the search for a fresh id starts
 
     def granted(self) -> set[int]:
-        return {j for lease in self.leases.values() for j in lease.grants}
+        """Every job id granted and not yet removed (orphans included)."""
+        return {j for lease in self.leases.values() for j in lease.grants} | set(self.orphans)
 
     async def handle(self, client: object, message: dict[str, Any]) -> dict[str, Any]:
         """One request from ``client`` (any key: its connection), its answer."""
+        await self.remove_orphans()
         lease = self.leases.setdefault(client, Lease(str(client)))
         kind = message.get("request")
         try:
@@ -89,7 +102,8 @@ class JobService:
             if kind == "teardown":
                 job_id = message.get("job_id")
                 if not isinstance(job_id, int) or job_id not in lease.grants:
-                    return {"error": f"job {job_id} was not granted on this connection"}
+                    return {"error": f"job {show(job_id)} was not granted on this "
+                                     "connection"}
                 return {"removed_from": await self.teardown(lease, job_id)}
             if kind == "jobs":
                 jobs = await self.jobs()
@@ -97,7 +111,7 @@ class JobService:
                         "state": jobs.state}
         except InaError as exc:
             return {"error": str(exc)}
-        return {"error": f"unknown request {kind!r} (deploy, teardown, jobs)"}
+        return {"error": f"unknown request {show(kind)} (deploy, teardown, jobs)"}
 
     async def deploy(self, lease: Lease, workers: Sequence[str], slots: int) -> Grant:
         """A job over ``workers``, planned and written; or, if no switch can take it,
@@ -161,40 +175,70 @@ class JobService:
         return chosen
 
     async def teardown(self, lease: Lease, job_id: int) -> list[str]:
-        """Remove a job ``lease`` was granted; the switches it was removed from."""
+        """Remove a job ``lease`` was granted; the switches it was removed from. The
+        grant ends only once the job is gone: if the switches cannot be reached
+        (InaError), it stays, and the requester may ask again."""
         async with self._lock:
-            grant = lease.grants.pop(job_id)
-            if grant.on_hosts:
-                return []
-            async with self.open_controller() as ctl:
-                try:
-                    removed = await ctl.teardown(job_id)
-                except JobError:  # gone already (removed by hand)
-                    return []
-            LOG.info("job %d removed from %s", job_id, ", ".join(removed))
+            removed = await self._remove(lease.grants[job_id])
+            del lease.grants[job_id]
             return removed
 
+    async def _remove(self, grant: Grant) -> list[str]:
+        if grant.on_hosts:
+            return []
+        try:
+            async with self.open_controller() as ctl:
+                removed = await ctl.teardown(grant.job_id)
+        except JobError:  # gone already (removed by hand)
+            return []
+        except InaError as exc:
+            raise ControllerError(f"job {grant.job_id} could not be removed now ({exc}); "
+                                  "it is still granted: ask again") from exc
+        LOG.info("job %d removed from %s", grant.job_id, ", ".join(removed))
+        return removed
+
     async def release(self, client: object) -> list[int]:
-        """Every job granted to ``client``, removed (its connection closed); the ids."""
+        """Every job granted to ``client``, removed (its connection closed); the ids.
+        One that cannot be removed now becomes an orphan (``remove_orphans``)."""
         lease = self.leases.pop(client, None)
         if lease is None:
             return []
         released = []
-        for job_id in list(lease.grants):
+        for job_id, grant in list(lease.grants.items()):
             try:
-                await self.teardown(lease, job_id)
+                async with self._lock:
+                    await self._remove(grant)
                 released.append(job_id)
             except InaError as exc:
-                LOG.warning("job %d: could not remove it after its requester left: %s",
-                            job_id, exc)
+                LOG.warning("job %d: could not remove it after its requester left (%s): "
+                            "tried again later", job_id, exc)
+                self.orphans[job_id] = grant
         if released:
             LOG.info("requester gone: jobs %s removed", released)
         return released
 
+    async def remove_orphans(self) -> list[int]:
+        """The jobs of requesters that left, removed where the switches answer now."""
+        removed = []
+        for job_id, grant in list(self.orphans.items()):
+            try:
+                async with self._lock:
+                    await self._remove(grant)
+            except InaError as exc:
+                LOG.debug("job %d: still not removed: %s", job_id, exc)
+                continue
+            del self.orphans[job_id]
+            removed.append(job_id)
+        return removed
+
     async def close(self) -> None:
-        """Release every lease."""
+        """Release every lease, and try the orphans once more."""
         for client in list(self.leases):
             await self.release(client)
+        await self.remove_orphans()
+        if self.orphans:
+            LOG.warning("jobs %s of requesters that left could not be removed: remove "
+                        "them with inactl teardown", sorted(self.orphans))
 
     async def jobs(self) -> Jobs:
         async with self.open_controller() as ctl:
@@ -211,18 +255,29 @@ class JobService:
         the task is cancelled); then, with ``release``, tear down every job still
         granted (not when the switches go with the service)."""
         path.unlink(missing_ok=True)
-        server = await asyncio.start_unix_server(self._connection, str(path), limit=MAX_LINE)
-        path.chmod(0o600)
+        old = os.umask(0o177)  # the socket is made 0600: never reachable wider
+        try:
+            server = await asyncio.start_unix_server(self._connection, str(path),
+                                                     limit=MAX_LINE)
+        finally:
+            os.umask(old)
+        retrying = asyncio.create_task(self._retry_orphans())
         try:
             if ready is not None:
                 ready()
             await (stop or asyncio.Event()).wait()
         finally:
+            retrying.cancel()
             self._releasing = release
             server.close()
             if release:
                 await self.close()
             path.unlink(missing_ok=True)
+
+    async def _retry_orphans(self) -> None:
+        while True:
+            await asyncio.sleep(ORPHAN_RETRY)
+            await self.remove_orphans()
 
     async def _connection(self, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:

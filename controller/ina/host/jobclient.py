@@ -3,7 +3,9 @@ deployed on request and gone when given back, or when this client's connection
 closes (its process ended or was killed).
 
 One ``JobClient`` per process is enough: it holds one connection, the lease of
-every job it was granted; requests from several threads take turns on it.
+every job it was granted; requests from several threads take turns on it. A child the
+process forks closes its copy (ina.host.leases): a rank's DataLoader workers do not
+keep its jobs after it died.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ina.errors import LabError
+from ina.host import leases
 from ina.spec.job import DEFAULT_SLOTS
 from ina.spec.jobservice import MAX_LINE, Grant, Jobs, decode, encode
 
@@ -37,6 +40,7 @@ class JobClient:
             self._sock.close()
             raise LabError(f"no job service at {self.path}: {exc}") from exc
         self._file = self._sock.makefile("rb")
+        leases.hold(self)
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
         with self._lock:

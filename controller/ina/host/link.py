@@ -13,7 +13,8 @@ A transport holds its host's link while it is open: it claims the link over a TC
 connection to the network's claims port, which its kernel closes when its process
 ends; a link another process holds is refused (LabError), never shared (see
 ina.model.embedded). A child forked by the process closes its copy of that
-connection, so that a child does not hold the link after its parent ended.
+connection (ina.host.leases), so that a child does not hold the link after its
+parent ended.
 """
 
 from __future__ import annotations
@@ -21,14 +22,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import socket
 import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 from ina.errors import LabError, UsageError
+from ina.host import leases
 from ina.host.config import WorkerConfig
 from ina.protocol.constants import ETHERTYPE_IPV4, INA_HEADER_BYTES, INA_UDP_PORT, IP_PROTO_UDP
 from ina.protocol.frames import ina_frame, ip_int
@@ -110,8 +110,7 @@ class LinkTransport:
         except BaseException:
             self.sock.close()
             raise
-        ref = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _forget_claim(ref))
+        leases.hold(self)
 
     def send(self, payload: bytes, dst: str | None = None) -> None:
         frame = ina_frame(self.mac, self.edge_mac, self.ip, dst or self.target, payload)
@@ -175,13 +174,6 @@ def _claim(host: str, address: str, port: int, udp_port: int) -> socket.socket:
         raise LabError(f"{host}'s link on the embedded network: {reply['error']}")
     sock.settimeout(None)
     return sock
-
-
-def _forget_claim(ref: weakref.ref[LinkTransport]) -> None:
-    """In a forked child: close the child's copy of the claim."""
-    transport = ref()
-    if transport is not None:
-        transport._claim.close()
 
 
 def on_loopback(config: WorkerConfig) -> WorkerConfig:

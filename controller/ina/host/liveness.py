@@ -13,21 +13,20 @@ waits on it waits on, up to the process group's timeout.
 
 A child forked by a rank (a DataLoader's workers) would hold the listener and the
 connections after the rank died, and keep it alive to its peers: a child closes its
-copies as it starts (``os.register_at_fork``).
+copies as it starts (ina.host.leases).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import select
 import socket
-import weakref
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Protocol
 
 from ina.errors import UsageError
+from ina.host import leases
 
 LOG = logging.getLogger(__name__)
 #: How long a rank tries to connect to a peer's listener at the start.
@@ -65,8 +64,7 @@ class Liveness:
         except BaseException:
             self.close()
             raise
-        ref = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _forget(ref))
+        leases.hold(self)
 
     def _connect(self, rank: int, where: str) -> socket.socket:
         host, _, port = where.rpartition(":")
@@ -102,10 +100,3 @@ class Liveness:
         for sock in [self._listener, *self._peers.values()]:
             sock.close()
         self._peers.clear()
-
-
-def _forget(ref: weakref.ref[Liveness]) -> None:
-    """In a forked child: close the child's copies of the rank's sockets."""
-    live = ref()
-    if live is not None:
-        live.close()

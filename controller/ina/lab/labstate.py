@@ -36,6 +36,7 @@ from pathlib import Path
 
 from ina.control.access import Access
 from ina.control.localstate import atomic_write
+from ina.errors import UsageError
 
 LOG = logging.getLogger(__name__)
 #: An argument of every sandbox's ``unshare`` command line (see ina.lab.sandbox.command).
@@ -43,7 +44,13 @@ SANDBOX_MARK = "ina-sandbox"
 
 
 def run_dir() -> Path:
-    return Path(os.environ.get("INA_RUN_DIR", ".run"))
+    """The run directory: $INA_RUN_DIR, default ``.run``; UsageError if it names
+    something that is not a folder."""
+    path = Path(os.environ.get("INA_RUN_DIR", ".run"))
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"INA_RUN_DIR={path} is not a folder: give a folder (made if missing) "
+                         "for the labs' run files")
+    return path
 
 
 def start_time(pid: int) -> int | None:

@@ -35,8 +35,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import selectors
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -46,7 +48,7 @@ from pathlib import Path
 from typing import IO
 
 from ina.control.jobservice import JobService, lasting
-from ina.errors import LabError
+from ina.errors import LabError, UsageError
 from ina.host.link import Endpoints as Endpoints  # where it lived first: ina.torch imports it here
 from ina.model.harness import initialised_network
 from ina.model.network import Impairment
@@ -61,6 +63,12 @@ SPAWN_TIMEOUT = 60.0
 BATCH = 64
 #: Largest frame a link carries (a BIER result is about 1.2 kB).
 MAX_FRAME = 16384
+#: Answers a job service client may leave unread before the network stops reading
+#: its requests (until it reads): one client that never reads holds up nobody.
+MAX_UNREAD = 64 * 1024
+#: Bytes of requests read from one client at a turn of the loop: every other client,
+#: and every host's link, gets its turn between two of a flooding client's.
+REQUEST_CHUNK = 4096
 
 
 @dataclass
@@ -74,10 +82,12 @@ class LinkStats:
 
 @dataclass(eq=False)
 class _Client:
-    """A connection to the job service, and what it sent of its next line."""
+    """A connection to the job service: what it sent of its next line, and the
+    answers not yet sent (it may not read: nothing here waits for it)."""
 
     sock: socket.socket
     pending: bytearray = field(default_factory=bytearray)
+    out: bytearray = field(default_factory=bytearray)
 
 
 @dataclass(eq=False)
@@ -115,11 +125,7 @@ class EmbeddedNetwork:
         self.jobs_socket = jobs_socket
         try:
             if jobs_socket is not None:
-                jobs_socket.unlink(missing_ok=True)
-                self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                self._listener.bind(str(jobs_socket))
-                jobs_socket.chmod(0o600)
-                self._listener.listen()
+                self._listener = _unix_listener(jobs_socket)
                 self.selector.register(self._listener, selectors.EVENT_READ, "listen")
             self._claims = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self._claims.bind((address, 0))
@@ -153,7 +159,7 @@ class EmbeddedNetwork:
         if until is not None:
             self.selector.register(until, selectors.EVENT_READ, "until")
         while not self._stopped.is_set():
-            for key, _ in self.selector.select():
+            for key, events in self.selector.select():
                 if key.data is None:
                     self._stopped.set()
                 elif key.data == "until":
@@ -164,7 +170,10 @@ class EmbeddedNetwork:
                 elif key.data == "claims":
                     self._accept_claim()
                 elif isinstance(key.data, _Client):
-                    self._request(key.data)
+                    if events & selectors.EVENT_WRITE:
+                        self._flush(key.data)
+                    if events & selectors.EVENT_READ:
+                        self._request(key.data)
                 elif isinstance(key.data, _Claim):
                     self._claim(key.data)
                 else:
@@ -273,19 +282,21 @@ class EmbeddedNetwork:
             sock, _ = self._listener.accept()
         except OSError:
             return
+        sock.setblocking(False)
         self.selector.register(sock, selectors.EVENT_READ, _Client(sock))
 
     def _request(self, client: _Client) -> None:
         """What a client sent: each whole line a request, answered at once (the
-        frames wait meanwhile); at its end, its jobs torn down."""
+        frames wait meanwhile; the answer goes as the client reads it); at its end,
+        its jobs torn down."""
         try:
-            data = client.sock.recv(65536)
+            data = client.sock.recv(REQUEST_CHUNK)
+        except BlockingIOError:
+            return
         except OSError:
             data = b""
         if not data or len(client.pending) + len(data) > MAX_LINE:
-            self.selector.unregister(client.sock)
-            client.sock.close()
-            self._loop.run_until_complete(self.service.release(client))
+            self._drop(client)
             return
         client.pending += data
         while (end := client.pending.find(b"\n")) >= 0:
@@ -299,10 +310,31 @@ class EmbeddedNetwork:
             except Exception as exc:  # noqa: BLE001 (a bug must not end the network)
                 LOG.exception("job service request failed")
                 answer = {"error": f"{type(exc).__name__}: {exc}"}
-            try:
-                client.sock.sendall(encode(answer))
-            except OSError:
-                return  # gone: its end comes next
+            client.out += encode(answer)
+        self._flush(client)
+
+    def _flush(self, client: _Client) -> None:
+        """Send what the client's socket takes of its answers; wait for it to read the
+        rest (and stop reading its requests while MAX_UNREAD are unread)."""
+        try:
+            sent = client.sock.send(client.out) if client.out else 0
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self._drop(client)
+            return
+        del client.out[:sent]
+        events = selectors.EVENT_WRITE if client.out else 0
+        if len(client.out) < MAX_UNREAD:
+            events |= selectors.EVENT_READ
+        self.selector.modify(client.sock, events, client)
+
+    def _drop(self, client: _Client) -> None:
+        """A client gone (or over its line's limit): its jobs torn down."""
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(client.sock)
+        client.sock.close()
+        self._loop.run_until_complete(self.service.release(client))
 
     def stop(self) -> None:
         self._stopped.set()
@@ -358,6 +390,49 @@ class SpawnedNetwork:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _unix_listener(path: Path) -> socket.socket:
+    """A listening Unix socket at ``path``, made 0600 as it is bound (never reachable
+    wider); UsageError if ``path`` is taken (see ``_stale_socket_removed``)."""
+    _stale_socket_removed(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot serve the job service on {path}: "
+                         f"{exc.strerror or exc}") from exc
+    finally:
+        os.umask(old)
+    sock.listen()
+    return sock
+
+
+def _stale_socket_removed(path: Path) -> None:
+    """Remove ``path`` if it is a socket nobody serves (a network that ended without
+    removing it); UsageError if it is another kind of file (never replaced) or a
+    socket some process serves (another network's: never taken over)."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"cannot serve the job service on {path}: {exc}") from exc
+    if not stat.S_ISSOCK(mode):
+        raise UsageError(f"{path} exists and is not a socket: it is not replaced (give "
+                         "another --jobs-socket)")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            path.unlink(missing_ok=True)  # stale: its network is gone
+            return
+        except OSError as exc:
+            raise UsageError(f"cannot serve the job service on {path}: {exc}") from exc
+    raise UsageError(f"another process serves {path} (another inanet?): it is not taken "
+                     "over")
 
 
 def spawn(topology: Path, jobs: Sequence[Path], *, loss: float = 0.0, seed: int = 0,

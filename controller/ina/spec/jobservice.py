@@ -72,12 +72,22 @@ class Jobs:
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, sort_keys=True).encode() + b"\n"
+    """One line of ``message``; an answer that would pass MAX_LINE (which no client
+    would read) becomes an error that says so."""
+    line = json.dumps(message, sort_keys=True).encode() + b"\n"
+    if len(line) > MAX_LINE:
+        what = message.get("request", "the answer")
+        line = json.dumps({"error": f"{what} would be {len(line):,} bytes, over the "
+                                    f"{MAX_LINE:,} a line may have"}).encode() + b"\n"
+    return line
 
 
 def decode(line: bytes) -> dict[str, Any]:
-    """A message from one line; ValueError if it is none."""
-    data = json.loads(line)
+    """A message from one line; ValueError if it is none (nested too deeply too)."""
+    try:
+        data = json.loads(line)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, got {type(data).__name__}")
     return data
