@@ -112,8 +112,9 @@ SYNC_RTT_FACTOR = 8
 ABORT_COPIES = 3
 #: Times a call may be run again under a new plan of the job before it fails.
 MAX_REPLANS = 8
-#: Seconds between two questions to a Caller's ``patience`` while a call waits on.
-PATIENCE_RECHECK = 1.0
+#: Seconds between two questions to a Caller's ``patience`` while a call waits on
+#: (cheap: a process group's timeout then fails the call within this of its end).
+PATIENCE_RECHECK = 0.05
 #: A call started without a SYNC (``Caller.next_start``) that has no result after
 #: this many RTOs (and at least SYNC_CHECK_MIN seconds) asks the root once, with a
 #: SYNC proposing its start: a root that lost the job's progress (a redeployment)

@@ -18,9 +18,11 @@ and
   than gloo's float16 sum), unless INA_HALF_WIDTH=16 or ``set_half_width(16)``
   says 16-bit ones (twice the values per packet, a coarser quantization); MIN and
   MAX of any float type are exact (ina.host.floatbits);
-- what has no form in the data plane (``all_to_all``, ``gather``, ``scatter``,
-  ``send``, ``recv``: VIA_GLOO) goes through a gloo group the backend keeps beside
-  its job.
+- what has no form in the data plane (``all_to_all``, ``gather``, ``scatter``:
+  VIA_GLOO; ``send``, ``recv``: POINT_TO_POINT) goes through a gloo group the backend
+  keeps beside its job, and so do the reductions the switches cannot make
+  (ina.torch.convert.on_switches: PRODUCT and bitwise ops, sparse tensors, float64,
+  int64, bool, complex), each counted as "gloo" in ``stats()``.
 
 Every call, through the switches or through gloo, runs on the member's call
 thread in the order the rank made it, so a broadcast and an all_reduce of one
@@ -41,7 +43,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import Backend, PrefixStore, ProcessGroupGloo, Store, Work
+from torch._C._distributed_c10d import (
+    Backend,
+    PrefixStore,
+    ProcessGroupGloo,
+    Store,
+    Work,
+)
 
 from ina.errors import UsageError
 from ina.spec.jobservice import Grant
@@ -54,6 +62,7 @@ from ina.torch.convert import (
     allreduce_tensor,
     broadcast_tensor,
     flat_concat,
+    on_switches,
     rank_major,
     reduce_scatter_tensor,
     reduce_tensor,
@@ -68,8 +77,9 @@ NAME = "ina"
 #: those the data plane has no form of (all_to_all: every rank's data to every
 #: other, a different part each; gather, scatter: one rank's many parts; send and
 #: recv: point to point).
-VIA_GLOO = ("alltoall", "all_to_all_single", "gather", "gather_single", "scatter", "send",
-            "recv", "recv_anysource")
+VIA_GLOO = ("alltoall", "all_to_all_single", "gather", "gather_single", "scatter")
+#: Point to point, through gloo too, once every call made before it is done.
+POINT_TO_POINT = ("send", "recv", "recv_anysource")
 #: Collectives that go through the switches, by the names torch calls (and stats()
 #: counts): every one DDP and FSDP (FSDP1 and fully_shard) make in this torch version.
 VIA_SWITCHES = ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter",
@@ -79,9 +89,12 @@ VIA_SWITCHES = ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter",
 
 
 class InaWork(Work):
-    """A call of the backend: done when its future is. torch calls only ``wait`` and
-    ``get_future`` of a Work made in Python (``is_completed()`` stays False: poll
-    ``get_future().done()`` instead)."""
+    """A call of the backend: done when its future is; ``wait()`` raises the call's
+    error. torch 2.14 wraps every Work a Python backend returns in a holder that
+    forwards only ``wait`` and ``get_future`` (its ``is_completed()`` stays False, its
+    ``source_rank`` is refused: docs/limits.md); torch's own Work made from a future
+    (``_create_work_from_future``) would complete, but its ``wait()`` swallows the
+    future's error, and a failed call must never look done."""
 
     def __init__(self, future: torch.futures.Future[Any]):
         super().__init__()
@@ -117,6 +130,9 @@ class ProcessGroupIna(Backend):
         #: Per float tensor (by id, while it lives), the error bound of its last
         #: all_reduce. (Tensors compare element-wise: no WeakKeyDictionary.)
         self._bounds: dict[int, tuple[weakref.ref[torch.Tensor], torch.Tensor]] = {}
+        #: Calls made in this group so far (its sequence number: what
+        #: TORCH_DISTRIBUTED_DEBUG=DETAIL's checks compare across ranks).
+        self._calls = 0
 
     @property
     def gloo(self) -> ProcessGroupGloo:
@@ -136,6 +152,18 @@ class ProcessGroupIna(Backend):
 
     def getBackendName(self) -> str:
         return NAME
+
+    def _get_sequence_number_for_group(self) -> int:
+        return self._calls
+
+    # What torch asks of a backend before it uses a feature. (Not defined here, its
+    # question comes back to the Python object: endless recursion.)
+    supports_coalescing = property(lambda self: False)
+    supports_splitting = property(lambda self: False)
+    supports_time_estimate = property(lambda self: False)
+    supports_shrinking = property(lambda self: False)
+    supports_reconfigure = property(lambda self: False)
+    supports_window = property(lambda self: False)
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Collectives made so far: {name: {"switches", "hosts" or "gloo": count}}."""
@@ -162,6 +190,8 @@ class ProcessGroupIna(Backend):
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Work:
         op = opts.reduceOp.op.name
+        if not on_switches(tensors, op):
+            return self._via_gloo("allreduce", (tensors, opts))
 
         def call() -> list[torch.Tensor]:
             tensor = self._one(tensors, "all_reduce")
@@ -173,6 +203,8 @@ class ProcessGroupIna(Backend):
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> Work:
         op = opts.reduceOp.op.name
+        if not on_switches(tensors, op):
+            return self._via_gloo("allreduce_coalesced", (tensors, opts))
 
         def call() -> list[torch.Tensor]:
             flat = flat_concat(tensors)
@@ -184,8 +216,13 @@ class ProcessGroupIna(Backend):
 
         return self._switches("allreduce_coalesced", call)
 
+    def allreduce_sparse(self, tensors: list[torch.Tensor], opts: Any) -> Work:
+        return self._via_gloo("allreduce_sparse", (tensors, opts))
+
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Work:
         op, root = opts.reduceOp.op.name, opts.rootRank
+        if not on_switches(tensors, op):
+            return self._via_gloo("reduce", (tensors, opts))
 
         def call() -> list[torch.Tensor]:
             tensor = self._one(tensors, "reduce")
@@ -198,6 +235,8 @@ class ProcessGroupIna(Backend):
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
                        opts: Any) -> Work:
         op = opts.reduceOp.op.name
+        if not on_switches([*outputs, *(t for ts in inputs for t in ts)], op):
+            return self._via_gloo("reduce_scatter", (outputs, inputs, opts))
 
         def call() -> list[torch.Tensor]:
             output = self._one(outputs, "reduce_scatter")
@@ -215,6 +254,8 @@ class ProcessGroupIna(Backend):
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
                               opts: Any) -> Work:
         op = opts.reduceOp.op.name
+        if not on_switches([output, input], op):
+            return self._via_gloo("reduce_scatter_single", (output, input, opts))
 
         def call() -> list[torch.Tensor]:
             self._keep(output, reduce_scatter_tensor(self.member.worker, output, input, op,
@@ -226,6 +267,8 @@ class ProcessGroupIna(Backend):
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor],
                                         inputs: list[torch.Tensor], opts: Any) -> Work:
         op = opts.reduceOp.op.name
+        if not on_switches([*outputs, *inputs], op):
+            return self._via_gloo("reduce_scatter_single_coalesced", (outputs, inputs, opts))
 
         def call() -> list[torch.Tensor]:
             whole = rank_major(inputs, self.size())
@@ -304,9 +347,7 @@ class ProcessGroupIna(Backend):
     def _switches(self, name: str, call: Callable[[], Any]) -> Work:
         """A call through the group's job: the switches, or its hosts if no switch
         takes the group (``member.where``)."""
-        work = InaWork(torch.futures.Future())
-        self._submit(name, self.member.where, call, work)
-        return work
+        return self._submit(name, self.member.where, call)
 
     def _keep(self, tensor: torch.Tensor, reduced: Reduced) -> None:
         bound = reduced.error_bound
@@ -334,31 +375,42 @@ class ProcessGroupIna(Backend):
     # --- through gloo ----------------------------------------------------------------
 
     def _via_gloo(self, name: str, args: Sequence[Any]) -> Work:
-        work = InaWork(torch.futures.Future())
-
         def call() -> Any:
             getattr(self.gloo, name)(*args).wait()
             return args[0] if args and isinstance(args[0], list) else []
 
-        self._submit(name, "gloo", call, work)
+        return self._submit(name, "gloo", call)
+
+    def _point_to_point(self, name: str, args: Sequence[Any]) -> Work:
+        """``send``, ``recv`` or ``recv_anysource`` on the group's gloo group, once every
+        call made before it is done (program order), gloo's own Work returned (torch
+        wraps it: see InaWork)."""
+        self._calls += 1
+        self.member.counts.add(name, "gloo")
+        self.member.calls.drain()
+        work: Work = getattr(self.gloo, name)(*args)
         return work
 
     # --- calls in order ----------------------------------------------------------------
 
-    def _submit(self, name: str, where: str, call: Callable[[], Any], work: InaWork) -> None:
+    def _submit(self, name: str, where: str, call: Callable[[], Any]) -> Work:
+        self._calls += 1
         self.member.counts.add(name, where)
+        future: torch.futures.Future[Any] = torch.futures.Future()
 
         def done(result: Any, error: BaseException | None) -> None:
             if error is not None:
                 LOG.debug("%s failed: %s", name, error)
-                work.future.set_exception(error)
+                future.set_exception(error)
             else:
-                work.future.set_result(result)
+                future.set_result(result)
 
         self.member.calls.submit(call, done)
+        return InaWork(future)
 
     def shutdown(self) -> None:
         self.member.close()
+        _LIVE.discard(self)
 
 
 def _gloo_method(name: str) -> Callable[..., Work]:
@@ -370,15 +422,36 @@ def _gloo_method(name: str) -> Callable[..., Work]:
     return method
 
 
+def _point_to_point_method(name: str) -> Callable[..., Work]:
+    def method(self: ProcessGroupIna, *args: Any) -> Work:
+        return self._point_to_point(name, args)
+
+    method.__name__ = name
+    method.__doc__ = f"``{name}`` through the backend's gloo group, in program order."
+    return method
+
+
 for _name in VIA_GLOO:
     setattr(ProcessGroupIna, _name, _gloo_method(_name))
+for _name in POINT_TO_POINT:
+    setattr(ProcessGroupIna, _name, _point_to_point_method(_name))
+
+
+#: Every backend not shut down yet. torch holds a backend's C++ half; with
+#: TORCH_DISTRIBUTED_DEBUG=DETAIL it wraps it (ProcessGroupWrapper) and drops every
+#: reference to its Python half, whose methods the C++ half calls (getBackendName,
+#: the collectives): without this, the first collective failed with "getBackendName
+#: is not implemented".
+_LIVE: set[ProcessGroupIna] = set()
 
 
 def create(opts: Any, backend_options: Any = None) -> ProcessGroupIna:
     """torch's extended creator: the group's store, rank, size, timeout and the
     default group's ranks in it (none for the default group itself)."""
-    return ProcessGroupIna(opts.store, opts.group_rank, opts.group_size, opts.timeout,
-                           list(opts.global_ranks_in_group))
+    backend = ProcessGroupIna(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                              list(opts.global_ranks_in_group))
+    _LIVE.add(backend)
+    return backend
 
 
 def register() -> None:

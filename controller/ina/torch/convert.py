@@ -2,9 +2,10 @@
 each torch collective as a collective of the rank's worker (ina.host.worker).
 
 Reductions (all_reduce, reduce, reduce_scatter). The switches reduce signed 32- or
-16-bit integers. Integer tensors travel as they are: int16 in 16-bit elements (its
-SUM wraps in 16 bits, as gloo's; its AVG in 32 bits, whose exact sum it divides),
-the others in 32-bit ones (int64 only with values that fit in 32 bits); a float
+16-bit integers. Integer tensors of up to 32 bits travel as they are: int16 in
+16-bit elements (its SUM wraps in 16 bits, as gloo's; its AVG in 32 bits, whose
+exact sum it divides), the others in 32-bit ones (what the switches cannot reduce,
+``on_switches`` says, and the backend hands to gloo); a float
 SUM travels through the block quantization of ina.host.quantize in 32-bit elements,
 float16 and bfloat16 too (16-bit ones with ``half_width`` 16: INA_HALF_WIDTH, twice
 as many values per packet, coarser), their result rounded back to the tensor's type,
@@ -26,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from ina.errors import AllreduceError, UsageError
+from ina.errors import UsageError
 from ina.host.results import AllreduceResult
 from ina.host.worker import Worker
 from ina.protocol.constants import WIDTH16, WIDTH32, Op
@@ -47,6 +48,21 @@ HALF_FLOATS = (torch.float16, torch.bfloat16)
 NARROW_INTS = (torch.int8, torch.uint8, torch.int16, torch.int32)
 
 
+#: Types the data plane reduces (float64, int64, bool, complex go through gloo:
+#: ``on_switches``).
+PLANE_TYPES = FLOATS + NARROW_INTS
+
+
+def on_switches(tensors: Sequence[torch.Tensor], op: str) -> bool:
+    """Whether the data plane reduces ``tensors`` with ``op``: SUM, AVG, MIN or MAX of
+    dense CPU tensors of PLANE_TYPES. The rest (PRODUCT and bitwise ops, sparse
+    tensors, float64, int64, bool, complex) is reduced on the hosts, by the backend's
+    gloo group, as gloo reduces it: the switches have no multiplication, 64-bit or
+    sparse arithmetic. The same at every rank: it depends only on the op and types."""
+    return op in OPS and all(
+        t.layout == torch.strided and t.dtype in PLANE_TYPES for t in tensors)
+
+
 def plane_op(op: str) -> tuple[Op, bool]:
     """The data plane's op for torch's ``op`` (a RedOpType's name)."""
     if op not in OPS:
@@ -57,13 +73,11 @@ def plane_op(op: str) -> tuple[Op, bool]:
 
 
 def check_tensor(tensor: torch.Tensor) -> None:
-    """UsageError if the data plane cannot reduce ``tensor``."""
+    """UsageError if the data plane cannot reduce ``tensor`` (``on_switches``)."""
     check_cpu(tensor)
-    if tensor.dtype not in FLOATS + NARROW_INTS + (torch.int64,):
-        # float64 would travel at float32 precision, beyond the bound the data plane's
-        # quantization reports: refused rather than silently less precise.
-        raise UsageError(f"the ina backend reduces float32, float16, bfloat16 and integer "
-                         f"tensors, not {tensor.dtype}")
+    if tensor.dtype not in PLANE_TYPES:
+        raise UsageError(f"the data plane reduces float32, float16, bfloat16 and integer "
+                         f"tensors of up to 32 bits, not {tensor.dtype}")
 
 
 def check_cpu(tensor: torch.Tensor) -> None:
@@ -94,15 +108,12 @@ def _plane(tensor: torch.Tensor, average: bool, half_width: int
         return flat.to(torch.float32).numpy(), width
     if tensor.dtype == torch.int16 and not average:
         return flat.numpy(), WIDTH16
-    return flat.to(torch.int32 if tensor.dtype == torch.int16 else tensor.dtype).numpy(), WIDTH32
+    return flat.to(torch.int32).numpy(), WIDTH32
 
 
 def _written(result: AllreduceResult, tensor: torch.Tensor, average: bool,
              ranks: int) -> torch.Tensor | None:
     """``result`` written into ``tensor`` (in place); the error bound, for floats."""
-    if result.overflow and tensor.dtype not in NARROW_INTS:
-        raise AllreduceError(f"the SUM of {tensor.dtype} values overflowed the data plane's "
-                             "32 bits: the result would not be exact")
     values = torch.from_numpy(np.ascontiguousarray(result.values))
     bound = None
     if tensor.dtype in FLOATS:
@@ -185,6 +196,8 @@ def as_bytes(tensor: torch.Tensor) -> npt.NDArray[np.uint8]:
 
 def from_bytes(raw: npt.NDArray[np.uint8], like: torch.Tensor) -> torch.Tensor:
     """Bytes as a flat tensor of ``like``'s type."""
+    if raw.size == 0:  # an empty tensor's (torch cannot view no bytes as another type)
+        return torch.empty(0, dtype=like.dtype)
     if like.dtype == torch.bool:
         return torch.from_numpy(raw.copy()).to(torch.bool)
     return torch.from_numpy(raw.copy()).view(like.dtype)

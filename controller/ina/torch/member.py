@@ -241,6 +241,14 @@ class CallQueue:
             else:
                 done(result, None)
 
+    def drain(self) -> None:
+        """Wait until every call submitted so far is done (their own futures say how)."""
+        if threading.current_thread() is self._thread:
+            return
+        done = threading.Event()
+        self.submit(lambda: None, lambda result, error: done.set())
+        done.wait()
+
     def close(self, wait: float = 60.0) -> None:
         """No more calls; wait up to ``wait`` seconds for those under way to end (a
         thread still running when the process exits aborts it in torch's C++)."""
@@ -438,7 +446,10 @@ class Member:
             config = on_loopback(config)
         view = node.transport.view(grant.job_id)
         kind = OnHostsWorker if grant.on_hosts else Worker
-        worker = kind(config, view, timeout=node.settings.timeout)
+        # The call asks whether every rank lives after INA_TIMEOUT without a result,
+        # or sooner if the group's own timeout is shorter (a group of 1 s).
+        worker = kind(config, view, timeout=min(node.settings.timeout,
+                                                timeout.total_seconds()))
         member = cls(node, store, rank, size, tuple(global_ranks), grant, owner, worker, view,
                      CallQueue(f"ina-calls-{grant.job_id}"), timeout.total_seconds(),
                      half_width=node.settings.half_width,
@@ -475,10 +486,11 @@ class Member:
         if stopped:
             names = ", ".join(f"rank {self.global_ranks.index(r)} ({self.node.hosts[r]})"
                               for r in stopped)
-            return f"{names} stopped (its process is gone: its connection closed)"
-        if waited > self.deadline:
-            return f"every rank is alive but none answered for {waited:.0f}s (the process " \
-                   "group's timeout): is every rank making the same collectives?"
+            return f"{names} stopped: its connection closed when its process ended"
+        if waited >= self.deadline:
+            return (f"Timed out after {waited:.1f}s (the process group's timeout, "
+                    f"{self.deadline:g}s): every rank is alive but this call got no result; "
+                    "is every rank making the same collectives?")
         return None
 
     def close(self) -> None:
