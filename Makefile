@@ -18,7 +18,10 @@ PY := $(VENV)/bin/python
 SYSTEM_PYTHON := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 # tshark: the Wireshark dissector's tests (tests/test_wireshark.py); iperf3: the TCP flow
 # of make bench-congestion.
-APT_PACKAGES := mininet iputils-ping iproute2 ethtool util-linux nftables tshark iperf3
+# g++, python3-dev: the torch backend's C++ half (ina.torch.native), built with torch's
+# headers.
+APT_PACKAGES := mininet iputils-ping iproute2 ethtool util-linux nftables tshark iperf3 \
+  g++ python3-dev
 # Answers to the packages' questions, so that apt-get asks none: whether non-root users
 # may capture (wireshark-common asks it while tshark installs; no: root runs the lab).
 APT_PRESEED := wireshark-common wireshark-common/install-setuid boolean false
@@ -68,6 +71,8 @@ setup:
 	$(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench,train]'
+	@# The torch backend's C++ half, built once per torch version (ina.torch.native).
+	$(PY) -m ina.torch.native
 	@# p4runtime-shell, to inspect the switches (docs/inspect.md), in a venv of its own: its
 	@# protobuf cannot share one with finsy's. Optional: setup goes on without it.
 	@$(P4RT_VENV)/bin/python -c "import p4runtime_sh" 2>/dev/null || { $(SYSTEM_PYTHON) -m venv $(P4RT_VENV) && \

@@ -1,8 +1,8 @@
 """PyTorch's own distributed test suite (``DistributedTest._DistTestBase``, from the torch
 wheel) on ``ina`` beside the same run on gloo, at world sizes 2 and 4 (the driver:
 tests/torchsuite). Every test that passes on gloo must pass on ``ina``, but those
-named below with why: tests that check gloo by name, and what torch 2.14 allows no
-backend written in Python. Both counts are printed (``pytest -s`` shows them).
+named below with why: tests that check gloo by name, or the name torch gives every
+backend it does not know. Both counts are printed (``pytest -s`` shows them).
 
 CI runs the whole suite at 2 ranks and its collectives at 4; ``INA_TORCH_SUITE=all``
 runs the whole suite at both, ``INA_TORCH_SUITE_DEBUG=DETAIL`` with
@@ -23,8 +23,8 @@ pytest.importorskip("expecttest", reason="PyTorch's test suite needs expecttest:
 
 from torchsuite.runner import Outcome, counts, run, test_names  # noqa: E402
 
-#: Tests that check gloo by name, or a name torch gives every backend written in
-#: Python: they cannot pass on another backend.
+#: Tests that check gloo by name, or the name torch gives every backend it does not
+#: know: they cannot pass on another backend.
 BY_NAME = {
     "test_get_backend": "asserts that the default group's backend is the suite's BACKEND, "
                         "'gloo' (the driver's gating)",
@@ -33,16 +33,9 @@ BY_NAME = {
     "test_monitored_barrier_gloo_rank_0_timeout": "monitored_barrier (as above)",
     "test_monitored_barrier_gloo_subgroup": "monitored_barrier (as above)",
     "test_ddp_logging_data_cpu": "DDP logs ProcessGroup.getBackendName(), which torch makes "
-                                 "'custom' for every backend registered from Python, and "
-                                 "compares it with get_backend()'s 'ina'",
+                                 "'custom' for every backend it does not know, and compares "
+                                 "it with get_backend()'s 'ina'",
 }
-#: What torch 2.14 allows no backend written in Python: it wraps every Work such a
-#: backend returns in a holder that forwards only wait() and get_future(), so
-#: is_completed() stays False and source_rank() is refused (docs/limits.md).
-WORK_HOLDER = ("test_isend", "test_isend_autograd_profiler", "test_isend_torch_profiler",
-               "test_irecv", "test_send_recv_any_source",
-               "test_send_recv_any_source_autograd_profiler",
-               "test_send_recv_any_source_torch_profiler")
 #: The suite's tests CI runs at 4 ranks: its collectives.
 COLLECTIVES = re.compile(r"all_reduce|reduce|broadcast|all_gather|barrier|scatter|gather")
 WHOLE = os.environ.get("INA_TORCH_SUITE") == "all"
@@ -73,8 +66,7 @@ def test_every_suite_test_that_passes_on_gloo_passes_on_ina(world: int, debug: s
           f"{debug}): gloo {counts(list(gloo.values()))}, ina {counts(list(ina.values()))}")
     missed = {name: ina[name].detail.strip().splitlines()[-1:]
               for name, o in gloo.items() if o.outcome == "passed"
-              and ina[name].outcome != "passed" and name not in BY_NAME
-              and name not in WORK_HOLDER}
+              and ina[name].outcome != "passed" and name not in BY_NAME}
     assert not missed, missed
 
 
@@ -82,5 +74,5 @@ def test_every_suite_test_that_passes_on_gloo_passes_on_ina(world: int, debug: s
 def test_the_named_exceptions_still_fail_for_their_reason(world: int) -> None:
     # A named exception that passes on ina is no exception: the list must shrink.
     ina = _outcomes("ina", world)
-    passing = [n for n in (*BY_NAME, *WORK_HOLDER) if n in ina and ina[n].outcome == "passed"]
+    passing = [n for n in BY_NAME if n in ina and ina[n].outcome == "passed"]
     assert not passing, f"no longer exceptions: {passing}"

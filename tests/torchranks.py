@@ -183,11 +183,18 @@ REDUCTIONS = {"all_reduce_coalesced", "reduce", "reduce_scatter", "reduce_scatte
               "reduce_scatter_tensor_coalesced"}
 
 
+#: Types whose reductions the hosts make, by the backend's gloo group
+#: (ina.torch.convert.on_switches).
+ON_GLOO = {"int64", "float64", "bool"}
+
+
 def check_collective(reports: list[dict[str, Any]], name: str, dtype: str) -> None:
     """Assert that every rank's report of ``collective(name, dtype)`` went through the
-    switches and matched its reference (bit for bit, or within the bound)."""
+    switches (a reduction of ON_GLOO types: through gloo) and matched its reference
+    (bit for bit, or within the bound)."""
+    where = "gloo" if name in REDUCTIONS and dtype in ON_GLOO else "switches"
     for r in reports:
-        assert r["counted"] == {TORCH_COLLECTIVES[name]: {"switches": 1}}
+        assert r["counted"] == {TORCH_COLLECTIVES[name]: {where: 1}}, r["counted"]
         if name in REDUCTIONS and dtype.startswith(("float", "bfloat")):
             assert r["within_bound"] is True
         else:  # moved bit for bit, or reduced exactly
@@ -317,13 +324,26 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
         dist.all_reduce(theirs, group=gloo())
         return {"same_bits": bool(torch.equal(mine, theirs)), "value": int(mine[0])}
 
-    def refused(op: str, dtype: str = "float32") -> dict[str, Any]:
-        tensor = torch.ones(4, dtype=getattr(torch, dtype))
-        try:
-            dist.all_reduce(tensor, op=ops[op])
-        except Exception as exc:
-            return {"error": str(exc), "type": type(exc).__name__}
-        return {"error": None}
+    def beside_gloo(op: str, dtype: str) -> dict[str, Any]:
+        """One all_reduce the switches cannot make, through ina and through gloo; what
+        ina counted for it."""
+        rank = dist.get_rank()
+        if dtype == "bool":
+            mine = torch.tensor([True, False, rank == 0, rank == 1])
+        else:
+            mine = (torch.arange(5) + rank + (2**40 if dtype == "int64" else 0)).to(
+                getattr(torch, dtype))
+        theirs = mine.clone()
+        before = ina.torch.stats()
+        dist.all_reduce(mine, op=ops[op])
+        gloo_op = ops["SUM"] if op == "AVG" else ops[op]
+        dist.all_reduce(theirs, op=gloo_op, group=gloo())
+        if op == "AVG":  # gloo refuses an integer AVG: its SUM divided, as ina's
+            n = dist.get_world_size()
+            theirs = theirs / n if theirs.is_floating_point() else \
+                torch.div(theirs, n, rounding_mode="trunc")
+        return {"same_as_gloo": bool(torch.equal(mine, theirs)),
+                "counted": since(before, ina.torch.stats())}
 
     def async_calls(count: int, size: int) -> dict[str, Any]:
         """``count`` async all_reduces in flight, waited for in reverse order."""
@@ -895,7 +915,7 @@ def _scenarios() -> dict[str, Callable[..., Any]]:
                 "loss": loss, "loss_gloo": loss_gloo, "construction": made,
                 "stats": since(made, mesh_stats(mesh))}
 
-    return {f.__name__: f for f in (backend, allreduce, like_gloo, bucket, wrapping_sum, refused,
+    return {f.__name__: f for f in (backend, allreduce, like_gloo, bucket, wrapping_sum, beside_gloo,
                                      async_calls, repeated, noncontiguous, via_gloo, collective,
                                      collectives, train, fsdp, packets,
                                      die_after, nothing, gil_bound, specials, half_sums,

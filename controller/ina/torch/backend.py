@@ -44,7 +44,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import (
-    Backend,
     PrefixStore,
     ProcessGroupGloo,
     Store,
@@ -53,6 +52,7 @@ from torch._C._distributed_c10d import (
 
 from ina.errors import UsageError
 from ina.spec.jobservice import Grant
+from ina.torch import native
 from ina.torch.convert import (
     Reduced,
     allgather_coalesced,
@@ -88,30 +88,17 @@ VIA_SWITCHES = ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter",
                 "all_gather_single_coalesced", "barrier")
 
 
-class InaWork(Work):
-    """A call of the backend: done when its future is; ``wait()`` raises the call's
-    error. torch 2.14 wraps every Work a Python backend returns in a holder that
-    forwards only ``wait`` and ``get_future`` (its ``is_completed()`` stays False, its
-    ``source_rank`` is refused: docs/limits.md); torch's own Work made from a future
-    (``_create_work_from_future``) would complete, but its ``wait()`` swallows the
-    future's error, and a failed call must never look done."""
-
-    def __init__(self, future: torch.futures.Future[Any]):
-        super().__init__()
-        self.future = future
-
-    def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
-        self.future.wait()  # raises the call's error
-        return True
-
-    def get_future(self) -> torch.futures.Future[Any]:
-        return self.future
-
-
-class ProcessGroupIna(Backend):
+class ProcessGroupIna(native.load().BackendCore):  # type: ignore[misc]
     """One rank of the ``ina`` backend in one process group: its member of the group's
     INA job, and a gloo group for what the data plane has no form of (made at its
-    first such call: a group that never makes one never pays for it)."""
+    first such call: a group that never makes one never pays for it).
+
+    Its base is the backend's C++ half (ina.torch.native): torch wraps every Work a
+    backend written in Python returns in a holder that forwards only ``wait`` and
+    ``get_future`` (``is_completed()`` would stay False, ``source_rank()`` be refused);
+    the C++ half returns this backend's Works as they are: a ``FutureWork`` per call
+    (done when the call is, its ``wait()`` raising the call's error) and gloo's own for
+    point to point."""
 
     def __init__(self, store: Store, rank: int, size: int, timeout: datetime.timedelta,
                  global_ranks: list[int] | None = None):
@@ -191,7 +178,7 @@ class ProcessGroupIna(Backend):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Work:
         op = opts.reduceOp.op.name
         if not on_switches(tensors, op):
-            return self._via_gloo("allreduce", (tensors, opts))
+            return self._reduced_by_gloo("allreduce", (tensors, opts), opts, tensors)
 
         def call() -> list[torch.Tensor]:
             tensor = self._one(tensors, "all_reduce")
@@ -204,7 +191,7 @@ class ProcessGroupIna(Backend):
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> Work:
         op = opts.reduceOp.op.name
         if not on_switches(tensors, op):
-            return self._via_gloo("allreduce_coalesced", (tensors, opts))
+            return self._reduced_by_gloo("allreduce_coalesced", (tensors, opts), opts, tensors)
 
         def call() -> list[torch.Tensor]:
             flat = flat_concat(tensors)
@@ -222,7 +209,12 @@ class ProcessGroupIna(Backend):
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Work:
         op, root = opts.reduceOp.op.name, opts.rootRank
         if not on_switches(tensors, op):
-            return self._via_gloo("reduce", (tensors, opts))
+            if self.rank() == root:
+                return self._reduced_by_gloo("reduce", (tensors, opts), opts, tensors)
+            # gloo works in the tensors it is given: the others' stay as they were, as
+            # the switches leave them.
+            return self._reduced_by_gloo("reduce", ([t.clone() for t in tensors], opts),
+                                         opts, [])
 
         def call() -> list[torch.Tensor]:
             tensor = self._one(tensors, "reduce")
@@ -236,7 +228,8 @@ class ProcessGroupIna(Backend):
                        opts: Any) -> Work:
         op = opts.reduceOp.op.name
         if not on_switches([*outputs, *(t for ts in inputs for t in ts)], op):
-            return self._via_gloo("reduce_scatter", (outputs, inputs, opts))
+            return self._reduced_by_gloo("reduce_scatter", (outputs, inputs, opts), opts,
+                                         outputs)
 
         def call() -> list[torch.Tensor]:
             output = self._one(outputs, "reduce_scatter")
@@ -255,7 +248,8 @@ class ProcessGroupIna(Backend):
                               opts: Any) -> Work:
         op = opts.reduceOp.op.name
         if not on_switches([output, input], op):
-            return self._via_gloo("reduce_scatter_single", (output, input, opts))
+            return self._reduced_by_gloo("reduce_scatter_single", (output, input, opts), opts,
+                                         [output])
 
         def call() -> list[torch.Tensor]:
             self._keep(output, reduce_scatter_tensor(self.member.worker, output, input, op,
@@ -268,7 +262,8 @@ class ProcessGroupIna(Backend):
                                         inputs: list[torch.Tensor], opts: Any) -> Work:
         op = opts.reduceOp.op.name
         if not on_switches([*outputs, *inputs], op):
-            return self._via_gloo("reduce_scatter_single_coalesced", (outputs, inputs, opts))
+            return self._reduced_by_gloo("reduce_scatter_single_coalesced",
+                                         (outputs, inputs, opts), opts, outputs)
 
         def call() -> list[torch.Tensor]:
             whole = rank_major(inputs, self.size())
@@ -381,10 +376,32 @@ class ProcessGroupIna(Backend):
 
         return self._submit(name, "gloo", call)
 
+    def _reduced_by_gloo(self, name: str, args: Sequence[Any], opts: Any,
+                         results: Sequence[torch.Tensor]) -> Work:
+        """A reduction the switches cannot make, by the gloo group: AVG as a SUM divided
+        by the ranks in ``results`` after it (integers truncated toward zero, as the
+        switches' integer AVG: gloo refuses an integer AVG)."""
+        if opts.reduceOp.op.name != "AVG":
+            return self._via_gloo(name, args)
+        opts.reduceOp = dist.ReduceOp.SUM
+        size = self.size()
+
+        def call() -> Any:
+            getattr(self.gloo, name)(*args).wait()
+            with torch.no_grad():
+                for t in results:
+                    if t.is_floating_point() or t.is_complex():
+                        t.div_(size)
+                    else:
+                        t.copy_(torch.div(t, size, rounding_mode="trunc"))
+            return args[0] if args and isinstance(args[0], list) else []
+
+        return self._submit(name, "gloo", call)
+
     def _point_to_point(self, name: str, args: Sequence[Any]) -> Work:
         """``send``, ``recv`` or ``recv_anysource`` on the group's gloo group, once every
-        call made before it is done (program order), gloo's own Work returned (torch
-        wraps it: see InaWork)."""
+        call made before it is done (program order), gloo's own Work returned (its
+        source rank is what ``recv(src=None)`` asks of it)."""
         self._calls += 1
         self.member.counts.add(name, "gloo")
         self.member.calls.drain()
@@ -401,12 +418,15 @@ class ProcessGroupIna(Backend):
         def done(result: Any, error: BaseException | None) -> None:
             if error is not None:
                 LOG.debug("%s failed: %s", name, error)
-                future.set_exception(error)
+                # As an error, not a value (torch's set_exception stores the exception
+                # as the future's value, which a Work in C++ cannot tell from a result).
+                native.load().set_error(future, error)
             else:
                 future.set_result(result)
 
         self.member.calls.submit(call, done)
-        return InaWork(future)
+        work: Work = native.load().FutureWork(future)
+        return work
 
     def shutdown(self) -> None:
         self.member.close()
