@@ -72,7 +72,7 @@ setup:
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench,train]'
 	@# The torch backend's C++ half, built once per torch version (ina.torch.native).
-	$(PY) -m ina.torch.native
+	$(PY) -c 'import ina.torch.native as n; print("built:", n.load().__file__)'
 	@# p4runtime-shell, to inspect the switches (docs/inspect.md), in a venv of its own: its
 	@# protobuf cannot share one with finsy's. Optional: setup goes on without it.
 	@$(P4RT_VENV)/bin/python -c "import p4runtime_sh" 2>/dev/null || { $(SYSTEM_PYTHON) -m venv $(P4RT_VENV) && \

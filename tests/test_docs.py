@@ -4,6 +4,8 @@ exists, and every anchor a heading of that file (GitHub's anchors)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,34 @@ def test_the_slug_is_githubs() -> None:
     assert slug("Wire format (INA version 7)") == "wire-format-ina-version-7"
     assert slug("Conformance: PyTorch's own tests") == "conformance-pytorchs-own-tests"
     assert slug("`make train` and `inabench`") == "make-train-and-inabench"
+
+
+IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize(("page", "target"),
+                         [(p, t) for p in PAGES for line in _prose(p) for t in IMAGE.findall(line)],
+                         ids=lambda v: v.name if isinstance(v, Path) else v)
+def test_every_image_exists(page: Path, target: str) -> None:
+    assert (page.parent / target).exists(), f"{page.name}: no image {target}"
+
+
+def _python_blocks(page: Path) -> list[str]:
+    blocks, current = [], None
+    for line in page.read_text().splitlines():
+        if current is None and line.strip() == "```python":
+            current = []
+        elif current is not None and FENCE.match(line.strip()):
+            blocks.append("\n".join(current))
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def test_the_readmes_python_example_sums_on_the_embedded_network() -> None:
+    (block,) = _python_blocks(ROOT / "README.md")
+    done = subprocess.run([sys.executable, "-c", block], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[10 10 10]"

@@ -96,20 +96,25 @@ class Worker(Caller):
         return self.config.op if op is None else op
 
 
+# Where an embedded network's links end: its endpoints file (inanet --endpoints), or them.
+Embedded = str | Path | Endpoints
+
+
 @contextmanager
 def _worker(topology: str | Path, job: str | Path, worker: str, timeout: float, rto: float,
             progress: Callable[[int, int], None] | None = None,
-            embedded: str | Path | None = None) -> Iterator[Worker]:
+            embedded: Embedded | None = None) -> Iterator[Worker]:
     """``worker`` on its host's own network, or (``embedded``: the endpoints file an
-    embedded network wrote, ``inanet --endpoints``) on its link of the embedded network."""
+    embedded network wrote, ``inanet --endpoints``, or those endpoints themselves) on
+    its link of the embedded network."""
     config = WorkerConfig.from_files(topology, job, worker)
     transport: UdpTransport | LinkTransport
     if embedded is None:
         transport = UdpTransport(config.target)
     else:
         config = on_loopback(config)
-        transport = LinkTransport(Topology.load(topology), worker, Endpoints.load(embedded),
-                                  config.target)
+        endpoints = embedded if isinstance(embedded, Endpoints) else Endpoints.load(embedded)
+        transport = LinkTransport(Topology.load(topology), worker, endpoints, config.target)
     with transport:
         yield Worker(config, transport, timeout=timeout, rto=RtoEstimator(initial=rto),
                      progress=progress)
@@ -122,7 +127,7 @@ def _op_of(op: Op | str | None) -> Op | None:
 def allreduce(values: npt.ArrayLike, *, topology: str | Path, job: str | Path, worker: str,
               op: Op | str | None = None, timeout: float = 5.0, rto: float = DEFAULT_RTO,
               progress: Callable[[int, int], None] | None = None,
-              width: int | None = None, embedded: str | Path | None = None) -> AllreduceResult:
+              width: int | None = None, embedded: Embedded | None = None) -> AllreduceResult:
     """One AllReduce from this host as ``worker`` of ``job``: integer or float arrays,
     op SUM, MIN or MAX (default: the job's). Every worker of the job must call it
     with an array of the same length. Each of these functions runs on the worker's
@@ -135,7 +140,7 @@ def allreduce(values: npt.ArrayLike, *, topology: str | Path, job: str | Path, w
 def reduce(values: npt.ArrayLike, *, root: int = 0, topology: str | Path, job: str | Path,
            worker: str, op: Op | str | None = None, timeout: float = 5.0,
            rto: float = DEFAULT_RTO, width: int | None = None,
-           embedded: str | Path | None = None) -> AllreduceResult:
+           embedded: Embedded | None = None) -> AllreduceResult:
     """One Reduce to rank ``root`` (the job's ``root``-th worker) from this host."""
     with _worker(topology, job, worker, timeout, rto, embedded=embedded) as w:
         return w.reduce(values, root, _op_of(op), width)
@@ -144,7 +149,7 @@ def reduce(values: npt.ArrayLike, *, root: int = 0, topology: str | Path, job: s
 def reduce_scatter(values: npt.ArrayLike, *, topology: str | Path, job: str | Path,
                    worker: str, op: Op | str | None = None, timeout: float = 5.0,
                    rto: float = DEFAULT_RTO, width: int | None = None,
-                   embedded: str | Path | None = None) -> AllreduceResult:
+                   embedded: Embedded | None = None) -> AllreduceResult:
     """One Reduce-scatter from this host: this worker's part of the reduction."""
     with _worker(topology, job, worker, timeout, rto, embedded=embedded) as w:
         return w.reduce_scatter(values, _op_of(op), width)
@@ -152,7 +157,7 @@ def reduce_scatter(values: npt.ArrayLike, *, topology: str | Path, job: str | Pa
 
 def broadcast(values: npt.ArrayLike, *, root: int = 0, topology: str | Path,
               job: str | Path, worker: str, timeout: float = 5.0,
-              rto: float = DEFAULT_RTO, embedded: str | Path | None = None
+              rto: float = DEFAULT_RTO, embedded: Embedded | None = None
               ) -> AllreduceResult:
     """One Broadcast from rank ``root`` (the job's ``root``-th worker) to every worker."""
     with _worker(topology, job, worker, timeout, rto, embedded=embedded) as w:
@@ -161,14 +166,14 @@ def broadcast(values: npt.ArrayLike, *, root: int = 0, topology: str | Path,
 
 def allgather(values: npt.ArrayLike, *, topology: str | Path, job: str | Path, worker: str,
               timeout: float = 5.0, rto: float = DEFAULT_RTO,
-              embedded: str | Path | None = None) -> AllreduceResult:
+              embedded: Embedded | None = None) -> AllreduceResult:
     """One Allgather from this host: every worker's ``values``, rank 0's first."""
     with _worker(topology, job, worker, timeout, rto, embedded=embedded) as w:
         return w.allgather(values)
 
 
 def barrier(*, topology: str | Path, job: str | Path, worker: str, timeout: float = 5.0,
-            rto: float = DEFAULT_RTO, embedded: str | Path | None = None) -> AllreduceResult:
+            rto: float = DEFAULT_RTO, embedded: Embedded | None = None) -> AllreduceResult:
     """One Barrier: returns once every worker of the job has entered it."""
     with _worker(topology, job, worker, timeout, rto, embedded=embedded) as w:
         return w.barrier()

@@ -435,7 +435,7 @@ def _stale_socket_removed(path: Path) -> None:
                      "over")
 
 
-def spawn(topology: Path, jobs: Sequence[Path], *, loss: float = 0.0, seed: int = 0,
+def spawn(topology: str | Path, jobs: Sequence[str | Path], *, loss: float = 0.0, seed: int = 0,
           extra: Sequence[str] = ()) -> SpawnedNetwork:
     """Start ``inanet`` for ``topology`` with ``jobs`` deployed; once it is up, its
     endpoints."""

@@ -486,7 +486,9 @@ class Member:
         if stopped:
             names = ", ".join(f"rank {self.global_ranks.index(r)} ({self.node.hosts[r]})"
                               for r in stopped)
-            return f"{names} stopped: its connection closed when its process ended"
+            how = ("its connection closed when its process ended" if len(stopped) == 1
+                   else "their connections closed when their processes ended")
+            return f"{names} stopped: {how}"
         if waited >= self.deadline:
             return (f"Timed out after {waited:.1f}s (the process group's timeout, "
                     f"{self.deadline:g}s): every rank is alive but this call got no result; "

@@ -4,8 +4,7 @@ the user's cache
 (``$XDG_CACHE_HOME/ina``, default ``~/.cache/ina``): ``BackendCore``, the base of
 ``ina.torch.backend.ProcessGroupIna``, so that its Works are torch's own (their
 ``is_completed()`` turns True, a ``recv``'s source is known); ``FutureWork``, a Work done
-when a future is; ``set_error``, a future's error. ``python -m ina.torch.native``
-builds it ahead (``make setup`` does).
+when a future is; ``set_error``, a future's error. ``make setup`` builds it ahead (``load()``).
 
 Building needs a C++ compiler, Python's headers and ninja: on Debian ``apt-get install
 g++ python3-dev`` and ``pip install ninja`` (``make setup`` installs all three); without
@@ -83,8 +82,3 @@ def _ninja_on_path() -> None:
     import ninja
 
     os.environ["PATH"] = os.pathsep.join([str(ninja.BIN_DIR), os.environ.get("PATH", "")])
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    print(f"built: {load().__file__}")
