@@ -489,6 +489,45 @@ def test_bmv2_and_the_model_agree_on_results_kept_below_the_root(labs: Labs) -> 
     assert (_job_cell(s6, JobStat.RESENT), _job_cell(s6, JobStat.DROP_DUPLICATE)) == (0, 1)
 
 
+#: A node (s1) that aggregates a worker attached elsewhere (w3, on s2): valid by the
+#: draft, and its workers' results do not all pass it.
+AWAY_SPEC = {"job_id": 18, "op": "sum", "workers": ["w1", "w2", "w3"], "root": "s7",
+             "aggregators": {"s1": ["w1", "w3"]}}
+
+
+def _away_batches(topology: Topology) -> list[Batch]:
+    """AWAY_SPEC's job: round START complete (its result passes s1 toward w1 and w2
+    only: not kept there), then w3's values again: s1 sends its aggregate up again and
+    the root answers, where a kept result would have been sent by BIER through s1's
+    group, which has no port toward w3."""
+    job, root, s1 = 18, "10.0.100.7", "10.0.100.1"
+    w1, w2, w3 = (bit_of(i) for i in (1, 2, 3))
+
+    def part(bits: int, *values: int) -> bytes:
+        return _header(job, START, bits, Flag.NONE, values=values)
+
+    return [
+        _from(topology, "w1", root, [_header(job, START, w1, Flag.SYNC)]),
+        _from(topology, "w1", s1, [part(w1, 1, 2)]),
+        _from(topology, "w3", s1, [part(w3, 5, 6)]),
+        _from(topology, "w2", root, [part(w2, 3, 4)]),
+        _from(topology, "w3", s1, [part(w3, 5, 6)]),
+    ]
+
+
+def test_bmv2_and_the_model_agree_that_a_node_keeps_no_result_some_of_its_workers_miss(
+        labs: Labs) -> None:
+    got, counters = _crafted_on_both(labs, AWAY_SPEC, _away_batches)
+    results = {h: [InaPacket.unpack(p) for p in got[h]
+                   if InaHeader.unpack(p).flags & Flag.RESULT] for h in ("w1", "w2", "w3")}
+    # w3's values again: s1's aggregate up, the root's result to s1's workers (w1 too).
+    assert {h: len(r) for h, r in results.items()} == {"w1": 2, "w2": 1, "w3": 2}
+    assert all(r.values[:2] == (9, 12) for rs in results.values() for r in rs)
+    s1, s7 = counters["s1"], counters["s7"]
+    assert _job_cell(s1, JobStat.KEPT) == 0
+    assert (_job_cell(s1, JobStat.EMITTED), _job_cell(s7, JobStat.RESENT)) == (2, 1)
+
+
 #: A root that holds workers of three BIER sets itself (a cell per set).
 SETS_SPEC = {"job_id": 17, "op": "sum", "workers": ["h1_1", "h2_1", "h3_1"], "root": "spine1",
              "aggregators": {}}
