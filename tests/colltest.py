@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ina.host.call import sync_answer, sync_request
 from ina.host.config import WorkerConfig
 from ina.host.flow import Flow, elems_per_packet
 from ina.host.results import AllreduceResult, CallBody, Lead, Reduce
+from ina.host.sync import sync_answer, sync_request
 from ina.host.window import ReductionWindow
 from ina.model.harness import SYNC_ATTEMPTS, run_sessions, serve
 from ina.model.network import ModelNetwork

@@ -20,8 +20,8 @@ import yaml
 from ina.control.controller import Controller
 from ina.control.memory_switch import MemorySwitch
 from ina.control.switch import CounterValue
-from ina.host.call import sync_answer, sync_request
 from ina.host.config import WorkerConfig
+from ina.host.sync import sync_answer, sync_request
 from ina.host.window import ReductionWindow
 from ina.host.worker import Worker
 from ina.model.harness import initialised_network, reduce_arrays

@@ -6,7 +6,8 @@ from functools import partial
 
 import numpy as np
 
-from ina.host.baselines import Array, ps_server, ps_worker, ring_allreduce
+from ina.host.baselines import ps_server, ps_worker, ring_allreduce
+from ina.host.ring import Array
 from ina.model.harness import reduce_arrays
 from ina.protocol.constants import Op
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from ina.errors import AllreduceError, AllreduceTimeout, CallMismatch
-from ina.host.call import SyncReply
 from ina.host.config import WorkerConfig
 from ina.host.results import AllreduceResult
+from ina.host.sync import SyncReply
 from ina.host.worker import Worker
 from ina.model.network import ModelTransport
 from ina.protocol.bitmaps import bit_of

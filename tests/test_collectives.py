@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from ina.errors import CallMismatch
-from ina.host.call import KIND_INT, CallDescriptor, Collective
 from ina.host.collective import unwords, words
 from ina.host.congestion import CongestionWindow
+from ina.host.descriptor import KIND_INT, CallDescriptor, Collective
 from ina.host.flow import Flow, Layout
 from ina.host.results import AllreduceResult, Lead
 from ina.host.window import ReductionWindow

@@ -86,7 +86,8 @@ def test_every_image_exists(page: Path, target: str) -> None:
 
 
 def _python_blocks(page: Path) -> list[str]:
-    blocks, current = [], None
+    blocks: list[str] = []
+    current: list[str] | None = None
     for line in page.read_text().splitlines():
         if current is None and line.strip() == "```python":
             current = []

@@ -179,7 +179,7 @@ def test_an_owners_values_that_came_before_their_window_are_kept_for_it() -> Non
         assert not last_call.hold(payload)
         caller._keep_early(payload)
     flow = Flow(counts=np.full(CHUNKS, P), owners=np.full(CHUNKS, OWNER, dtype=np.int64))
-    result = caller._reduce(np.zeros(CHUNKS * P, dtype=np.int32), Op.SUM, 10, "broadcasting",
-                            flow)
+    result = caller.reduce_in_network(np.zeros(CHUNKS * P, dtype=np.int32), Op.SUM, 10,
+                                      "broadcasting", flow)
     assert result.values.tolist() == VALUES.tolist()
     assert _kinds(switch.sent) == [(10 + c, "nodata") for c in range(CHUNKS)]

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from ina.errors import RingError
-from ina.host import baselines
-from ina.host.baselines import _HELLO, _MAGIC, Array, Ring, _Channel
+from ina.host import ring as ring_module
+from ina.host.ring import _HELLO, _MAGIC, Array, Ring, _Channel
 from ina.model.harness import reduce_arrays
 from ina.protocol.constants import Op
 
@@ -127,7 +127,7 @@ def test_an_impostor_sending_a_huge_length_first_is_refused_and_the_sum_is_exact
 
 def test_a_connection_that_says_nothing_is_dropped_and_the_ring_still_forms(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(baselines, "HANDSHAKE_TIMEOUT", 0.2)
+    monkeypatch.setattr(ring_module, "HANDSHAKE_TIMEOUT", 0.2)
     addresses = _addresses()
     ranks = Ranks(addresses)
     with _impostor(addresses[0][0], addresses[1], lambda sock: None):

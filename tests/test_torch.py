@@ -17,9 +17,9 @@ import pytest
 pytest.importorskip("torch", reason="torch is not installed: pip install 'ina[torch]' "
                                     "(make setup installs it)")
 
-from torchranks import TORCH_COLLECTIVES, RankPool, check_collective, free_port, run_once  # noqa: E402
+from torchranks import TORCH_COLLECTIVES, RankPool, check_collective, free_port, run_once
 
-from inatest import FIGURE1, FIGURE1_JOB, ROOT  # noqa: E402
+from inatest import FIGURE1, FIGURE1_JOB, ROOT
 
 JOB_ENV = {"INA_TOPOLOGY": str(FIGURE1), "INA_JOB": str(FIGURE1_JOB), "INA_NETWORK": "auto"}
 DTYPES = ["float32", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64"]

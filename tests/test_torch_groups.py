@@ -19,13 +19,13 @@ import pytest
 pytest.importorskip("torch", reason="torch is not installed: pip install 'ina[torch]' "
                                     "(make setup installs it)")
 
-from torchranks import RankPool, creation_cost, run_once  # noqa: E402
+from torchranks import RankPool, creation_cost, run_once
 
-from ina.host.jobclient import JobClient  # noqa: E402
-from ina.host.link import Endpoints  # noqa: E402
-from ina.spec.jobservice import FIRST_JOB_ID, Jobs  # noqa: E402
+from ina.host.jobclient import JobClient
+from ina.host.link import Endpoints
+from ina.spec.jobservice import FIRST_JOB_ID, Jobs
 
-from inatest import FIGURE1  # noqa: E402
+from inatest import FIGURE1
 
 PLANNED_ENV = {"INA_TOPOLOGY": str(FIGURE1), "INA_NETWORK": "auto"}
 

@@ -21,7 +21,7 @@ pytest.importorskip("torch", reason="torch is not installed: pip install 'ina[to
 pytest.importorskip("expecttest", reason="PyTorch's test suite needs expecttest: pip install "
                                          "expecttest (make setup installs it)")
 
-from torchsuite.runner import Outcome, counts, run, test_names  # noqa: E402
+from torchsuite.runner import Outcome, counts, run, test_names
 
 #: Tests that check gloo by name, or the name torch gives every backend it does not
 #: know: they cannot pass on another backend.

@@ -13,9 +13,9 @@ import asyncio
 import time
 from functools import partial
 
-from ina.host.call import sync_answer, sync_request
 from ina.host.config import WorkerConfig
 from ina.host.results import AllreduceResult
+from ina.host.sync import sync_answer, sync_request
 from ina.host.worker import Worker
 from ina.protocol.arith import seq_add
 from ina.protocol.bitmaps import bit_of

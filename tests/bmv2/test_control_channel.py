@@ -52,7 +52,7 @@ def test_a_tls_client_without_a_certificate_is_refused(figure1_lab: NetLab) -> N
         async with asyncio.timeout(REFUSED_WITHIN), fy.Switch("s1", spec.grpc, options):
             pass
 
-    with pytest.raises(Exception) as err:  # noqa: PT011 (finsy raises grpc's own errors)
+    with pytest.raises(Exception) as err:
         asyncio.run(attempt())
     assert not isinstance(err.value, TimeoutError), "not refused, left waiting"
 

@@ -240,7 +240,7 @@ def test_a_probe_passes_a_full_queue(figure1_lab: NetLab) -> None:
     lab = figure1_lab
     lab.lab.set_queues(Queues(rate=0.25, buffer=60_000, mark=20_000))
     watcher = WatcherThread(lab.lab, WatchOptions())
-    sender = watcher.watcher._links["s1"]  # noqa: SLF001 (its probes' sequence numbers)
+    sender = watcher.watcher._links["s1"]
     s5_from_s1 = next(p for p, nb in lab.topology.ports("s5").items() if nb.node == "s1")
     lags: list[tuple[float, int]] = []  # (when, probes sent since the one heard)
     floods: list[subprocess.Popen[bytes]] = []

@@ -20,7 +20,7 @@ from inatest import FIGURE1, ROOT
 pytest.importorskip("torch", reason="torch is not installed: pip install 'ina[torch]' "
                                     "(make setup installs it)")
 
-from torchranks import Launch, RankPool, creation_cost, run_once  # noqa: E402
+from torchranks import Launch, RankPool, creation_cost, run_once
 
 FIGURE1_HOSTS = ["w1", "w2", "w3", "w4"]
 FAT_TREE = ROOT / "topologies" / "fat-tree-4.yaml"

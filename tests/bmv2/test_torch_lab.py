@@ -15,7 +15,7 @@ from inatest import FIGURE1, FIGURE1_SPEC
 pytest.importorskip("torch", reason="torch is not installed: pip install 'ina[torch]' "
                                     "(make setup installs it)")
 
-from torchranks import TORCH_COLLECTIVES, Launch, check_collective, run_once  # noqa: E402
+from torchranks import TORCH_COLLECTIVES, Launch, check_collective, run_once
 
 pytestmark = pytest.mark.parametrize("deployed", [[{**FIGURE1_SPEC, "job_id": 5}]],
                                      indirect=True)

@@ -29,7 +29,7 @@ STDOUT = Path("-")
 EXIT_CODES = "exit codes:\n" + "\n".join(f"  {code}  {meaning}"
                                           for code, meaning in EXIT_MEANINGS.items())
 #: What ``commands`` returns: add a subcommand to it with ``command``.
-SubParsers: TypeAlias = "argparse._SubParsersAction[Parser]"
+SubParsers: TypeAlias = "argparse._SubParsersAction[Parser]"  # noqa: SLF001 (argparse names it so)
 
 
 def version(prog: str) -> str:
@@ -55,7 +55,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 def has_default(action: argparse.Action) -> bool:
     """Whether an option has a default worth stating (not nothing, not a flag's off)."""
     return (action.default not in (None, False, argparse.SUPPRESS)
-            and not isinstance(action, argparse._VersionAction | argparse._HelpAction))
+            # argparse's own classes of --version and --help, which have no public names
+            and not isinstance(action, argparse._VersionAction | argparse._HelpAction))  # noqa: SLF001
 
 
 class Parser(argparse.ArgumentParser):
@@ -88,8 +89,9 @@ def command(sub: SubParsers, name: str, text: str) -> Parser:
     --help. A subcommand added with ``sub.add_parser(name)`` alone is hidden: the
     list of choices names only those added here."""
     p: Parser = sub.add_parser(name, help=text, description=text)
-    # argparse's default metavar lists every choice, hidden ones included.
-    sub.metavar = "{" + ",".join(a.dest for a in sub._choices_actions) + "}"
+    # argparse's default metavar lists every choice, hidden ones included (and it keeps
+    # the shown ones in a private list only).
+    sub.metavar = "{" + ",".join(a.dest for a in sub._choices_actions) + "}"  # noqa: SLF001
     return p
 
 

@@ -92,7 +92,7 @@ class _OwnElectionId(Arbitrator):
             self.primary_id = new_primary
             if not self.is_primary:
                 self.is_primary = True
-                switch._become_primary()  # type: ignore[no-untyped-call]  # as finsy does
+                switch._become_primary()  # type: ignore[no-untyped-call]  # noqa: SLF001 (as finsy does)
             return
         await super().update(switch, msg)
 

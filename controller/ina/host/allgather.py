@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ina.host.call import Collective, agreeing
 from ina.host.collective import bytes_kind, chunk_owners, describe, flat, movement, unwords, words
 from ina.host.config import WorkerConfig
+from ina.host.descriptor import Collective, agreeing
 from ina.host.flow import Layout
 from ina.host.results import AllreduceResult, CallBody, Reduce
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ina.host.call import KIND_INT, Collective, agreeing
 from ina.host.collective import describe
 from ina.host.config import WorkerConfig
+from ina.host.descriptor import KIND_INT, Collective, agreeing
 from ina.host.flow import no_data
 from ina.host.results import AllreduceResult, CallBody, Reduce
 from ina.protocol.arith import seq_add

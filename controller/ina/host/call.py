@@ -43,26 +43,20 @@ says what was observed (the stall message).
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import logging
 import secrets
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
 from ina.errors import (
     AllreduceError,
     AllreduceTimeout,
-    CallMismatch,
-    CallRefused,
     PlanChanged,
-    UsageError,
 )
 from ina.host.config import WorkerConfig
 from ina.host.congestion import PACING_QUANTUM, CongestionWindow
@@ -70,20 +64,17 @@ from ina.host.flow import Flow
 from ina.host.guesses import Guesses
 from ina.host.onhosts import call_on_hosts
 from ina.host.results import (
-    EXPONENTS,
     REDUCING,
     AllreduceResult,
     CallBody,
     CallStats,
     Lead,
-    Reduce,
-    Reductions,
 )
+from ina.host.sync import Notice, SyncReply, notice_of, sync_reply, sync_request
 from ina.host.transport import Transport, batched
 from ina.host.window import (
     DEFAULT_RTO,
     MAX_BACKOFF_DOUBLINGS,
-    RESULT_FIELDS,
     ReductionWindow,
     RtoEstimator,
 )
@@ -91,16 +82,12 @@ from ina.protocol.arith import seq_add, seq_diff
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import (
-    INA_HEADER_BYTES,
-    INA_PAYLOAD_BYTES,
     OP_COPY,
-    WIDTH32,
     Flag,
     Op,
 )
 
 LOG = logging.getLogger(__name__)
-_GEN_OFFSET = 11  # the header's gen byte
 _SYNC = int(Flag.SYNC)  # a plain int: tested on every received packet
 _RESULT = int(Flag.RESULT)
 #: First wait for the root's answer to a SYNC (doubled on each retry).
@@ -137,306 +124,6 @@ COALESCE_LEAST = 0.0002
 #: are kept, up to this many, for the next window: else each would wait for its
 #: owner's retransmission.
 EARLY_KEPT = 512
-
-
-# --- A call's descriptor ---------------------------------------------------------
-
-#: Kinds of call: an integer or float reduction; a collective that moves elements of
-#: k bytes as they are (broadcast, allgather: KIND_BYTES + k).
-KIND_INT, KIND_FLOAT, KIND_BYTES = 0, 1, 16
-
-
-class Collective(enum.IntEnum):
-    """The collective a call makes (its descriptor's ``collective``)."""
-
-    ALLREDUCE = 1
-    BROADCAST = 2
-    REDUCE = 3
-    REDUCE_SCATTER = 4
-    ALLGATHER = 5
-    BARRIER = 6
-
-
-#: A descriptor's ``root`` when the collective has none.
-NO_ROOT = -1
-
-
-def _kind_name(kind: int) -> str:
-    if kind == KIND_INT:
-        return "integers"
-    if kind == KIND_FLOAT:
-        return "floats"
-    return f"elements of {kind - KIND_BYTES} bytes"
-
-
-def _op_name(code: int) -> str:
-    if code == OP_COPY:
-        return "COPY (each chunk once from its owner)"
-    return Op(code).name if code in Op._value2member_map_ else str(code)
-
-
-def _collective_name(code: int) -> str:
-    return Collective(code).name.lower() if code in Collective._value2member_map_ \
-        else str(code)
-
-
-class Refusal(enum.IntEnum):
-    """Why a worker refuses a call (its descriptor's ``refusal``): its own input does
-    not fit the data plane. Every worker then fails the call, naming it."""
-
-    NONE = 0
-    #: An integer beyond the signed range of the call's elements.
-    INT_RANGE = 1
-
-
-REFUSALS = {Refusal.INT_RANGE: "an integer beyond the range of the call's elements"}
-#: A descriptor's ``refusal`` is ``code << REFUSAL_SHIFT | rank``: MAX gives the
-#: highest code, and of the ranks refusing so, the highest.
-REFUSAL_SHIFT = 20
-
-
-@dataclass(frozen=True)
-class CallDescriptor:
-    """What every worker of a call must agree on: the array's length, its kind, the
-    op, the collective, its root (the rank a broadcast comes from or a reduce goes
-    to; NO_ROOT) and the elements' width; and ``refusal``, whether a worker refuses
-    the call (``Refusal``, with the worker's rank; 0: none) with ``detail``, what is
-    wrong with its input (not sent). Reduced with MAX as ``[f, -f]`` for each field
-    ``f``: for each field, the largest and the smallest value any worker gave."""
-
-    size: int
-    kind: int
-    op: int
-    collective: int = Collective.ALLREDUCE
-    root: int = NO_ROOT
-    width: int = WIDTH32
-    refusal: int = 0
-    detail: str = ""
-
-    FIELDS: ClassVar[tuple[tuple[str, Callable[[int], str]], ...]] = (
-        ("array length", str), ("kind", _kind_name), ("op", _op_name),
-        ("collective", _collective_name), ("root rank", str), ("element width", str))
-
-    def values(self) -> npt.NDArray[np.int32]:
-        fields = (self.size, self.kind, self.op, self.collective, self.root, self.width,
-                  self.refusal)
-        return np.array([v for f in fields for v in (f, -f)], dtype=np.int32)
-
-    @staticmethod
-    def disagreement(reduced: npt.NDArray[np.int32]) -> list[str]:
-        """What the workers disagree on, from the reduced descriptor."""
-        problems = []
-        for i, (name, show) in enumerate(CallDescriptor.FIELDS):
-            high, low = int(reduced[2 * i]), -int(reduced[2 * i + 1])
-            if high != low:
-                problems.append(f"{name} from {show(low)} to {show(high)}")
-        return problems
-
-    def refused(self, reduced: npt.NDArray[np.int32], config: WorkerConfig) -> None:
-        """Fail the call if the reduced descriptor says a worker refuses it: this
-        worker's own refusal as a UsageError (its input is at fault), another's as
-        CallRefused, naming that worker and why."""
-        high = int(reduced[2 * len(self.FIELDS)])
-        if high <= 0:
-            return
-        if self.refusal:
-            raise UsageError(f"job {config.job_id}: {config.name}: {self.detail}; the "
-                             "call is refused at every worker")
-        code, rank = high >> REFUSAL_SHIFT, high & ((1 << REFUSAL_SHIFT) - 1)
-        who = config.peers[rank] if rank < len(config.peers) else "?"
-        why = REFUSALS.get(Refusal(code), str(code)) if code in Refusal._value2member_map_ \
-            else f"code {code}"
-        raise CallRefused(f"job {config.job_id}: rank {rank} ({who}) refused the call: "
-                          f"{why}; the call is refused at every worker")
-
-
-def refusal(code: Refusal, rank: int) -> int:
-    """A descriptor's ``refusal`` field: ``code`` at ``rank``."""
-    return int(code) << REFUSAL_SHIFT | rank
-
-
-def agreeing(reduce: Reduce, descriptor: CallDescriptor, config: WorkerConfig) -> Reduce:
-    """``reduce`` that agrees on the call first (step 2): the call's descriptor is
-    reduced with MAX at the call's first sequence number, and the call's first
-    reduction follows at the next one. A worker that started the call without a
-    SYNC sends its array in the descriptor's window (``_after_descriptor``); the
-    others, once the descriptor's result shows that every worker made the same
-    call (else CallMismatch at every worker, before any value is returned).
-
-    A float call's exponents (phase EXPONENTS: a MAX that each worker checks against
-    its own, ina.host.collective) need no such wait: the descriptor rides as the
-    lead chunk of their window, in the same round trips, and the mismatch stops the
-    window as soon as the lead's result shows it. So a call costs one round trip
-    before its array's reduction, its descriptor's or its exponents'. A first
-    reduction with a lead of its own (a float call's guessed exponents:
-    ina.host.guesses) takes the descriptor at the head of that lead: its values
-    were scaled without waiting for any result, so the call takes one round trip
-    in all; its result's ``lead`` is its own lead's part."""
-    first = True
-    described = len(descriptor.values())
-    job_id = config.job_id
-
-    def check(reduced: npt.NDArray[np.int32]) -> None:
-        problems = CallDescriptor.disagreement(reduced)
-        if problems:
-            raise CallMismatch(
-                f"job {job_id}: the workers do not make the same call: "
-                + "; ".join(problems) + " (every worker must make the same collectives, "
-                "with the same array length, type, op, root and width, in the same order)")
-        descriptor.refused(reduced, config)
-
-    def agreed(values: npt.NDArray[Any], op: Op, seq: int, phase: str,
-               flow: Flow | None = None, lead: Lead | None = None) -> AllreduceResult:
-        nonlocal first
-        if not first:
-            return reduce(values, op, seq, phase, flow, lead)
-        first = False
-        mine = Lead(descriptor.values(), check)
-        if phase == EXPONENTS and op == Op.MAX and lead is None:
-            return reduce(values, op, seq, phase, flow, mine)
-        if lead is not None:
-            inner = lead
-
-            def both(reduced: npt.NDArray[np.int32]) -> None:
-                check(reduced[:described])
-                inner.check(reduced[described:])
-
-            r = reduce(values, op, seq, phase, flow,
-                       Lead(np.concatenate((mine.values, inner.values)), both))
-            return dataclasses.replace(r, lead=None if r.lead is None
-                                       else r.lead[described:])
-        early = isinstance(reduce, _OnSwitches) and reduce.early
-        return _after_descriptor(reduce, values, op, seq, phase, flow, mine, early, job_id)
-
-    return agreed
-
-
-def _after_descriptor(reduce: Reduce, values: npt.NDArray[Any], op: Op, seq: int,
-                      phase: str, flow: Flow | None, descriptor: Lead, early: bool,
-                      job_id: int) -> AllreduceResult:
-    """A call's first reduction (not a float one's), after its ``descriptor``, which
-    leads with ``[e, -e]``: e = 1 if this worker sends its array in the same window
-    (``early``: it completed the call before this one, so it knows the start without
-    a SYNC), else 0, its array following once the descriptor's result is back.
-    Every worker sees the same result: all early, so the arrays stand (one round
-    trip); none, so the arrays follow; some, so the others fill the early ones'
-    chunks with zeros and every worker sends its array after them. The early
-    arrays went before every worker was known to have joined; a call of fresh
-    processes at the same start as a dead early one (its workers killed before
-    all joined) sees its ``e`` in the descriptor's result and sends its arrays
-    past what that call left in the cells."""
-    described = descriptor.values.size
-
-    def flags(reduced: npt.NDArray[np.int32]) -> tuple[int, int]:
-        """The largest and the least e of the workers: MAX of [e, -e]."""
-        return int(reduced[described]), -int(reduced[described + 1])
-
-    def check(reduced: npt.NDArray[np.int32]) -> None:
-        descriptor.check(reduced[:described])
-        high, low = flags(reduced)
-        if not low <= int(early) <= high:
-            raise AllreduceError(
-                f"job {job_id}: the call's descriptor came back without this worker's: "
-                "a round of an interrupted call was left in the switches at its start; "
-                "this call is given up, the next one is exact")
-
-    e = int(early)
-    lead = Lead(np.concatenate((descriptor.values, np.array([e, -e], dtype=np.int32))),
-                check)
-    run = Reductions(reduce, seq)
-    if early:
-        first = run(values, op, phase, flow, lead)
-    else:
-        first = run(np.zeros(0, dtype=np.int32), Op.MAX, "agreeing on the call", None, lead)
-    assert first.lead is not None
-    high, low = flags(first.lead)
-    if early and low == 1:
-        return dataclasses.replace(first, lead=None)
-    if not early and high == 1:
-        run(np.zeros_like(values), op, phase, flow)  # fills the early ones' chunks
-    return run.total(run(values, op, phase, flow))
-
-
-# --- SYNC, its answer, notices ---------------------------------------------------
-
-
-def sync_request(config: WorkerConfig, nonce: int, proposal: int = 0, gen: int = 0) -> bytes:
-    """A call's SYNC to the job's root: an INA header alone, its ``count`` a nonce
-    that tells the answer to this SYNC from a late answer to an earlier one, its
-    ``seq`` the worker's proposal for the call's start (what the root answers to the
-    first SYNC of a deployment or of a new plan), its ``gen`` the plan's generation
-    the worker knows (its edge switch stamps the current one)."""
-    si, bits = one_set(config.pbm)
-    return InaHeader(job_id=config.job_id, seq=proposal, pbm=bits, count=nonce & 0xFFFF,
-                     op=config.op, flags=Flag.SYNC, si=si, gen=gen).pack()
-
-
-@dataclass(frozen=True)
-class SyncReply:
-    """The answer to a call's SYNC: from the root, the call's first sequence number
-    and the plan's generation; or, from the edge switch, ON_HOSTS (``seq`` is then
-    the proposal sent back): no switch aggregates the job."""
-
-    seq: int
-    gen: int
-    on_hosts: bool = False
-
-
-def sync_reply(payload: bytes, config: WorkerConfig, nonce: int) -> SyncReply | None:
-    """What ``payload`` says, if it answers our SYNC (a header alone, SYNC | REPLY,
-    our job and nonce)."""
-    if not INA_HEADER_BYTES <= len(payload) < INA_PAYLOAD_BYTES:
-        return None
-    flags, job_id, seq, count = RESULT_FIELDS.unpack_from(payload)
-    answer = Flag.SYNC | Flag.REPLY
-    if job_id != config.job_id or flags & answer != answer or count != nonce & 0xFFFF:
-        return None
-    gen = payload[_GEN_OFFSET]
-    if flags & Flag.ON_HOSTS:
-        return SyncReply(int(seq), gen, on_hosts=True)
-    if flags & (Flag.REPLAN | Flag.ABORT | Flag.RESULT):
-        return None
-    return SyncReply(int(seq), gen)
-
-
-def sync_answer(payload: bytes, config: WorkerConfig, nonce: int) -> int | None:
-    """The call's first sequence number, if ``payload`` is the root's answer to our
-    SYNC (not an ON_HOSTS notice)."""
-    reply = sync_reply(payload, config, nonce)
-    return None if reply is None or reply.on_hosts else reply.seq
-
-
-@dataclass(frozen=True)
-class Notice:
-    """A worker's contribution turned back by its edge switch (SYNC | REPLY and
-    REPLAN or ON_HOSTS; the array comes back with it): the job was planned anew, in
-    generation ``gen``, or no switch aggregates it now."""
-
-    on_hosts: bool  # else REPLAN
-    gen: int
-    seq: int
-
-
-def notice_of(payload: bytes, config: WorkerConfig) -> Notice | None:
-    """The notice ``payload`` is, if it turns back one of our contributions (with its
-    array, or a header alone with NODATA; a SYNC turned back, a header alone
-    without NODATA, answers a SYNC: see sync_reply)."""
-    if len(payload) < INA_HEADER_BYTES:
-        return None
-    flags, job_id, seq, _ = RESULT_FIELDS.unpack_from(payload)
-    if len(payload) < INA_PAYLOAD_BYTES and not flags & Flag.NODATA:
-        return None
-    told = Flag.SYNC | Flag.REPLY
-    if job_id != config.job_id or flags & told != told or flags & Flag.ABORT:
-        return None
-    if flags & Flag.ON_HOSTS:
-        return Notice(True, payload[_GEN_OFFSET], int(seq))
-    if flags & Flag.REPLAN:
-        return Notice(False, payload[_GEN_OFFSET], int(seq))
-    return None
-
-
-# --- Caller ----------------------------------------------------------------------
 
 
 @dataclass
@@ -502,7 +189,7 @@ class Caller:
     guesses: Guesses | None = field(default_factory=Guesses)
     #: Owners' values that came before their window (EARLY_KEPT).
     _early: deque[bytes] = field(default_factory=lambda: deque(maxlen=EARLY_KEPT))
-    _unconfirmed: int | None = None  # a call's start taken without a SYNC, no result yet
+    unconfirmed: int | None = None  # a call's start taken without a SYNC, no result yet
     _joined: bool = False  # a reduction of the call has completed: every worker is in it
     _on_hosts: bool = False  # the call ran on hosts
 
@@ -511,9 +198,9 @@ class Caller:
         plan, or on hosts), give it up with an ABORT if it fails."""
         self._joined = self._on_hosts = False
         if self.pipelined_start and self.next_start is not None:
-            reply, self._unconfirmed = SyncReply(self.next_start, self.gen), self.next_start
+            reply, self.unconfirmed = SyncReply(self.next_start, self.gen), self.next_start
         else:
-            reply, self._unconfirmed = self._start(), None
+            reply, self.unconfirmed = self._start(), None
         self.next_start = None
         if (not reply.on_hosts and self.continuation is not None
                 and seq_diff(reply.seq, self.continuation) < 0):
@@ -538,7 +225,7 @@ class Caller:
         """The call from ``reply``'s start, run again under each new plan, or on hosts."""
         start, on_hosts, replans = reply.seq, reply.on_hosts, 0
         # A start without a SYNC: the array may go with the descriptor (agreeing).
-        early = self._unconfirmed is not None
+        early = self.unconfirmed is not None
         # On hosts, the call's start is known if it came from the root (or from a
         # completed call); a fresh worker's proposal (0) is not.
         known = not reply.on_hosts or self.continuation is not None
@@ -665,7 +352,7 @@ class Caller:
                 LOG.debug("could not send the call's ABORT: %s", exc)
                 return
 
-    def _reduce(self, values: npt.NDArray[Any], op: Op, seq_base: int, phase: str,
+    def reduce_in_network(self, values: npt.NDArray[Any], op: Op, seq_base: int, phase: str,
                 flow: Flow | None = None, lead: Lead | None = None) -> AllreduceResult:
         """One reduction in the network (what each chunk carries: ``flow``; ``lead``:
         values reduced with MAX before it, in its window); PlanChanged if the edge
@@ -679,7 +366,7 @@ class Caller:
             while self._early:
                 window.hold(self._early.popleft())
         give_up_at = last_progress + self.timeout
-        check = _StartCheck(self, began) if self._unconfirmed is not None else None
+        check = _StartCheck(self, began) if self.unconfirmed is not None else None
         io = batched(self.transport)
         try:
             while not window.done:
@@ -721,7 +408,7 @@ class Caller:
                         elif window.accept(received, arrived := time.monotonic()):
                             last_progress = arrived
                             give_up_at = last_progress + self.timeout
-                            self._unconfirmed = check = None  # the start is right
+                            self.unconfirmed = check = None  # the start is right
                             if self.progress is not None and phase == REDUCING:
                                 self.progress(window.results, window.chunks)
                     batch = io.recv_many(0.0)
@@ -799,7 +486,7 @@ class _OnSwitches:
 
     def __call__(self, values: npt.NDArray[Any], op: Op, seq: int, phase: str,
                  flow: Flow | None = None, lead: Lead | None = None, /) -> AllreduceResult:
-        return self.caller._reduce(values, op, seq, phase, flow, lead)
+        return self.caller.reduce_in_network(values, op, seq, phase, flow, lead)
 
 
 class _StartCheck:
@@ -822,9 +509,9 @@ class _StartCheck:
         """When to look again; sends the SYNC if it is time."""
         if now >= self.at:
             c = self.caller
-            assert c._unconfirmed is not None
+            assert c.unconfirmed is not None
             self.nonce = secrets.randbits(16)
-            c.transport.send(sync_request(c.config, self.nonce, c._unconfirmed, c.gen),
+            c.transport.send(sync_request(c.config, self.nonce, c.unconfirmed, c.gen),
                              c.config.sync_target)
             c.stats.syncs += 1
             self.wait *= 2
@@ -841,6 +528,6 @@ class _StartCheck:
         self.nonce, self.at = None, float("inf")  # answered: no more checks
         if reply.on_hosts:
             raise PlanChanged(reply.gen, on_hosts=True)
-        if reply.seq != c._unconfirmed:
+        if reply.seq != c.unconfirmed:
             LOG.debug("job %d: %s: the root starts calls at seq %d, this call at %d",
-                      c.config.job_id, c.config.name, reply.seq, c._unconfirmed)
+                      c.config.job_id, c.config.name, reply.seq, c.unconfirmed)

@@ -29,7 +29,8 @@ import numpy.typing as npt
 
 from ina.errors import AllreduceError
 from ina.host import floatbits, quantize
-from ina.host.call import (
+from ina.host.config import WorkerConfig
+from ina.host.descriptor import (
     KIND_BYTES,
     KIND_FLOAT,
     KIND_INT,
@@ -39,7 +40,6 @@ from ina.host.call import (
     Refusal,
     refusal,
 )
-from ina.host.config import WorkerConfig
 from ina.host.flow import WIDTHS, BoolArray, Flow, IntArray, Layout
 from ina.host.guesses import Guesses, Verdict, counted, digest, guessable
 from ina.host.results import EXPONENTS, REDUCING, AllreduceResult, Lead, Reduce, Reductions

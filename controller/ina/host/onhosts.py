@@ -28,10 +28,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.errors import AllreduceError, AllreduceTimeout, RingError
-from ina.host.baselines import Ring
 from ina.host.config import WorkerConfig
 from ina.host.flow import Flow, elems_per_packet
 from ina.host.results import AllreduceResult, CallBody, CallStats, Lead, Reduce
+from ina.host.ring import Ring
 from ina.host.window import MAX_LEAD
 from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, wrap_int16
 from ina.protocol.constants import WIDTH16, Op

@@ -15,9 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.host.allreduce import trimmed
-from ina.host.call import Collective, agreeing
 from ina.host.collective import bfr_id, check_rank, reducible, reduction
 from ina.host.config import WorkerConfig
+from ina.host.descriptor import Collective, agreeing
 from ina.host.flow import Layout
 from ina.host.guesses import Guesses
 from ina.host.results import AllreduceResult, CallBody, Reduce

@@ -16,9 +16,9 @@ import dataclasses
 import numpy as np
 import numpy.typing as npt
 
-from ina.host.call import Collective, agreeing
 from ina.host.collective import reducible, reduction
 from ina.host.config import WorkerConfig
+from ina.host.descriptor import Collective, agreeing
 from ina.host.flow import Layout
 from ina.host.guesses import Guesses
 from ina.host.results import AllreduceResult, CallBody, Reduce

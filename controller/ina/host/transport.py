@@ -217,7 +217,8 @@ class SharedTransport:
             self._queues[job_id] = deque()
         return JobView(self, job_id)
 
-    def _drop(self, job_id: int) -> None:
+    def drop(self, job_id: int) -> None:
+        """No more packets for ``job_id`` (its view closed)."""
         with self._cond:
             self._queues.pop(job_id, None)
             self._cond.notify_all()
@@ -227,11 +228,12 @@ class SharedTransport:
         with self._cond:
             return sorted(self._queues)
 
-    def _recv(self, job_id: int, timeout: float) -> bytes | None:
-        got = self._recv_many(job_id, timeout, one=True)
+    def recv_for(self, job_id: int, timeout: float) -> bytes | None:
+        """``job_id``'s next packet (``recv_many_for``, one)."""
+        got = self.recv_many_for(job_id, timeout, one=True)
         return got[0] if got else None
 
-    def _recv_many(self, job_id: int, timeout: float, one: bool = False) -> list[bytes]:
+    def recv_many_for(self, job_id: int, timeout: float, one: bool = False) -> list[bytes]:
         """``job_id``'s queued packets (``one``: the first), else what the socket
         brings for it within ``timeout`` (as the reader), else none."""
         deadline = time.monotonic() + max(timeout, 0.0)
@@ -309,14 +311,14 @@ class JobView:
         self.shared.raw.send(payload, dst)
 
     def recv(self, timeout: float) -> bytes | None:
-        return self.shared._recv(self.job_id, timeout)
+        return self.shared.recv_for(self.job_id, timeout)
 
     def send_many(self, payloads: Sequence[bytes], dst: str | None = None) -> None:
         self._raw.send_many(payloads, dst)
 
     def recv_many(self, timeout: float) -> list[bytes]:
-        return self.shared._recv_many(self.job_id, timeout)
+        return self.shared.recv_many_for(self.job_id, timeout)
 
     def close(self) -> None:
         """No more packets for this job (the shared transport stays open)."""
-        self.shared._drop(self.job_id)
+        self.shared.drop(self.job_id)

@@ -441,7 +441,7 @@ class Lab:
         except BaseException:  # a half-built network (or a stop signal while building)
             try:
                 self.stop()
-            except Exception:  # noqa: BLE001 (the first error is the one to report)
+            except Exception:  # the first error is the one to report
                 LOG.exception("stopping a half-started lab failed")
             raise
         return self

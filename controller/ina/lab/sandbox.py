@@ -220,7 +220,7 @@ def _read_ready(fd: int, on_ready: Callable[[str], None]) -> None:
     if b"\n" in data:
         try:
             on_ready(data.split(b"\n", 1)[0].decode(errors="replace"))
-        except Exception:  # noqa: BLE001 (a thread: nobody else would see it)
+        except Exception:  # a thread: nobody else would see it
             LOG.exception("the sandbox's ready line could not be handled")
 
 

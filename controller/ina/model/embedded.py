@@ -307,7 +307,7 @@ class EmbeddedNetwork:
                                                                            decode(line)))
             except ValueError as exc:
                 answer = {"error": f"not a request: {exc}"}
-            except Exception as exc:  # noqa: BLE001 (a bug must not end the network)
+            except Exception as exc:  # a bug must not end the network
                 LOG.exception("job service request failed")
                 answer = {"error": f"{type(exc).__name__}: {exc}"}
             client.out += encode(answer)

@@ -14,9 +14,10 @@ import numpy.typing as npt
 from ina.control.controller import Controller
 from ina.control.memory_switch import MemorySwitch
 from ina.errors import AllreduceError
-from ina.host.call import KIND_INT, CallDescriptor, sync_answer, sync_request
 from ina.host.config import WorkerConfig
+from ina.host.descriptor import KIND_INT, CallDescriptor
 from ina.host.serverroot import ServerRoot
+from ina.host.sync import sync_answer, sync_request
 from ina.host.window import ReductionWindow
 from ina.model.network import Impairment, ModelNetwork
 from ina.protocol.arith import seq_add, wrap_int32

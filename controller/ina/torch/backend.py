@@ -126,13 +126,14 @@ class ProcessGroupIna(native.load().BackendCore):  # type: ignore[misc]
         """The group's gloo group, made at first use (on the call thread: every member
         makes the same calls in the same order, so they all make it together)."""
         if self._gloo is None:
-            options = ProcessGroupGloo._Options()  # type: ignore[attr-defined]
-            options._timeout = self._timeout
+            # gloo's options have only private names in torch's Python API.
+            options = ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # noqa: SLF001
+            options._timeout = self._timeout  # noqa: SLF001
             # gloo on the rank's own address: its lab host's, or the loopback beside the
             # embedded network (never an address it would guess from the host name).
             host = (self.member.topology.hosts[self.member.node.host].ip
                     if self.member.network == "lab" else "127.0.0.1")
-            options._devices = [ProcessGroupGloo.create_device(hostname=host)]
+            options._devices = [ProcessGroupGloo.create_device(hostname=host)]  # noqa: SLF001
             self._gloo = ProcessGroupGloo(PrefixStore("ina-gloo", self._store), self.rank(),
                                           self.size(), options)
         return self._gloo
@@ -484,7 +485,7 @@ def backend_of(group: dist.ProcessGroup | None = None) -> ProcessGroupIna:
     pg = group if group is not None else dist.group.WORLD
     if pg is None:
         raise RuntimeError("no process group: call init_process_group('ina') first")
-    backend = pg._get_backend(torch.device("cpu"))
+    backend = pg._get_backend(torch.device("cpu"))  # noqa: SLF001 (torch has no public one)
     if not isinstance(backend, ProcessGroupIna):
         raise RuntimeError(f"the group's backend is {pg.name()}, not {NAME}")
     return backend

@@ -39,7 +39,7 @@ def hook_state(settings: Settings | None = None,
     """This rank's state for ``allreduce_hook`` in ``group`` (default: the default
     group); every rank must call it (the ranks agree on the job through the group's
     store)."""
-    store = PrefixStore("ina-hook", dist.distributed_c10d._get_default_store())
+    store = PrefixStore("ina-hook", dist.distributed_c10d._get_default_store())  # noqa: SLF001
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     return HookState(Member.join(store, rank, size, settings))
 

@@ -55,11 +55,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from ina.errors import InaError, LabError, UsageError
-from ina.host.call import SyncReply
 from ina.host.config import WorkerConfig
 from ina.host.jobclient import JobClient
 from ina.host.link import LinkTransport, on_loopback
 from ina.host.liveness import Liveness
+from ina.host.sync import SyncReply
 from ina.host.transport import JobView, SharedTransport, UdpTransport, is_local_address
 from ina.host.worker import Worker
 from ina.model.embedded import Endpoints, SpawnedNetwork, spawn
@@ -236,7 +236,7 @@ class CallQueue:
             call, done = item
             try:
                 result = call()
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 (any error is the call's, for its future)
                 done(None, exc)
             else:
                 done(result, None)
@@ -510,7 +510,7 @@ class Member:
         else:
             try:
                 self.store.add("ina/closed", 1)
-            except Exception as exc:  # the store is gone: the owner stops waiting too
+            except (RuntimeError, OSError) as exc:  # the store is gone: the owner stops waiting too
                 LOG.debug("could not say the group ended: %s", exc)
         self.view.close()
         if self.owner:
@@ -530,7 +530,7 @@ class Member:
                              self.grant.job_id)
                     return
                 time.sleep(0.05)
-        except Exception as exc:  # the store is gone: so are the others
+        except (RuntimeError, OSError) as exc:  # the store is gone: so are the others
             LOG.debug("job %d: %s", self.grant.job_id, exc)
 
 
