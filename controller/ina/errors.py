@@ -86,7 +86,8 @@ class YamlFileError(InaError, ValueError):
 
 
 class WireError(InaError, ValueError):
-    """Bytes that do not decode as the expected header."""
+    """Bytes that do not decode as the expected header, or values the wire cannot
+    carry (a BFR-id out of range, a packet of too many values)."""
 
     exit_code = 2
 
@@ -96,6 +97,10 @@ class UsageError(InaError, ValueError):
     write, a request refused in the current state (a lab already running, say)."""
 
     exit_code = 2
+
+
+class InputTypeError(UsageError, TypeError):
+    """An array or tensor of a type the call cannot take."""
 
 
 class Unreachable(InaError, LookupError):

@@ -41,6 +41,7 @@ from ina.bench.output import (
     save,
 )
 from ina.bench.timing import Link, Procs, Traffic, busiest, start_together, wait_all
+from ina.errors import LabError
 from ina.host.baselines import TCP_WIRE_PER_BYTE
 from ina.protocol.constants import ELEMS_PER_PACKET, Op
 
@@ -204,7 +205,7 @@ def reflector(gap: float = 0.0, address: str = "127.0.0.2") -> Iterator[str]:
     try:
         assert proc.stdout is not None and proc.stderr is not None
         if proc.stdout.readline().strip() != b"ready":
-            raise RuntimeError("the reflector did not start: "
+            raise LabError("the reflector did not start: "
                                + proc.stderr.read().decode(errors="replace"))
         yield address
     finally:
@@ -266,7 +267,7 @@ def wake_floor(packets: int = PACED_PACKETS, gap: float = PACED_GAP,
         got = 0
         while got < packets:
             if not poll.poll(1000):
-                raise RuntimeError(f"the reflector answered {got} of {packets} packets")
+                raise LabError(f"the reflector answered {got} of {packets} packets")
             n = batch.receive()
             batch.payloads(n)
             got += n

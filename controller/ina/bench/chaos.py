@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from ina.bench.goals import Goal, Goals
 from ina.bench.goals import render as render_goals
+from ina.errors import UsageError
 from ina.host import quantize
 from ina.protocol.bitmaps import one_set
 from ina.protocol.codec import InaHeader
@@ -96,7 +97,7 @@ def expected_result(seed: int, plan: CallPlan, workers: int,
     exponents = np.max(np.stack([quantize.block_exponents(a) for a in arrays]), axis=0)
     if used is not None:
         if used.shape != exponents.shape or np.any(used < exponents):
-            raise ValueError(f"exponents {used.tolist()} used, below or unlike the agreed "
+            raise UsageError(f"exponents {used.tolist()} used, below or unlike the agreed "
                              f"{exponents.tolist()}")
         exponents = used
     total = np.sum(np.stack([quantize.quantize(a, exponents, Op.SUM, workers)
@@ -382,7 +383,7 @@ def member_frames(kind: str, seed: int, member: HostView, job: JobView,
                                         Op.SUM, state.gen)
             frames.append(_from(member, payload))
     elif kind != "duplicates":
-        raise ValueError(f"no misbehaviour {kind!r} of a member ({', '.join(MEMBER_KINDS)})")
+        raise UsageError(f"no misbehaviour {kind!r} of a member ({', '.join(MEMBER_KINDS)})")
     return frames
 
 
@@ -432,7 +433,7 @@ def outsider_frames(kind: str, seed: int, outsider: HostView, job: JobView) -> l
             frames.append(bier_frame(outsider.mac, outsider.edge_mac, outsider.ip,
                                      Bier.for_set(si, bits), payload))
     else:
-        raise ValueError(f"no garbage {kind!r} ({', '.join(OUTSIDER_KINDS)})")
+        raise UsageError(f"no garbage {kind!r} ({', '.join(OUTSIDER_KINDS)})")
     return frames
 
 

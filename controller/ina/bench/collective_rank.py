@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.bench.timing import wait_for_go
+from ina.errors import UsageError
 from ina.host.arrays import random_floats
 
 LOG = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ class RankProcess:
         self.config = WorkerConfig.from_files(os.environ["INA_TOPOLOGY"],
                                               os.environ["INA_JOB"], worker_name)
         if self.config.rank != self.rank:
-            raise ValueError(f"{worker_name} is rank {self.config.rank} of the job, not "
+            raise UsageError(f"{worker_name} is rank {self.config.rank} of the job, not "
                              f"{self.rank}")
         self.transport = UdpTransport(self.config.target)
         self.worker = Worker(self.config, self.transport, timeout=timeout,

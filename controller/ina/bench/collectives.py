@@ -59,6 +59,7 @@ from ina.bench.output import (
     save,
 )
 from ina.bench.timing import CpuTime, Link, Traffic, busiest, start_together
+from ina.errors import LabError
 from ina.protocol.constants import BIER_HEADER_BYTES, ELEMS16_PER_PACKET, ELEMS_PER_PACKET
 
 #: The collectives with an array, in the order they are run and shown.
@@ -200,14 +201,14 @@ class Ranks:
         assert stdout is not None
         line = stdout.readline().strip()
         if not line:
-            raise RuntimeError(f"the rank on {worker} ended ({self.procs[worker].wait()}): "
+            raise LabError(f"the rank on {worker} ended ({self.procs[worker].wait()}): "
                                f"{self._log(worker)}")
         return line
 
     def _expect(self, worker: str, what: bytes) -> None:
         line = self._line(worker)
         if line != what:
-            raise RuntimeError(f"the rank on {worker} said {line!r}, not {what!r}: "
+            raise LabError(f"the rank on {worker} said {line!r}, not {what!r}: "
                                f"{self._log(worker)}")
 
     def measure(self, command: Command) -> CollectiveRun:

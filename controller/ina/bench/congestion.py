@@ -36,6 +36,7 @@ from ina.bench.goals import Goals, render
 from ina.bench.onlab import CASES, INA_WIRE_PER_VALUE, Bench, bench_on_lab
 from ina.bench.output import pyplot, save
 from ina.bench.timing import Procs, start_together, wait_all, wait_for_go
+from ina.errors import LabError
 from ina.protocol.constants import ELEMS_PER_PACKET
 
 if TYPE_CHECKING:
@@ -274,7 +275,7 @@ def _measure(bench: Bench, settings: Settings, build: str) -> CongestionRun:
     finally:
         sampler.stop()
     if client.returncode != 0:
-        raise RuntimeError(f"iperf3 failed ({client.returncode}): {err.decode().strip()}")
+        raise LabError(f"iperf3 failed ({client.returncode}): {err.decode().strip()}")
     for phase, (a, b) in {"shared": (before, middle), "alone": (middle, after)}.items():
         packets[phase], marks[phase] = b[0] - a[0], b[1] - a[1]
     return CongestionRun(settings.rate_mbit, settings.shared, settings.alone,

@@ -48,6 +48,7 @@ from typing import Any
 from ina.bench.output import pyplot, save
 from ina.control.access import Access
 from ina.control.controller import Controller
+from ina.errors import LabError
 from ina.lab import sandbox
 from ina.lab.mininet import bmv2_build
 from ina.lab.pki import make_lab_pki, switch_tls_args
@@ -236,7 +237,7 @@ class Rig:
         )
 
         if not sandbox.inside():
-            raise RuntimeError("the data-plane rig runs only inside the sandbox")
+            raise LabError("the data-plane rig runs only inside the sandbox")
         subprocess.run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
                         "net.ipv6.conf.default.disable_ipv6=1"], check=True)
         interfaces = {}
@@ -385,7 +386,7 @@ def _loops(topology: Topology) -> dict[str, Loop]:
     deadline = time.monotonic() + 5.0
     while True:
         if not select.select([out_h1], [], [], max(0.0, deadline - time.monotonic()))[0]:
-            raise RuntimeError("the rig's root did not answer its SYNC: is the program built?")
+            raise LabError("the rig's root did not answer its SYNC: is the program built?")
         data, addr = out_h1.recvfrom(4096)
         if addr[2] != PACKET_OUTGOING and udp_to(INA_UDP_PORT)(data):
             break
@@ -432,7 +433,7 @@ def run(build_dir: Path, rounds: int, seconds: float, window: int) -> DataplaneR
         loops = _loops(rig.topology)
         for loop in loops.values():  # warm up every path (and check it works)
             if loop.run(0.5, window) == 0:
-                raise RuntimeError("a path of the rig carries nothing: is the program built?")
+                raise LabError("a path of the rig carries nothing: is the program built?")
         for loop in loops.values():
             loop.lost = 0
         samples: dict[str, list[float]] = {name: [] for name in loops}

@@ -17,6 +17,7 @@ from ina.bench.onlab import CASES, Bench, Case, bench_on_lab
 from ina.bench.output import pyplot, save
 from ina.bench.timing import start_together, wait_all
 from ina.control.switch import CounterValue
+from ina.errors import AllreduceError
 from ina.lab.deploy import controller_call
 from ina.lab.mininet import Lab
 from ina.protocol.constants import JobStat
@@ -133,7 +134,7 @@ def _round(bench: Bench, loss: float, size: int, expected: str) -> dict[str, Any
     lab.impair()
     after, ports_after = _counts(lab, job)
     if any(r["sha256"] != expected for r in workers.values()):
-        raise RuntimeError(f"a result at loss {loss} is not exact")
+        raise AllreduceError(f"a result at loss {loss} is not exact")
     return {"seconds": max(r["elapsed"] for r in workers.values()),
             "retransmissions": sum(r["retransmissions"] for r in workers.values()),
             "early": sum(r["early_retransmissions"] for r in workers.values()),

@@ -74,6 +74,7 @@ from ina.control.controller import Controller
 from ina.control.entities import TableEntry
 from ina.control.repair import repair_switches
 from ina.control.watch import WatchOptions
+from ina.errors import LabError, UsageError
 from ina.lab.deploy import controller_call, deploy, repair_lab
 from ina.lab.mininet import Lab, LabOptions
 from ina.lab.watching import WatcherThread
@@ -166,7 +167,7 @@ class Agent:
     def ready(self, timeout: float = START_TIMEOUT) -> None:
         line = self.next_line(timeout)
         if line is None or line.strip() != b"ready":
-            raise RuntimeError(f"{self.host}: the soak's process did not start (said "
+            raise LabError(f"{self.host}: the soak's process did not start (said "
                                f"{line!r}); see {self.tail()}")
 
     def next_line(self, timeout: float) -> bytes | None:
@@ -254,9 +255,9 @@ class Soak:
         workers = list(self.spec.workers)
         for host, what in ((case.member, "member"), (case.outsider, "outsider")):
             if host not in self.topology.hosts:
-                raise ValueError(f"the {what} {host} is no host of {self.topology.name}")
+                raise UsageError(f"the {what} {host} is no host of {self.topology.name}")
         if case.member not in workers or case.outsider in workers:
-            raise ValueError(f"{case.member} must be a worker of job {self.spec.job_id}, "
+            raise UsageError(f"{case.member} must be a worker of job {self.spec.job_id}, "
                              f"{case.outsider} not")
         self.run = SoakRun(case.name, self.topology.name, self.spec.job_id, workers,
                            case.member, case.outsider, settings.seed, settings.minutes,
@@ -630,7 +631,7 @@ class Soak:
         others = {_job_id(e) for es in controller_call(
             self.lab, lambda ctl: ctl.read_job_state(), write=False)[0].values() for e in es}
         if self.spec.job_id in others:
-            raise ValueError(f"job {self.spec.job_id} is deployed already")
+            raise UsageError(f"job {self.spec.job_id} is deployed already")
         job = deploy(self.lab, self.spec)
         self.note(f"job {job.job_id} deployed: VAT {', '.join(sorted(job.nodes))}")
         chaos = threading.Thread(target=self.chaos, args=(self.events(),), name="chaos",

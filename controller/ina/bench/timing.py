@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ina.errors import LabError, UsageError
 from ina.spec.topology import Topology
 
 Link = tuple[str, str]  # (from node, to node)
@@ -48,9 +49,9 @@ def start_together(workers: Procs, timeout: float = 120.0,
         line = proc.stdout.readline().strip()  # blocks until it is set up
         if line != b"ready":
             err = proc.stderr.read().decode() if proc.stderr is not None else ""
-            raise RuntimeError(f"{name} did not get ready (said {line!r}): {err.strip()}")
+            raise LabError(f"{name} did not get ready (said {line!r}): {err.strip()}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{name} took more than {timeout:g}s to get ready")
+            raise LabError(f"{name} took more than {timeout:g}s to get ready")
     on_ready()
     for proc in workers.values():
         assert proc.stdin is not None
@@ -65,7 +66,7 @@ def wait_all(workers: Procs, others: Procs, timeout: float) -> dict[str, Any]:
         for name, proc in {**workers, **others}.items():
             out, err = proc.communicate(timeout=timeout)
             if proc.returncode != 0:
-                raise RuntimeError(f"{name} failed ({proc.returncode}): {err.decode().strip()}")
+                raise LabError(f"{name} failed ({proc.returncode}): {err.decode().strip()}")
             if name in workers:
                 results[name] = json.loads(out.decode().strip().splitlines()[-1])
     finally:
@@ -182,7 +183,7 @@ class CpuSampler:
             if t0 <= when <= t1:
                 share = (when - t0) / (t1 - t0) if t1 > t0 else 1.0
                 return c0[kind] + share * (c1[kind] - c0[kind])
-        raise ValueError(f"{when} is outside the samples")
+        raise UsageError(f"{when} is outside the samples")
 
 
 def busiest(bytes_by_link: dict[Link, int]) -> Link:
@@ -211,7 +212,7 @@ class Tail:
     def of(cls, times: Sequence[float]) -> Tail:
         """Of ``times`` (percentiles by nearest rank); ValueError if there are none."""
         if not times:
-            raise ValueError("no times to summarise")
+            raise UsageError("no times to summarise")
         ordered = sorted(times)
 
         def rank(p: float) -> float:

@@ -48,6 +48,7 @@ from ina.bench.onlab import (
 )
 from ina.bench.output import describe_regime, pyplot, save
 from ina.bench.timing import STALL_MEDIANS, CpuSampler, Tail
+from ina.errors import LabError, UsageError
 from ina.host.results import REDUCING
 from ina.protocol.constants import ELEMS_PER_PACKET
 
@@ -207,7 +208,7 @@ def _run_ranks(bench: Bench, argv: Callable[[int], list[str]], what: str) -> Cpu
             if proc.returncode != 0:
                 failures.append(f"{w}: exit {proc.returncode}: {err.decode().strip()[-2000:]}")
     if failures:
-        raise RuntimeError(f"{what} failed:\n" + "\n".join(failures))
+        raise LabError(f"{what} failed:\n" + "\n".join(failures))
     return cpu
 
 
@@ -264,7 +265,7 @@ def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...],
     (TrainRegime), on one lab; and, with ``bucket_mib``, one bucket of that size,
     links unlimited."""
     if pairs < 1:
-        raise ValueError(f"pairs must be at least 1, got {pairs}")
+        raise UsageError(f"pairs must be at least 1, got {pairs}")
     with bench_on_lab(case, build_dir) as bench, tempfile.TemporaryDirectory() as tmp:
         job = bench.job
         result = TrainCaseResult(case.name + ("-hsdp" if settings.hsdp else ""),

@@ -45,6 +45,7 @@ from ina.errors import (
     JobError,
     PlanError,
     SwitchError,
+    UsageError,
 )
 from ina.protocol.bitmaps import bfr_ids_of, join_set
 from ina.protocol.constants import JOB_GROUP_BASE, JOB_STAT_STRIDE, JobStat, SwitchStat
@@ -150,7 +151,7 @@ class Controller:
         """``concurrent=False`` talks to one switch after another (for comparison)."""
         missing = sorted(set(topology.switches) - set(clients))
         if missing:
-            raise ValueError(f"no connection for switches {missing}")
+            raise UsageError(f"no connection for switches {missing}")
         self.topology = topology
         self.clients = dict(clients)
         self.concurrent = concurrent

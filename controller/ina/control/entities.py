@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ina.control import p4names as n
+from ina.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class Meter:
 
     def __post_init__(self) -> None:
         if self.rate < 1 or self.burst < 1:
-            raise ValueError(f"meter rate {self.rate} and burst {self.burst} must be positive")
+            raise UsageError(f"meter rate {self.rate} and burst {self.burst} must be positive")
 
 
 @dataclass(frozen=True)
@@ -45,21 +46,21 @@ class TableEntry:
     def __post_init__(self) -> None:
         spec = n.TABLE_BY_NAME.get(self.table)
         if spec is None:
-            raise ValueError(f"unknown table {self.table}")
+            raise UsageError(f"unknown table {self.table}")
         if tuple(k for k, _ in self.match) != spec.key_names:
-            raise ValueError(
+            raise UsageError(
                 f"{self.table}: match {self.match} does not give keys {spec.key_names}")
         action = next((a for a in spec.actions if a.name == self.action), None)
         if action is None:
-            raise ValueError(f"{self.table}: action {self.action} not allowed")
+            raise UsageError(f"{self.table}: action {self.action} not allowed")
         if tuple(p for p, _ in self.params) != action.param_names:
-            raise ValueError(
+            raise UsageError(
                 f"{self.action}: params {self.params} do not give {action.param_names}")
         for (pname, value), (_, width) in zip(self.params, action.params, strict=True):
             if not 0 <= value < 1 << width:
-                raise ValueError(f"{self.action}: {pname}={value} does not fit {width} bits")
+                raise UsageError(f"{self.action}: {pname}={value} does not fit {width} bits")
         if self.meter is not None and not spec.metered:
-            raise ValueError(f"{self.table} has no meter")
+            raise UsageError(f"{self.table} has no meter")
 
     @property
     def key(self) -> tuple[str, tuple[tuple[str, MatchValue], ...]]:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from ina.errors import ControllerError, LockTimeout, TopologyError
+from ina.errors import ControllerError, LockTimeout, TopologyError, UsageError
 from ina.spec.topology import Failures
 
 LOG = logging.getLogger(__name__)
@@ -164,11 +164,11 @@ def _failures_of(data: object, what: str) -> Failures:
     if data is None:
         return Failures()
     if not isinstance(data, dict) or set(data) - {"switches", "links"}:
-        raise ValueError(f"{what}: expected a mapping with switches and links")
+        raise UsageError(f"{what}: expected a mapping with switches and links")
     switches = frozenset(str(s) for s in data.get("switches") or [])
     links = frozenset(frozenset(str(x) for x in pair) for pair in data.get("links") or [])
     if any(len(pair) != 2 for pair in links):
-        raise ValueError(f"{what}: a link is two different nodes")
+        raise UsageError(f"{what}: a link is two different nodes")
     return Failures(switches, links)
 
 
@@ -189,7 +189,7 @@ def load_failures(path: Path) -> RecordedFailures:
     try:
         data = yaml.safe_load(text) or {}
         if not isinstance(data, dict) or set(data) - {"declared", "detected"}:
-            raise ValueError("expected a mapping with declared and detected")
+            raise UsageError("expected a mapping with declared and detected")
         return RecordedFailures(_failures_of(data.get("declared"), "declared"),
                                 _failures_of(data.get("detected"), "detected"))
     except (yaml.YAMLError, ValueError, TypeError) as exc:

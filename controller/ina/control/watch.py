@@ -52,7 +52,7 @@ from ina.control import p4names as n
 from ina.control.access import Access
 from ina.control.detect import Detector, Probe
 from ina.control.p4runtime import tls_credentials
-from ina.errors import ConnectionLost
+from ina.errors import ConnectionLost, UsageError
 from ina.protocol.constants import ETHERTYPE_PROBE
 from ina.protocol.frames import mac_bytes
 from ina.spec.topology import Failures, SwitchSpec, Topology
@@ -116,15 +116,15 @@ class WatchOptions:
 
     def __post_init__(self) -> None:
         if not 0 < self.interval < self.detect_after <= self.hang_after:
-            raise ValueError(f"need 0 < interval ({self.interval:g}) < detect_after "
+            raise UsageError(f"need 0 < interval ({self.interval:g}) < detect_after "
                              f"({self.detect_after:g}) <= hang_after ({self.hang_after:g})")
         if self.election_id < 1:
-            raise ValueError("the election id must be at least 1")
+            raise UsageError("the election id must be at least 1")
         if not 0 < self.retry_after <= self.retry_max:
-            raise ValueError(f"need 0 < retry_after ({self.retry_after:g}) <= retry_max "
+            raise UsageError(f"need 0 < retry_after ({self.retry_after:g}) <= retry_max "
                              f"({self.retry_max:g})")
         if self.connect_timeout <= 0:
-            raise ValueError("the connect timeout must be positive")
+            raise UsageError("the connect timeout must be positive")
 
     def retry_delay(self, failed: int) -> float:
         """Seconds to wait after the ``failed``-th failed attempt in a row."""

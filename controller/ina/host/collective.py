@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ina.errors import AllreduceError
+from ina.errors import AllreduceError, InputTypeError, UsageError
 from ina.host import floatbits, quantize
 from ina.host.config import WorkerConfig
 from ina.host.descriptor import (
@@ -59,9 +59,9 @@ def flat(values: npt.ArrayLike, what: str) -> npt.NDArray[Any]:
     """``values`` as a non-empty one-dimensional array, or ValueError."""
     array = np.asarray(values)
     if array.ndim != 1 or array.size == 0:
-        raise ValueError(f"{what} takes a non-empty one-dimensional array")
+        raise UsageError(f"{what} takes a non-empty one-dimensional array")
     if array.size > MAX_SIZE:
-        raise ValueError(f"{what} takes at most {MAX_SIZE} values")
+        raise UsageError(f"{what} takes at most {MAX_SIZE} values")
     return array
 
 
@@ -99,11 +99,11 @@ def reducible(values: npt.ArrayLike, width: int | None, what: str, op: Op,
     array = flat(values, what)
     is_float = bool(np.issubdtype(array.dtype, np.floating))
     if not is_float and not np.issubdtype(array.dtype, np.integer):
-        raise TypeError(f"{what} takes integers or floats, not {array.dtype}")
+        raise InputTypeError(f"{what} takes integers or floats, not {array.dtype}")
     if width is None:
         width = WIDTH16 if array.dtype == np.int16 else WIDTH32
     if width not in WIDTHS:
-        raise ValueError(f"elements are 32 or 16 bits wide, not {width}")
+        raise UsageError(f"elements are 32 or 16 bits wide, not {width}")
     if is_float and op != Op.SUM:
         width = WIDTH32
     if not is_float:
@@ -118,7 +118,7 @@ def reducible(values: npt.ArrayLike, width: int | None, what: str, op: Op,
 def check_rank(rank: int, config: WorkerConfig, what: str) -> int:
     workers = config.workers
     if not 0 <= rank < workers:
-        raise ValueError(f"{what}: rank {rank} is not a rank of job {config.job_id} "
+        raise UsageError(f"{what}: rank {rank} is not a rank of job {config.job_id} "
                          f"(0..{workers - 1})")
     return rank
 
@@ -126,7 +126,7 @@ def check_rank(rank: int, config: WorkerConfig, what: str) -> int:
 def bfr_id(config: WorkerConfig, rank: int) -> int:
     """The BFR-id of the job's worker of rank ``rank``."""
     if not config.bfr_ids:
-        raise ValueError(f"job {config.job_id}: {config.name} does not know its peers' "
+        raise UsageError(f"job {config.job_id}: {config.name} does not know its peers' "
                          "BFR-ids (a WorkerConfig from the job's files knows them)")
     return config.bfr_ids[rank]
 

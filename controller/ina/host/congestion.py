@@ -51,6 +51,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from ina.errors import UsageError
+
 LOG = logging.getLogger(__name__)
 #: The window never shrinks below this many packets.
 MIN_CWND = 1.0
@@ -132,7 +134,7 @@ class CongestionWindow:
 
     def __post_init__(self) -> None:
         if self.limit < 1:
-            raise ValueError("a congestion window's limit is at least one packet")
+            raise UsageError("a congestion window's limit is at least one packet")
         if self.cwnd <= 0:
             self.cwnd = float(self.limit)
 

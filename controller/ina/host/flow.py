@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ina.errors import UsageError
 from ina.protocol.constants import ELEMS_BY_WIDTH, WIDTH16, WIDTH32
 
 WIDTHS = (WIDTH32, WIDTH16)
@@ -33,7 +34,7 @@ IntArray = npt.NDArray[np.int64]
 def elems_per_packet(width: int) -> int:
     """Elements of ``width`` bits in one packet's array."""
     if width not in ELEMS_BY_WIDTH:
-        raise ValueError(f"elements are 32 or 16 bits wide, not {width}")
+        raise UsageError(f"elements are 32 or 16 bits wide, not {width}")
     return ELEMS_BY_WIDTH[width]
 
 
@@ -51,7 +52,7 @@ class Layout:
 
     def __post_init__(self) -> None:
         if self.size < 1 or self.parts < 1:
-            raise ValueError("a layout needs at least one value and one part")
+            raise UsageError("a layout needs at least one value and one part")
         elems_per_packet(self.width)
 
     @property
@@ -99,7 +100,7 @@ class Layout:
         """``values`` (``size`` of them) on the wire: each part at its place, zeros
         elsewhere."""
         if values.size != self.size:
-            raise ValueError(f"the layout holds {self.size} values, not {values.size}")
+            raise UsageError(f"the layout holds {self.size} values, not {values.size}")
         if self.parts == 1:
             wire = np.zeros(self.slots, dtype=values.dtype)
             wire[: self.size] = values
@@ -153,15 +154,15 @@ class Flow:
         elems_per_packet(self.width)
         if self.owners is not None and (self.data is not None or self.dest is not None
                                         or self.width != WIDTH32):
-            raise ValueError("a flow with owners has 32-bit elements, and neither data "
+            raise UsageError("a flow with owners has 32-bit elements, and neither data "
                              "nor dest")
         for name in ("counts", "data", "dest", "owners"):
             a = getattr(self, name)
             if a is not None and len(a) != chunks:
-                raise ValueError(f"a flow's {name} has {len(a)} entries for {chunks} chunks")
+                raise UsageError(f"a flow's {name} has {len(a)} entries for {chunks} chunks")
         if self.counts is not None and (np.any(self.counts < 1)
                                         or np.any(self.counts > elems_per_packet(self.width))):
-            raise ValueError("a chunk carries 1 to a packet's elements")
+            raise UsageError("a chunk carries 1 to a packet's elements")
 
     def sends_data(self, chunk: int) -> bool:
         return self.data is None or bool(self.data[chunk])

@@ -22,6 +22,7 @@ import socket
 import struct
 from collections.abc import Sequence
 
+from ina.errors import UsageError
 from ina.protocol.constants import INA_PAYLOAD_BYTES
 
 LOG = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ class Datagrams:
         if _LIBC is None:
             raise OSError(errno.ENOSYS, "no sendmmsg/recvmmsg on this system")
         if sock.family != socket.AF_INET:
-            raise ValueError("batched datagrams take an IPv4 socket")
+            raise UsageError("batched datagrams take an IPv4 socket")
         self.libc = _LIBC
         self.sock = sock
         self.batch = batch

@@ -16,6 +16,7 @@ import dataclasses
 import numpy as np
 import numpy.typing as npt
 
+from ina.errors import UsageError
 from ina.host.collective import reducible, reduction
 from ina.host.config import WorkerConfig
 from ina.host.descriptor import Collective, agreeing
@@ -31,7 +32,7 @@ def reduce_scatter(config: WorkerConfig, values: npt.ArrayLike, op: Op,
     ``guesses``: as an AllReduce's."""
     operand = reducible(values, width, "reduce_scatter", op, config)
     if not config.bfr_ids:
-        raise ValueError(f"job {config.job_id}: {config.name} does not know its peers' "
+        raise UsageError(f"job {config.job_id}: {config.name} does not know its peers' "
                          "BFR-ids (a WorkerConfig from the job's files knows them)")
     owners = np.array(config.bfr_ids, dtype=np.int64)
 

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from ina.errors import UsageError
 from ina.host import mmsg
 from ina.protocol.constants import INA_UDP_PORT
 
@@ -213,7 +214,7 @@ class SharedTransport:
     def view(self, job_id: int) -> JobView:
         with self._cond:
             if job_id in self._queues:
-                raise ValueError(f"job {job_id} has a view of this transport already")
+                raise UsageError(f"job {job_id} has a view of this transport already")
             self._queues[job_id] = deque()
         return JobView(self, job_id)
 

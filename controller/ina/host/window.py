@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ina.errors import AllreduceError
+from ina.errors import AllreduceError, InputTypeError, UsageError
 from ina.host.config import WorkerConfig
 from ina.host.congestion import RECENT_SAMPLES, CongestionWindow
 from ina.host.flow import Flow, elems_per_packet
@@ -210,12 +210,12 @@ def check_ints(values: npt.ArrayLike, width: int = WIDTH32) -> npt.NDArray[Any]:
     bits, or ValueError/TypeError."""
     array = np.asarray(values)
     if array.ndim != 1 or array.size == 0:
-        raise ValueError("allreduce takes a non-empty one-dimensional array")
+        raise UsageError("allreduce takes a non-empty one-dimensional array")
     if not np.issubdtype(array.dtype, np.integer):
-        raise TypeError(f"allreduce takes integers, got {array.dtype}")
+        raise InputTypeError(f"allreduce takes integers, got {array.dtype}")
     problem = int_range_problem(array, width)
     if problem is not None:
-        raise ValueError(problem)
+        raise UsageError(problem)
     return array
 
 
@@ -249,7 +249,7 @@ def _chunk_counts(flow: Flow, size: int, per_packet: int) -> npt.NDArray[np.int6
     counts = np.asarray(flow.counts, dtype=np.int64)
     ends = np.arange(chunks) * per_packet + counts
     if chunks == 0 or ends.max() > size or size > chunks * per_packet:
-        raise ValueError(f"{size} values do not fill the flow's {chunks} chunks as their "
+        raise UsageError(f"{size} values do not fill the flow's {chunks} chunks as their "
                          "counts say")
     return counts
 
@@ -313,7 +313,7 @@ def _lead_packet(config: WorkerConfig, lead: Lead, gen: int) -> bytes:
     counting MAX_LEAD values, the lead's first."""
     values = check_ints(lead.values)
     if values.size > MAX_LEAD:
-        raise ValueError(f"a lead chunk carries at most {MAX_LEAD} values")
+        raise UsageError(f"a lead chunk carries at most {MAX_LEAD} values")
     wire = np.zeros(ELEMS_PER_PACKET, dtype=WIRE_TYPES[WIDTH32])
     wire[: values.size] = values
     si, bits = one_set(config.pbm)

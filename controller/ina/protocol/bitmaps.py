@@ -8,6 +8,7 @@ set's BITSTRING_BITS bits. ``split_sets`` and ``join_set`` convert.
 
 from __future__ import annotations
 
+from ina.errors import WireError
 from ina.protocol.constants import BIER_SETS, BITSTRING_BITS, MAX_BFR_ID
 
 SET_MASK = (1 << BITSTRING_BITS) - 1
@@ -16,7 +17,7 @@ SET_MASK = (1 << BITSTRING_BITS) - 1
 def bit_of(bfr_id: int) -> int:
     """The bitmap with only BFR-id ``bfr_id`` set (RFC 8279: id k is bit k-1)."""
     if not 1 <= bfr_id <= MAX_BFR_ID:
-        raise ValueError(f"BFR-id {bfr_id} outside 1..{MAX_BFR_ID}")
+        raise WireError(f"BFR-id {bfr_id} outside 1..{MAX_BFR_ID}")
     return 1 << (bfr_id - 1)
 
 
@@ -28,7 +29,7 @@ def set_of(bfr_id: int) -> int:
 def split_sets(bitmap: int) -> dict[int, int]:
     """A bitmap over all sets as {SI: that set's BITSTRING_BITS-bit bitmap}, non-empty sets only."""
     if not 0 <= bitmap < 1 << MAX_BFR_ID:
-        raise ValueError(f"bitmap has bits beyond BFR-id {MAX_BFR_ID}")
+        raise WireError(f"bitmap has bits beyond BFR-id {MAX_BFR_ID}")
     return {si: part for si in range(BIER_SETS)
             if (part := bitmap >> (si * BITSTRING_BITS) & SET_MASK)}
 
@@ -42,7 +43,7 @@ def one_set(bitmap: int) -> tuple[int, int]:
     """(SI, bits) of a non-empty bitmap that lies within one set; ValueError otherwise."""
     sets = split_sets(bitmap)
     if len(sets) != 1:
-        raise ValueError(f"bitmap spans {len(sets)} BIER sets, not one")
+        raise WireError(f"bitmap spans {len(sets)} BIER sets, not one")
     return next(iter(sets.items()))
 
 

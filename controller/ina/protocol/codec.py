@@ -145,7 +145,7 @@ def elems_per_packet(width: int) -> int:
     try:
         return ELEMS_BY_WIDTH[width]
     except KeyError:
-        raise ValueError(f"an element width is 32 or 16 bits, not {width}") from None
+        raise WireError(f"an element width is 32 or 16 bits, not {width}") from None
 
 
 def array_bytes(values: npt.ArrayLike, width: int = WIDTH32) -> bytes:
@@ -195,10 +195,10 @@ def ina_payload(
     elems = elems_per_packet(width)
     array = np.asarray(values)
     if not 1 <= array.size <= elems:
-        raise ValueError(f"a packet carries 1..{elems} values of {width} bits, got {array.size}")
+        raise WireError(f"a packet carries 1..{elems} values of {width} bits, got {array.size}")
     low, high = _RANGES[width]
     if array.min() < low or array.max() > high:
-        raise ValueError(f"values must be signed {width}-bit integers")
+        raise WireError(f"values must be signed {width}-bit integers")
     header = _header(job_id, seq, pbm, int(array.size), op, flags, width, dest)
     return header.pack() + array_bytes(array, width)
 
@@ -212,14 +212,14 @@ def nodata_payload(
     (a cell takes one count, op and width: those of the chunk's data)."""
     elems = elems_per_packet(width)
     if not 1 <= count <= elems:
-        raise ValueError(f"a chunk has 1..{elems} values of {width} bits, got {count}")
+        raise WireError(f"a chunk has 1..{elems} values of {width} bits, got {count}")
     return _header(job_id, seq, pbm, count, op, flags | Flag.NODATA, width, dest).pack()
 
 
 def _header(job_id: int, seq: int, pbm: int, count: int, op: Op, flags: Flag, width: int,
             dest: int) -> InaHeader:
     if not 0 <= dest <= MAX_BFR_ID:
-        raise ValueError(f"dest is 0 or a BFR-id (1..{MAX_BFR_ID}), not {dest}")
+        raise WireError(f"dest is 0 or a BFR-id (1..{MAX_BFR_ID}), not {dest}")
     si, bits = one_set(pbm)
     return InaHeader(job_id=job_id, seq=seq, pbm=bits, count=count, op=op, flags=flags, si=si,
                      dest=dest, width=width)

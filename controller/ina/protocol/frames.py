@@ -43,7 +43,7 @@ from ina.protocol.constants import (
 def mac_bytes(mac: str) -> bytes:
     parts = mac.split(":")
     if len(parts) != 6:
-        raise ValueError(f"bad MAC address {mac!r}")
+        raise WireError(f"bad MAC address {mac!r}")
     return bytes(int(p, 16) for p in parts)
 
 

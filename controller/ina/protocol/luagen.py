@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from ina.errors import UsageError
 from ina.protocol import constants as c
 
 DISSECTOR = Path(__file__).resolve().parents[3] / "tools" / "wireshark" / "ina.lua"
@@ -102,7 +103,7 @@ def render(current: str) -> str:
     head, begin, rest = current.partition(BEGIN)
     _, end, tail = rest.partition(END)
     if not begin or not end:
-        raise ValueError(f"the dissector has no section between {BEGIN!r} and {END!r}")
+        raise UsageError(f"the dissector has no section between {BEGIN!r} and {END!r}")
     return head + render_section() + tail
 
 

@@ -26,6 +26,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ina.errors import WireError
+
 #: The environment variable that names a lab's job service socket (the torch backend
 #: reads it; ``inalab ranks`` sets it).
 JOB_SERVICE_ENV = "INA_JOB_SERVICE"
@@ -87,7 +89,7 @@ def decode(line: bytes) -> dict[str, Any]:
     try:
         data = json.loads(line)
     except RecursionError:
-        raise ValueError("nested too deeply") from None
+        raise WireError("nested too deeply") from None
     if not isinstance(data, dict):
-        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        raise WireError(f"expected a JSON object, got {type(data).__name__}")
     return data

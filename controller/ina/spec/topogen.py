@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from ina.errors import UsageError
 from ina.protocol.constants import BITSTRING_BITS
 
 GRPC_BASE = 50000
@@ -29,7 +30,7 @@ GRPC_BASE = 50000
 class _Builder:
     def __init__(self, name: str, hosts_per_set: int = BITSTRING_BITS):
         if not 1 <= hosts_per_set <= BITSTRING_BITS:
-            raise ValueError(f"hosts per BIER set must be 1..{BITSTRING_BITS}")
+            raise UsageError(f"hosts per BIER set must be 1..{BITSTRING_BITS}")
         self.name = name if hosts_per_set == BITSTRING_BITS else f"{name}-sets"
         self.hosts_per_set = hosts_per_set
         self.switches: dict[str, dict[str, Any]] = {}
@@ -83,7 +84,7 @@ def fat_tree(k: int, hosts_per_set: int = BITSTRING_BITS) -> dict[str, Any]:
     """The k-ary fat-tree (Al-Fares et al.): k pods of k/2 edge and k/2 aggregation
     switches, (k/2)^2 core switches, k^3/4 hosts."""
     if k < 2 or k % 2:
-        raise ValueError("fat-tree k must be even and at least 2")
+        raise UsageError("fat-tree k must be even and at least 2")
     half = k // 2
     b = _Builder(f"fat-tree-{k}", hosts_per_set)
     edges = [[b.switch(f"e{p}_{e}") for e in range(half)] for p in range(k)]

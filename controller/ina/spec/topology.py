@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ina.errors import TopologyError, Unreachable, YamlFileError
+from ina.errors import TopologyError, Unreachable, UsageError, YamlFileError
 from ina.protocol.bitmaps import bit_of
 from ina.protocol.constants import (
     HOST_BURST,
@@ -161,7 +161,7 @@ MIN_RATE = 0.1
 def check_link_rate(rate: float) -> float:
     """``rate`` (Mbit/s) if a link can be given it, else ValueError saying the bounds."""
     if not MIN_RATE <= rate <= MAX_RATE:
-        raise ValueError(f"{rate:g} Mbit/s is not a link rate: {MIN_RATE:g} to {MAX_RATE:g}")
+        raise UsageError(f"{rate:g} Mbit/s is not a link rate: {MIN_RATE:g} to {MAX_RATE:g}")
     return rate
 
 
@@ -182,7 +182,7 @@ class Queues:
         which field of the file, and why)."""
         check_link_rate(self.rate)
         if not (MIN_BUFFER <= self.buffer <= MAX_BUFFER and 0 <= self.mark < self.buffer):
-            raise ValueError(f"queues need a buffer of {MIN_BUFFER}..{MAX_BUFFER} bytes and "
+            raise UsageError(f"queues need a buffer of {MIN_BUFFER}..{MAX_BUFFER} bytes and "
                              f"a mark below it: {self}")
 
     @property

@@ -236,7 +236,7 @@ class ProcessGroupIna(native.load().BackendCore):  # type: ignore[misc]
             output = self._one(outputs, "reduce_scatter")
             (parts,) = self._one_list(inputs, "reduce_scatter")
             if any(p.numel() != output.numel() for p in parts):
-                raise ValueError("reduce_scatter: every input tensor must have the "
+                raise UsageError("reduce_scatter: every input tensor must have the "
                                  "output's size")
             whole = flat_concat(parts)
             self._keep(output, reduce_scatter_tensor(self.member.worker, output, whole, op,
@@ -330,14 +330,14 @@ class ProcessGroupIna(native.load().BackendCore):  # type: ignore[misc]
     @staticmethod
     def _one(tensors: Sequence[torch.Tensor], what: str) -> torch.Tensor:
         if len(tensors) != 1:
-            raise ValueError(f"the ina backend takes one tensor per {what}")
+            raise UsageError(f"the ina backend takes one tensor per {what}")
         return tensors[0]
 
     @staticmethod
     def _one_list(lists: Sequence[Sequence[torch.Tensor]], what: str
                   ) -> list[Sequence[torch.Tensor]]:
         if len(lists) != 1:
-            raise ValueError(f"the ina backend takes one list of tensors per {what}")
+            raise UsageError(f"the ina backend takes one list of tensors per {what}")
         return [lists[0]]
 
     def _switches(self, name: str, call: Callable[[], Any]) -> Work:
@@ -484,10 +484,10 @@ def backend_of(group: dist.ProcessGroup | None = None) -> ProcessGroupIna:
     """The ``ina`` backend of ``group`` (default: the default group)."""
     pg = group if group is not None else dist.group.WORLD
     if pg is None:
-        raise RuntimeError("no process group: call init_process_group('ina') first")
+        raise UsageError("no process group: call init_process_group('ina') first")
     backend = pg._get_backend(torch.device("cpu"))  # noqa: SLF001 (torch has no public one)
     if not isinstance(backend, ProcessGroupIna):
-        raise RuntimeError(f"the group's backend is {pg.name()}, not {NAME}")
+        raise UsageError(f"the group's backend is {pg.name()}, not {NAME}")
     return backend
 
 
