@@ -29,39 +29,24 @@ P4C ?= p4c-bm2-ss
 P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
 
 
-.PHONY: help setup build run deploy teardown status demo bench bench-dataplane bench-loss bench-deploy bench-failover bench-collectives bench-congestion bench-accuracy soak train figures simulate test lint clean
+# Each benchmark that writes docs/NAME.json and docs/NAME.png (make bench-NAME); those on
+# a lab need the compiled program, accuracy runs on the embedded network.
+LAB_BENCHES := allreduce dataplane loss failover collectives congestion train
+FIGURES := $(LAB_BENCHES) accuracy
+BENCH_ARGS_loss := --rounds 7
+INABENCH := $(VENV)/bin/inabench --build $(BUILD)
+bench_run = $(INABENCH) $(1) $(BENCH_ARGS_$(1)) --json-out docs/$(1).json --png docs/$(1).png
 
-help:
-	@echo "make setup     Debian packages (as root) and the Python venv ($(VENV))"
-	@echo "make build     generate p4src/include/generated.p4 and compile the P4 program"
-	@echo "make run       Mininet + BMv2 for TOPO=$(TOPO) in private namespaces (CLI)"
-	@echo "make deploy    deploy JOB=$(JOB) on the running lab"
-	@echo "make status    per-switch entries and counters of the running lab"
-	@echo "make teardown  remove JOB=$(JOB) (or JOB_ID=N) from the running lab"
-	@echo "make demo      the Figure 1 AllReduce end to end (BMv2 if present, else the model);"
-	@echo "               TOPO=topologies/leaf-spine-2x4.yaml FAIL=\"switch spine1\": a spine fails mid-AllReduce"
-	@echo "make bench     INA vs parameter server vs ring, CPU- and link-bound (Figure 1, fat-tree)"
-	@echo "make bench-dataplane  one switch: aggregation vs plain forwarding, packets/s"
-	@echo "make bench-loss    INA under 1% and 5% loss per link against no loss, links"
-	@echo "                   unlimited and at 4 Mbit/s (docs/loss.json, docs/loss.png)"
-	@echo "make bench-deploy  deploy time on the k=4 fat-tree, concurrent vs one by one"
-	@echo "make bench-failover  a VAT switch stopped mid-AllReduce: detection, repair, slowdown"
-	@echo "make bench-collectives  every collective: INA vs gloo vs the ring on hosts, CPU- and"
-	@echo "               link-bound, float16 AllReduce in 16 and 32 bits (Figure 1, fat-tree)"
-	@echo "make bench-congestion  INA and a TCP bulk flow (iperf3) on one bottleneck, then"
-	@echo "               INA alone: each one's rate, INA's window, the queue, the marks"
-	@echo "make bench-accuracy  16-bit float sums through ina (32- and 16-bit elements) against"
-	@echo "               gloo's and the exact sum, 2 and 4 ranks (embedded network: no BMv2)"
-	@echo "make soak      chaos soak: AllReduce calls while switches and links fail at random,"
-	@echo "               a member misbehaves and an outsider sends garbage (docs/soak.json)"
-	@echo "make train     DDP and HSDP training with the ina backend against gloo on Mininet"
-	@echo "               (Figure 1, fat-tree; HSDP: fat-tree, 2 replicas of 4 shards)"
-	@echo "make figures   redraw docs/*.png from docs/*.json (no benchmark run, no BMv2)"
-	@echo "make simulate  planned jobs on k=4..16 fat-trees on the reference model"
-	@echo "make test      every test tier the machine can run"
-	@echo "make lint      ruff and mypy --strict over the package and the tests"
+.PHONY: help setup build run deploy teardown status demo bench $(FIGURES:%=bench-%) \
+  bench-deploy soak train figures simulate test lint clean
 
-setup:
+help: ## this list (each target's line after its "##"; "##>" for a pattern's)
+	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "make %-17s %s\n", $$1, $$2} \
+	  /^##> /{sub(/^##> /, ""); n = index($$0, ": "); \
+	    printf "make %-17s %s\n", substr($$0, 1, n - 1), substr($$0, n + 2)} \
+	  /^## /{sub(/^## /, ""); printf "     %-17s %s\n", "", $$0}' $(MAKEFILE_LIST)
+
+setup: ## Debian packages (as root), the Python venv, the torch backend's C++ half
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	  if [ -n "$$missing" ]; then echo "$(APT_PRESEED)" | debconf-set-selections && \
@@ -90,75 +75,57 @@ $(BUILD)/ina.json: $(P4_SOURCES) p4src/include/generated.p4
 	$(P4C) --arch v1model --std p4-16 -o $(BUILD)/ina.json \
 	  --p4runtime-files $(BUILD)/ina.p4info.txtpb p4src/ina.p4
 
-build: $(BUILD)/ina.json
+build: $(BUILD)/ina.json ## generate p4src/include/generated.p4, compile the P4 program
 
-run: build
+run: build ## Mininet + BMv2 for TOPO in private namespaces (CLI)
 	$(VENV)/bin/inalab -t $(TOPO) --build $(BUILD) run
 
-deploy:
+deploy: ## deploy JOB on the running lab
 	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --build $(BUILD) deploy --job $(JOB)
 
-teardown:
+teardown: ## remove JOB (or JOB_ID=N) from the running lab
 	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --build $(BUILD) teardown $(if $(JOB_ID),--job-id $(JOB_ID),--job $(JOB))
 
-status:
+status: ## per-switch entries and counters of the running lab
 	$(VENV)/bin/inalab -t $(TOPO) exec -- $(VENV)/bin/inactl -t $(TOPO) --build $(BUILD) status
 
-demo:
+demo: ## the Figure 1 AllReduce end to end (BMv2 if present, else the model)
+## TOPO=topologies/leaf-spine-2x4.yaml FAIL="switch spine1": a spine fails mid-way
 	@if command -v $(P4C) >/dev/null; then $(MAKE) --no-print-directory build; fi
 	$(VENV)/bin/inalab -t $(TOPO) --build $(BUILD) demo --job $(JOB) --size $(SIZE) $(if $(FAIL),--fail $(FAIL))
 
-bench: build
-	$(VENV)/bin/inabench --build $(BUILD) allreduce --json-out docs/allreduce.json --png docs/allreduce.png
+bench: bench-allreduce ## INA vs parameter server vs ring, CPU- and link-bound (Figure 1, fat-tree)
 
-bench-dataplane: build
-	$(VENV)/bin/inabench --build $(BUILD) dataplane --json-out docs/dataplane.json --png docs/dataplane.png
+##> bench-NAME: one benchmark on a lab, NAME one of: allreduce (make bench),
+## dataplane (aggregation vs forwarding), loss (1% and 5% loss), failover (a VAT
+## switch stopped), collectives (every collective vs gloo and the ring), congestion
+## (beside a TCP flow), train
+$(LAB_BENCHES:%=bench-%): bench-%: build
+	$(call bench_run,$*)
 
-bench-loss: build
-	$(VENV)/bin/inabench --build $(BUILD) loss --rounds 7 --json-out docs/loss.json --png docs/loss.png
+bench-accuracy: ## 16-bit float sums through ina against gloo's and the exact sum (no BMv2)
+	$(call bench_run,accuracy)
 
-bench-failover: build
-	$(VENV)/bin/inabench --build $(BUILD) failover --json-out docs/failover.json --png docs/failover.png
+train: bench-train ## DDP and HSDP training through ina against gloo on Mininet + BMv2
 
-bench-collectives: build
-	$(VENV)/bin/inabench --build $(BUILD) collectives --json-out docs/collectives.json \
-	  --png docs/collectives.png
+bench-deploy: build ## deploy time on the k=4 fat-tree, concurrent vs one by one
+	$(INABENCH) deploy
 
-soak: build
-	$(VENV)/bin/inabench --build $(BUILD) soak --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) \
-	  --json-out docs/soak.json
+soak: build ## AllReduce calls while switches and links fail, a member misbehaves, garbage comes
+	$(INABENCH) soak --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) --json-out docs/soak.json
 
-train: build
-	$(VENV)/bin/inabench --build $(BUILD) train --json-out docs/train.json --png docs/train.png
+figures: ## redraw docs/*.png from docs/*.json (no benchmark run, no BMv2)
+	$(foreach b,$(FIGURES),$(VENV)/bin/inabench $(b) --from-json docs/$(b).json --png docs/$(b).png &&) true
 
-bench-congestion: build
-	$(VENV)/bin/inabench --build $(BUILD) congestion --json-out docs/congestion.json --png docs/congestion.png
-
-bench-accuracy:
-	$(VENV)/bin/inabench accuracy --json-out docs/accuracy.json --png docs/accuracy.png
-
-bench-deploy: build
-	$(VENV)/bin/inabench --build $(BUILD) deploy
-
-figures:
-	$(VENV)/bin/inabench allreduce --from-json docs/allreduce.json --png docs/allreduce.png
-	$(VENV)/bin/inabench dataplane --from-json docs/dataplane.json --png docs/dataplane.png
-	$(VENV)/bin/inabench failover --from-json docs/failover.json --png docs/failover.png
-	$(VENV)/bin/inabench train --from-json docs/train.json --png docs/train.png
-	$(VENV)/bin/inabench collectives --from-json docs/collectives.json --png docs/collectives.png
-	$(VENV)/bin/inabench congestion --from-json docs/congestion.json --png docs/congestion.png
-	$(VENV)/bin/inabench loss --from-json docs/loss.json --png docs/loss.png
-	$(VENV)/bin/inabench accuracy --from-json docs/accuracy.json --png docs/accuracy.png
-
-simulate:
+simulate: ## planned jobs on k=4..16 fat-trees on the reference model
 	$(PY) -m ina.bench.simulate --k 4 6 8 16
 
-test:
+test: ## every test tier the machine can run (PYTEST_ARGS=...: pytest's own)
 	$(PY) -m ina.lab.sandbox --if-available -- $(PY) -m pytest $(PYTEST_ARGS)
 
-lint:
+lint: ## ruff and mypy --strict over the package and the tests
 	$(VENV)/bin/ruff check controller tests
 	$(PY) -m mypy
 
-clean:
+clean: ## remove the build, the run directory and the caches
 	rm -rf $(BUILD) .run .pytest_cache .mypy_cache
