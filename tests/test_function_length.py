@@ -1,16 +1,19 @@
-"""No function of the package is longer than MAX_LINES (docs/design.md, "Layout"):
-one that grows past it does several things, which want names of their own. Read
-from the AST of every module of controller/ina, methods and nested functions
-included; a function's length runs from its ``def`` line to its last line."""
+"""No function of the package or of its tests is longer than MAX_LINES (docs/design.md,
+"Layout"): one that grows past it does several things, which want names of their own.
+Read from the AST of every module of controller/ina and tests/, methods and nested
+functions included; a function's length runs from its ``def`` line to its last line."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 from inatest import ROOT
 
 PACKAGE = ROOT / "controller" / "ina"
+TESTS = ROOT / "tests"
 MAX_LINES = 80
 
 
@@ -22,9 +25,10 @@ def _functions(path: Path) -> list[tuple[str, int, int]]:
             and node.end_lineno is not None]
 
 
-def test_no_function_of_the_package_is_longer_than_80_lines() -> None:
-    modules = sorted(PACKAGE.rglob("*.py"))
-    assert len(modules) > 50  # the whole package was read
+@pytest.mark.parametrize("tree", [PACKAGE, TESTS], ids=["package", "tests"])
+def test_no_function_is_longer_than_80_lines(tree: Path) -> None:
+    modules = sorted(tree.rglob("*.py"))
+    assert len(modules) > 50  # the whole tree was read
     too_long = [f"{path.relative_to(ROOT)}:{line} {name}: {length} lines"
                 for path in modules for name, line, length in _functions(path)
                 if length > MAX_LINES]
