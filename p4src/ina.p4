@@ -32,6 +32,8 @@
 #include "include/addresses.p4"
 #include "include/ina_validate.p4"
 #include "include/jobs.p4"
+#include "include/cells.p4"
+#include "include/calls.p4"
 #include "include/aggregation.p4"
 #include "include/routing.p4"
 #include "include/bier_ingress.p4"

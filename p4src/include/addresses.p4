@@ -1,4 +1,7 @@
 // The switch's own addresses: where its VAT nodes receive INA packets.
+#ifndef INA_ADDRESSES_P4
+#define INA_ADDRESSES_P4
+
 control Addresses(in ipv4_addr_t dst, inout metadata_t meta) {
     action is_local() {
         meta.to_me = true;
@@ -17,3 +20,5 @@ control Addresses(in ipv4_addr_t dst, inout metadata_t meta) {
 
     apply { local_addresses.apply(); }
 }
+
+#endif

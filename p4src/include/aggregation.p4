@@ -83,13 +83,12 @@
 //
 // Registers hold only what the data plane writes. A cell whose epoch differs
 // from the job entry's is a leftover of a torn-down job and counts as empty.
+#ifndef INA_AGGREGATION_P4
+#define INA_AGGREGATION_P4
+
 control Aggregation(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t std) {
-    register<cell_t>(2 * AGG_SLOTS) cells;
-    register<set_cell_t>(2 * AGG_SLOTS * BIER_SETS) set_bitmaps;
-    // Per job index, at its root: the entry's epoch ++ the highest seq completed or
-    // given up (ABORT): the job's progress P.
-    register<bit<64>>(MAX_JOBS) progress;
+    Calls() calls;
 
     // The packet's cell and what it holds.
     bit<32> cell;
@@ -97,19 +96,10 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     lane_t wrapped;        // per element: a SUM overflowed (top bits)
     bit<64> done_up_to;    // progress of the job, at its root
     // Only the path of a root spanning several BIER sets:
-    bool fresh;            // the cell holds an older round (or another deployment's)
-    bitmap_t bitmap;       // the round's contributors so far, in the packet's set
-    bit<32> gen;
-    bit<8> done;           // the round's full sets
+    set_round_t round;     // the round as the packet's set sees it (open_sets)
     bool complete;         // every set full: the aggregate leaves with this packet
 
 #include "lanes.p4"
-
-    // A packet a job check refused: counted for the job, then dropped.
-    action refuse(bit<8> stat) {
-        meta.job_stat = stat;
-        meta.consumed = true;
-    }
 
     // A-BM & P-BM is zero (not for this node: on toward its address), or the P-BM
     // has bits outside the A-BM (foreign).
@@ -119,10 +109,12 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
 
     // The cell of the packet's sequence number and what it holds.
     action open_cell() {
-        cell = ((bit<32>)meta.slot_base << 1)
-               + (bit<32>)(hdr.ina.seq[15:0] & ((meta.slot_mask << 1) | 1));
+        cell = cell_index(meta.slot_base, meta.slot_mask, hdr.ina.seq);
         cells.read(cs, cell);
         wrapped = 0;
+        // Only a root spanning sets reads it (open_sets sets it); set here, in an action
+        // every packet takes, so that no path leaves it unset (p4c checks every path).
+        round = {fresh = false, bitmap = 0, gen = 0, done = 0};
     }
 
     // At the root: the cell, and the job's progress, which bounds the window.
@@ -134,20 +126,22 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     // A node in one set. The contribution starts the cell's round.
     action start_round() {
         lanes_store();
-        cells.write(cell, hdr.ina.pbm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
-                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w1
-                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
-                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 1w0 ++ 8w0);
+        cells.write(cell, cell_of(bitmap = hdr.ina.pbm, epoch = meta.epoch, seq = hdr.ina.seq,
+                                  gen = cs[CELL_GEN] + 1, count = hdr.ina.count,
+                                  op = hdr.ina.op, width = hdr.ina.width, data = 1,
+                                  overflow = (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0),
+                                  ce = hdr.ina.ecn[ECN_CE_BIT], kept = 0, done = 0));
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
     }
 
     // A NODATA contribution starts a NODATA round: its bit alone.
     action start_round_nodata() {
-        cells.write(cell, hdr.ina.pbm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
-                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w0
-                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
-                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 1w0 ++ 8w0);
+        cells.write(cell, cell_of(bitmap = hdr.ina.pbm, epoch = meta.epoch, seq = hdr.ina.seq,
+                                  gen = cs[CELL_GEN] + 1, count = hdr.ina.count,
+                                  op = hdr.ina.op, width = hdr.ina.width, data = 0,
+                                  overflow = (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0),
+                                  ce = hdr.ina.ecn[ECN_CE_BIT], kept = 0, done = 0));
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
     }
@@ -157,23 +151,26 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         bit<1> overflow = cs[CELL_OVERFLOW]
                           | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0
                                      || (wrapped & LANE_HIGH) != 0);
-        cells.write(cell, (cs[CELL_BITMAP] | hdr.ina.pbm) ++ cs[CELL_EPOCH] ++ cs[CELL_SEQ]
-                          ++ cs[CELL_GEN] ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ cs[CELL_WIDTH]
-                          ++ 1w1 ++ overflow ++ (cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT])
-                          ++ 1w0 ++ cs[CELL_DONE]);
+        cells.write(cell, cell_of(bitmap = cs[CELL_BITMAP] | hdr.ina.pbm,
+                                  epoch = cs[CELL_EPOCH], seq = cs[CELL_SEQ],
+                                  gen = cs[CELL_GEN], count = cs[CELL_COUNT], op = cs[CELL_OP],
+                                  width = cs[CELL_WIDTH], data = 1, overflow = overflow,
+                                  ce = cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT], kept = 0,
+                                  done = cs[CELL_DONE]));
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
     }
 
     // A NODATA contribution joins a NODATA round: its bit, no lane work.
     action join_round_nodata() {
-        cells.write(cell, (cs[CELL_BITMAP] | hdr.ina.pbm) ++ cs[CELL_EPOCH] ++ cs[CELL_SEQ]
-                          ++ cs[CELL_GEN] ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ cs[CELL_WIDTH]
-                          ++ 1w0
-                          ++ (cs[CELL_OVERFLOW]
-                              | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0))
-                          ++ (cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT])
-                          ++ 1w0 ++ cs[CELL_DONE]);
+        cells.write(cell, cell_of(bitmap = cs[CELL_BITMAP] | hdr.ina.pbm,
+                                  epoch = cs[CELL_EPOCH], seq = cs[CELL_SEQ],
+                                  gen = cs[CELL_GEN], count = cs[CELL_COUNT], op = cs[CELL_OP],
+                                  width = cs[CELL_WIDTH], data = 0,
+                                  overflow = cs[CELL_OVERFLOW]
+                                             | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0),
+                                  ce = cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT], kept = 0,
+                                  done = cs[CELL_DONE]));
         meta.job_stat = JOB_STAT_ABSORBED;
         meta.consumed = true;
     }
@@ -183,19 +180,21 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     // packet carries them on as they are.
     action complete_alone() {
         lanes_store();
-        cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
-                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w1
-                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
-                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 1w0 ++ 8w1);
+        cells.write(cell, cell_of(bitmap = meta.abm, epoch = meta.epoch, seq = hdr.ina.seq,
+                                  gen = cs[CELL_GEN] + 1, count = hdr.ina.count,
+                                  op = hdr.ina.op, width = hdr.ina.width, data = 1,
+                                  overflow = (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0),
+                                  ce = hdr.ina.ecn[ECN_CE_BIT], kept = 0, done = 1));
         meta.job_stat = JOB_STAT_ABSORBED;
     }
 
     // The same without data: the packet goes on as it is (NODATA).
     action complete_alone_nodata() {
-        cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ (cs[CELL_GEN] + 1)
-                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w0
-                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
-                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 1w0 ++ 8w1);
+        cells.write(cell, cell_of(bitmap = meta.abm, epoch = meta.epoch, seq = hdr.ina.seq,
+                                  gen = cs[CELL_GEN] + 1, count = hdr.ina.count,
+                                  op = hdr.ina.op, width = hdr.ina.width, data = 0,
+                                  overflow = (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0),
+                                  ce = hdr.ina.ecn[ECN_CE_BIT], kept = 0, done = 1));
         meta.job_stat = JOB_STAT_ABSORBED;
     }
 
@@ -205,9 +204,10 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         bool overflow = (hdr.ina.flags & FLAG_OVERFLOW) != 0 || cs[CELL_OVERFLOW] == 1
                         || (wrapped & LANE_HIGH) != 0;
         bit<1> ce = cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT];
-        cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ cs[CELL_GEN]
-                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w1
-                          ++ (bit<1>)overflow ++ ce ++ 1w0 ++ 8w1);
+        cells.write(cell, cell_of(bitmap = meta.abm, epoch = meta.epoch, seq = hdr.ina.seq,
+                                  gen = cs[CELL_GEN], count = hdr.ina.count, op = hdr.ina.op,
+                                  width = hdr.ina.width, data = 1, overflow = (bit<1>)overflow,
+                                  ce = ce, kept = 0, done = 1));
         lanes_load();
         hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW)
                         | (((bit<8>)(bit<1>)overflow) * FLAG_OVERFLOW);
@@ -219,9 +219,10 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     action complete_round_nodata() {
         bit<1> overflow = cs[CELL_OVERFLOW] | (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0);
         bit<1> ce = cs[CELL_CE] | hdr.ina.ecn[ECN_CE_BIT];
-        cells.write(cell, meta.abm ++ meta.epoch ++ hdr.ina.seq ++ cs[CELL_GEN]
-                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width ++ 1w0
-                          ++ overflow ++ ce ++ 1w0 ++ 8w1);
+        cells.write(cell, cell_of(bitmap = meta.abm, epoch = meta.epoch, seq = hdr.ina.seq,
+                                  gen = cs[CELL_GEN], count = hdr.ina.count, op = hdr.ina.op,
+                                  width = hdr.ina.width, data = 0, overflow = overflow,
+                                  ce = ce, kept = 0, done = 1));
         hdr.ina.flags = (hdr.ina.flags & ~FLAG_OVERFLOW) | (((bit<8>)overflow) * FLAG_OVERFLOW);
         hdr.ina.ecn = hdr.ina.ecn | ((bit<8>)ce * ECN_CE);
         meta.job_stat = JOB_STAT_ABSORBED;
@@ -248,10 +249,13 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
     // here: the cell keeps its flags and the P-BM it came with (a NODATA round's
     // whole result) ...
     action keep_flags() {
-        cells.write(cell, hdr.ina.pbm ++ cs[CELL_EPOCH] ++ cs[CELL_SEQ] ++ cs[CELL_GEN]
-                          ++ cs[CELL_COUNT] ++ cs[CELL_OP] ++ cs[CELL_WIDTH] ++ cs[CELL_DATA]
-                          ++ (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0)
-                          ++ hdr.ina.ecn[ECN_CE_BIT] ++ 1w1 ++ cs[CELL_DONE]);
+        cells.write(cell, cell_of(bitmap = hdr.ina.pbm, epoch = cs[CELL_EPOCH],
+                                  seq = cs[CELL_SEQ], gen = cs[CELL_GEN],
+                                  count = cs[CELL_COUNT], op = cs[CELL_OP],
+                                  width = cs[CELL_WIDTH], data = cs[CELL_DATA],
+                                  overflow = (bit<1>)((hdr.ina.flags & FLAG_OVERFLOW) != 0),
+                                  ce = hdr.ina.ecn[ECN_CE_BIT], kept = 1,
+                                  done = cs[CELL_DONE]));
         meta.job_stat2 = JOB_STAT_KEPT;
     }
 
@@ -262,105 +266,47 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         keep_flags();
     }
 
-    // A root spanning several sets: the cell's state with the packet's set's bitmap.
+    // At a root spanning sets: the round as the packet's set sees it.
     action open_sets() {
-        fresh = cs[CELL_EPOCH] != meta.epoch
-                || (cs[CELL_SEQ] != hdr.ina.seq && cs[CELL_SEQ] - hdr.ina.seq != meta.lap);
-        gen = cs[CELL_GEN];
-        done = fresh ? 8w0 : cs[CELL_DONE];
         set_cell_t sc;
-        set_bitmaps.read(sc, (cell << BIER_SETS_LOG2) | (bit<32>)hdr.ina.si);
-        bitmap = (!fresh && sc[SET_GEN] == gen) ? sc[SET_BITMAP] : 0;
+        set_bitmaps.read(sc, set_index(cell, hdr.ina.si));
+        round = set_round(cs, sc, hdr.ina.seq, meta.epoch, meta.lap);
     }
 
     // What to do with the packet, as its job event.
     action judge() {
         meta.job_stat =
-            fresh ? JOB_STAT_ABSORBED :
+            round.fresh ? JOB_STAT_ABSORBED :
             ((cs[CELL_SEQ] != hdr.ina.seq) ? JOB_STAT_DROP_STALE :
             ((cs[CELL_OP] != hdr.ina.op) ? JOB_STAT_DROP_OP_MISMATCH :
             ((cs[CELL_WIDTH] != hdr.ina.width) ? JOB_STAT_DROP_WIDTH_MISMATCH :
             ((cs[CELL_DATA] != (bit<1>)hdr.data.isValid()) ? JOB_STAT_DROP_KIND_MISMATCH :
-            (((bitmap & hdr.ina.pbm) == 0) ? JOB_STAT_ABSORBED :
-            ((done != meta.sets) ? JOB_STAT_DROP_DUPLICATE :
+            (((round.bitmap & hdr.ina.pbm) == 0) ? JOB_STAT_ABSORBED :
+            ((round.done != meta.sets) ? JOB_STAT_DROP_DUPLICATE :
             JOB_STAT_RESENT))))));  // a retransmission for a complete cell: resend it
     }
 
     // The contribution is in (after lanes_<op> or lanes_store, or nothing in a
     // NODATA round): record the state.
     action record_sets() {
-        bitmap = bitmap | hdr.ina.pbm;
-        gen = fresh ? gen + 1 : gen;
-        done = (bitmap == meta.abm) ? done + 1 : done;  // this set is full
-        complete = done == meta.sets;
+        round.bitmap = round.bitmap | hdr.ina.pbm;
+        round.gen = round.fresh ? round.gen + 1 : round.gen;
+        round.done = (round.bitmap == meta.abm) ? round.done + 1 : round.done;  // set full
+        complete = round.done == meta.sets;
         bool overflow = (hdr.ina.flags & FLAG_OVERFLOW) != 0
-                        || (!fresh && cs[CELL_OVERFLOW] == 1) || (wrapped & LANE_HIGH) != 0;
-        bool ce = (hdr.ina.ecn & ECN_CE) != 0 || (!fresh && cs[CELL_CE] == 1);
-        cells.write(cell, 256w0 ++ meta.epoch ++ hdr.ina.seq ++ gen
-                          ++ hdr.ina.count ++ hdr.ina.op ++ hdr.ina.width
-                          ++ (bit<1>)hdr.data.isValid()
-                          ++ (bit<1>)overflow ++ (bit<1>)ce ++ 1w0 ++ done);
-        set_bitmaps.write((cell << BIER_SETS_LOG2) | (bit<32>)hdr.ina.si, gen ++ bitmap);
+                        || (!round.fresh && cs[CELL_OVERFLOW] == 1) || (wrapped & LANE_HIGH) != 0;
+        bool ce = (hdr.ina.ecn & ECN_CE) != 0 || (!round.fresh && cs[CELL_CE] == 1);
+        cells.write(cell, cell_of(bitmap = 0, epoch = meta.epoch, seq = hdr.ina.seq,
+                                  gen = round.gen, count = hdr.ina.count, op = hdr.ina.op,
+                                  width = hdr.ina.width, data = (bit<1>)hdr.data.isValid(),
+                                  overflow = (bit<1>)overflow, ce = (bit<1>)ce, kept = 0,
+                                  done = round.done));
+        set_bitmaps.write(set_index(cell, hdr.ina.si),
+                          set_cell_of(gen = round.gen, bitmap = round.bitmap));
         hdr.ina.flags = overflow ? hdr.ina.flags | FLAG_OVERFLOW
                                  : hdr.ina.flags & ~FLAG_OVERFLOW;
         hdr.ina.ecn = hdr.ina.ecn | ((bit<8>)(bit<1>)ce * ECN_CE);
         meta.consumed = !complete;
-    }
-
-    // A QUERY's answer, back to the worker: HELD or SEND (in count).
-    action answer_query(bool held) {
-        hdr.ina.count = held ? QUERY_HELD : QUERY_SEND;
-        hdr.ina.flags = hdr.ina.flags | FLAG_REPLY;
-        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
-        hdr.ipv4.src_addr = meta.node_ip;
-        hdr.ipv4.ttl = IPV4_INITIAL_TTL;
-        hdr.udp.checksum = 0;
-        meta.to_me = false;
-        meta.job_stat = JOB_STAT_QUERIED;
-        meta.job_stat2 = held ? JOB_STAT_QUERY_HELD : JOB_STAT_NONE;
-    }
-
-    // A QUERY for a round complete here, below the root: the parent says whether it
-    // holds this node's aggregate (the query's P-BM is now this node's A-BM).
-    action ask_parent() {
-        hdr.ina.pbm = meta.abm;
-        hdr.ipv4.dst_addr = meta.parent_ip;
-        hdr.udp.checksum = 0;
-        meta.to_me = false;
-        meta.job_stat = JOB_STAT_QUERY_UP;
-    }
-
-    // At the root: the highest sequence number completed or given up, for the next
-    // call's start. (The window's checks let in only packets of this plan's epoch.)
-    action advance(bit<32> seq) {
-        progress.read(done_up_to, (bit<32>)meta.job_index);
-        progress.write((bit<32>)meta.job_index,
-                       (int<32>)(seq - done_up_to[31:0]) > 0 ? meta.epoch ++ seq : done_up_to);
-    }
-
-    // A call's start: the call's first sequence number, back to the worker, with
-    // the generation of the job's plan: 2W + 1 past the job's progress P, so that
-    // the call's first 2W rounds take no cell of the last W rounds before P, whose
-    // results a worker may still lack while the others have started this call
-    // (its retransmissions must still find them). In a new plan (or deployment),
-    // the first SYNC's proposal (its seq) fixes it: a worker whose call had
-    // started under the previous plan proposes that call's start, so the workers
-    // still agree.
-    action answer_sync() {
-        progress.read(done_up_to, (bit<32>)meta.job_index);
-        bool first = done_up_to[63:32] != meta.epoch;
-        hdr.ina.seq = first ? hdr.ina.seq : done_up_to[31:0] + meta.lap + 1;
-        progress.write((bit<32>)meta.job_index,
-                       first ? meta.epoch ++ (hdr.ina.seq - meta.lap - 1)
-                             : done_up_to);
-        hdr.ina.gen = meta.gen;
-        hdr.ina.flags = hdr.ina.flags | FLAG_REPLY;
-        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
-        hdr.ipv4.src_addr = meta.node_ip;
-        hdr.ipv4.ttl = IPV4_INITIAL_TTL;
-        hdr.udp.checksum = 0;
-        meta.to_me = false;
-        meta.job_stat = JOB_STAT_SYNCED;
     }
 
     // The aggregate leaves toward the parent with P-BM = A-BM.
@@ -421,72 +367,25 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             return;
         }
         if ((hdr.ina.flags & FLAG_SYNC) != 0) {
-            // A call's control packet: never absorbed.
-            if (!meta.to_me) {
-                meta.job_stat = JOB_STAT_PASSED;  // to the root, or its answer back
-            } else if ((hdr.ina.flags & (FLAG_QUERY | FLAG_REPLY)) == FLAG_QUERY) {
-                if ((meta.abm & hdr.ina.pbm) == 0 || (hdr.ina.pbm & ~meta.abm) != 0
-                        || hdr.ina.si != meta.node_si) {
-                    refuse(JOB_STAT_DROP_FOREIGN_PBM);  // not its worker's node
-                    return;
-                }
-                open_cell();
-                if (meta.job_role != ROLE_ROOT || meta.sets == 1) {
-                    if (hdr.ina.gen != meta.gen || cs[CELL_EPOCH] != meta.epoch
-                            || cs[CELL_SEQ] != hdr.ina.seq
-                            || (cs[CELL_BITMAP] & hdr.ina.pbm) == 0) {
-                        answer_query(false);  // not held here: send it
-                    } else if (cs[CELL_DONE] == 0) {
-                        answer_query(true);
-                    } else if (meta.job_role == ROLE_ROOT || cs[CELL_KEPT] == 1) {
-                        // Its result was lost: send it again (the root, or this node
-                        // keeping the result, answers the values with it).
-                        answer_query(false);
-                    } else {
-                        ask_parent();
-                    }
-                } else {
-                    open_sets();
-                    answer_query(hdr.ina.gen == meta.gen && !fresh
-                                 && cs[CELL_SEQ] == hdr.ina.seq && done != meta.sets
-                                 && (bitmap & hdr.ina.pbm) != 0);
-                }
-            } else if (meta.job_role != ROLE_ROOT || (hdr.ina.flags & FLAG_REPLY) != 0) {
-                refuse(JOB_STAT_DROP_FOREIGN_PBM);  // not the job's root
-            } else if ((hdr.ina.flags & FLAG_ABORT) != 0) {
-                // A worker gave up on its call after sending up to seq: the next
-                // call starts past it, whatever the interrupted one left in cells;
-                // no further than a call can have reached (see "The window").
-                progress.read(done_up_to, (bit<32>)meta.job_index);
-                if (done_up_to[63:32] != meta.epoch
-                        || (int<32>)(hdr.ina.seq - done_up_to[31:0])
-                           > (int<32>)(meta.reach - meta.lap)) {
-                    refuse(JOB_STAT_DROP_ABORT_AHEAD);
-                } else {
-                    advance(hdr.ina.seq);
-                    refuse(JOB_STAT_ABORTED);
-                }
-            } else {
-                answer_sync();
-            }
+            calls.apply(hdr, meta);  // a call's control packet: never absorbed
             return;
         }
         if ((meta.abm & hdr.ina.pbm) == 0 || hdr.ina.si != meta.node_si) {
             if (meta.to_me) {
-                refuse(JOB_STAT_DROP_FOREIGN_PBM);
+                refuse(meta, JOB_STAT_DROP_FOREIGN_PBM);
             } else {
                 pass_on();
             }
             return;
         }
         if ((hdr.ina.pbm & ~meta.abm) != 0) {
-            refuse(JOB_STAT_DROP_FOREIGN_PBM);
+            refuse(meta, JOB_STAT_DROP_FOREIGN_PBM);
             return;
         }
         if (hdr.ina.gen != meta.gen) {
             // Of another plan of the job (in flight when it was re-planned): its
             // P-BM may not fit this plan's tree. Its sender will send it again.
-            refuse(JOB_STAT_DROP_OLD_PLAN);
+            refuse(meta, JOB_STAT_DROP_OLD_PLAN);
             return;
         }
         if (meta.job_role == ROLE_ROOT) {
@@ -496,9 +395,9 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                     || hdr.ina.seq - done_up_to[31:0] + meta.lap > meta.reach) {
                 if (done_up_to[63:32] != meta.epoch
                         || (int<32>)(hdr.ina.seq - done_up_to[31:0]) > 0) {
-                    refuse(JOB_STAT_DROP_AHEAD);  // past the window, or no call of this plan
+                    refuse(meta, JOB_STAT_DROP_AHEAD);  // past the window, or no call of this plan
                 } else {
-                    refuse(JOB_STAT_DROP_STALE);  // before it: every worker has the result
+                    refuse(meta, JOB_STAT_DROP_STALE);  // before it: every worker has the result
                 }
                 return;
             }
@@ -508,8 +407,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         if (meta.job_role != ROLE_ROOT || meta.sets == 1) {
             // A node in one BIER set: the common paths, one action each. Any round
             // but the one a lap after the packet's (s + 2W: it is stale) is replaced.
-            if (cs[CELL_EPOCH] != meta.epoch
-                    || (cs[CELL_SEQ] != hdr.ina.seq && cs[CELL_SEQ] - hdr.ina.seq != meta.lap)) {
+            if (other_round(cs, hdr.ina.seq, meta.epoch, meta.lap)) {
                 if (hdr.data.isValid()) {
                     if (hdr.ina.pbm == meta.abm) {  // a node with this one contributor
                         complete_alone();
@@ -522,74 +420,35 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
                     start_round_nodata();
                 }
             } else if (cs[CELL_SEQ] != hdr.ina.seq) {
-                refuse(JOB_STAT_DROP_STALE);
+                refuse(meta, JOB_STAT_DROP_STALE);
             } else if (cs[CELL_OP] != hdr.ina.op) {
-                refuse(JOB_STAT_DROP_OP_MISMATCH);
+                refuse(meta, JOB_STAT_DROP_OP_MISMATCH);
             } else if (cs[CELL_WIDTH] != hdr.ina.width) {
-                refuse(JOB_STAT_DROP_WIDTH_MISMATCH);
+                refuse(meta, JOB_STAT_DROP_WIDTH_MISMATCH);
             } else if (cs[CELL_DATA] != (bit<1>)hdr.data.isValid()) {
-                refuse(JOB_STAT_DROP_KIND_MISMATCH);  // so the packet never grows
+                refuse(meta, JOB_STAT_DROP_KIND_MISMATCH);  // so the packet never grows
             } else if ((cs[CELL_BITMAP] & hdr.ina.pbm) != 0) {
                 if (cs[CELL_DONE] == 0) {
-                    refuse(JOB_STAT_DROP_DUPLICATE);
+                    refuse(meta, JOB_STAT_DROP_DUPLICATE);
                 } else if (hdr.data.isValid()) {
                     resend();
                 } else {
                     resend_nodata();
                 }
-            } else if (hdr.data.isValid()) {
-                if (hdr.ina.width == WIDTH32) {
-                    if (hdr.ina.op == OP_SUM) {
-                        lanes_sum();
-                    } else if (hdr.ina.op == OP_MIN) {
-                        lanes_min();
-                    } else {
-                        lanes_max();
-                    }
-                } else if (hdr.ina.op == OP_SUM) {
-                    lanes_sum16();
-                } else if (hdr.ina.op == OP_MIN) {
-                    lanes_min16();
-                } else {
-                    lanes_max16();
-                }
+            } else if (!hdr.data.isValid()) {
                 if ((cs[CELL_BITMAP] | hdr.ina.pbm) == meta.abm) {
-                    complete_round();
+                    complete_round_nodata();
                 } else {
-                    join_round();
+                    join_round_nodata();
                 }
-            } else if ((cs[CELL_BITMAP] | hdr.ina.pbm) == meta.abm) {
-                complete_round_nodata();
-            } else {
-                join_round_nodata();
-            }
+            }  // else its array joins the round's, below (job_stat still NONE)
         } else {
             // A root spanning several sets: a bitmap per (cell, set).
             open_sets();
             judge();
             if (meta.job_stat == JOB_STAT_ABSORBED) {
-                if (hdr.data.isValid()) {
-                    if (fresh) {
-                        lanes_store();  // the round's first data
-                    } else if (hdr.ina.width == WIDTH32) {
-                        if (hdr.ina.op == OP_SUM) {
-                            lanes_sum();
-                        } else if (hdr.ina.op == OP_MIN) {
-                            lanes_min();
-                        } else {
-                            lanes_max();
-                        }
-                    } else if (hdr.ina.op == OP_SUM) {
-                        lanes_sum16();
-                    } else if (hdr.ina.op == OP_MIN) {
-                        lanes_min16();
-                    } else {
-                        lanes_max16();
-                    }
-                }
-                record_sets();
-                if (complete && !fresh && hdr.data.isValid()) {
-                    lanes_load();
+                if (round.fresh && hdr.data.isValid()) {
+                    lanes_store();  // the round's first data; later ones join it below
                 }
             } else if (meta.job_stat == JOB_STAT_RESENT) {
                 if (hdr.data.isValid()) {
@@ -602,10 +461,48 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
             }
         }
 
+        // The packet's array joins the round's: by (width, op), for both paths (no
+        // state is set for it: BMv2 pays per action, and a condition costs less).
+        if (hdr.data.isValid()
+                && ((meta.job_stat == JOB_STAT_NONE
+                     && (meta.job_role != ROLE_ROOT || meta.sets == 1))
+                    || (meta.job_stat == JOB_STAT_ABSORBED && !round.fresh
+                        && meta.job_role == ROLE_ROOT && meta.sets != 1))) {
+            if (hdr.ina.width == WIDTH32) {
+                if (hdr.ina.op == OP_SUM) {
+                    lanes_sum();
+                } else if (hdr.ina.op == OP_MIN) {
+                    lanes_min();
+                } else {
+                    lanes_max();
+                }
+            } else if (hdr.ina.op == OP_SUM) {
+                lanes_sum16();
+            } else if (hdr.ina.op == OP_MIN) {
+                lanes_min16();
+            } else {
+                lanes_max16();
+            }
+        }
+        if (meta.job_role != ROLE_ROOT || meta.sets == 1) {
+            if (meta.job_stat == JOB_STAT_NONE) {  // its array joined the round's
+                if ((cs[CELL_BITMAP] | hdr.ina.pbm) == meta.abm) {
+                    complete_round();
+                } else {
+                    join_round();
+                }
+            }
+        } else if (meta.job_stat == JOB_STAT_ABSORBED) {
+            record_sets();
+            if (complete && !round.fresh && hdr.data.isValid()) {
+                lanes_load();
+            }
+        }
+
         // Absorbed and not consumed: this packet completed its cell.
         if (meta.job_stat == JOB_STAT_ABSORBED && !meta.consumed) {
             if (meta.job_role == ROLE_ROOT) {
-                advance(hdr.ina.seq);
+                advance(meta.job_index, meta.epoch, hdr.ina.seq);
                 to_workers(meta.abm, meta.abm, JOB_GROUP_BASE + (bit<16>)meta.job_index, true);
             } else {
                 to_parent();
@@ -622,3 +519,5 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta,
         }
     }
 }
+
+#endif

@@ -11,6 +11,9 @@
 // port's F-BM, holds that bit; every other copy leaves as a completion: no array,
 // NODATA, the IPv4 and UDP lengths shortened (the IPv4 checksum is recomputed on
 // the way out), counted. With dest 0 every copy keeps its array.
+#ifndef INA_BIER_EGRESS_P4
+#define INA_BIER_EGRESS_P4
+
 control BierEgress(inout headers_t hdr, inout metadata_t meta, in standard_metadata_t std) {
     action result_set(bitmap_t abm) {
         hdr.bier.bitstring = abm;
@@ -107,3 +110,5 @@ control BierEgress(inout headers_t hdr, inout metadata_t meta, in standard_metad
         }
     }
 }
+
+#endif

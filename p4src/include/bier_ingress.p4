@@ -2,6 +2,9 @@
 // sets), spend one TTL, and hand the packet to a multicast group: its job's on
 // this switch (the ports toward its workers), or that of every BIER port. Egress
 // masks each copy with the F-BM of its port in the packet's set.
+#ifndef INA_BIER_INGRESS_P4
+#define INA_BIER_INGRESS_P4
+
 control BierIngress(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t std) {
     apply {
@@ -33,3 +36,5 @@ control BierIngress(inout headers_t hdr, inout metadata_t meta,
         }
     }
 }
+
+#endif

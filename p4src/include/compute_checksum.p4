@@ -1,4 +1,7 @@
 // Ingress and egress rewrite TTL and addresses: recompute the IPv4 checksum.
+#ifndef INA_COMPUTE_CHECKSUM_P4
+#define INA_COMPUTE_CHECKSUM_P4
+
 control InaComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
         update_checksum(hdr.ipv4.isValid() && hdr.ipv4.ihl == 5,
@@ -8,3 +11,5 @@ control InaComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
             hdr.ipv4.hdr_checksum, HashAlgorithm.csum16);
     }
 }
+
+#endif

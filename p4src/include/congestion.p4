@@ -14,6 +14,9 @@
 // (ECT; RFC 3168: TCP flows sharing the links see the marks), and ECN_CE in its INA
 // header, which aggregation.p4 ORs into the cell, so that a result carries the marks
 // of every contribution in it. Counted per port: packets sent, packets marked.
+#ifndef INA_CONGESTION_P4
+#define INA_CONGESTION_P4
+
 control Congestion(inout headers_t hdr, inout metadata_t meta,
                    inout standard_metadata_t std) {
     counter(MAX_PORTS, CounterType.packets_and_bytes) port_packets;
@@ -47,7 +50,8 @@ control Congestion(inout headers_t hdr, inout metadata_t meta,
         bit<96> held = (left & ~(96w0 - (left >> 95))) + (bit<96>)length;
         bit<96> room = (bit<96>)limit - held;
         held = held + (room & (96w0 - (room >> 95)));
-        phantom.write((bit<32>)std.egress_port, held[31:0] ++ std.egress_global_timestamp);
+        phantom.write((bit<32>)std.egress_port,
+                      phantom_of(bytes = held[31:0], time = std.egress_global_timestamp));
         over_mark = held > (bit<96>)mark;
     }
 
@@ -87,3 +91,5 @@ control Congestion(inout headers_t hdr, inout metadata_t meta,
         }
     }
 }
+
+#endif

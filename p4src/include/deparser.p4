@@ -1,3 +1,6 @@
+#ifndef INA_DEPARSER_P4
+#define INA_DEPARSER_P4
+
 control InaDeparser(packet_out packet, in headers_t hdr) {
     apply {
         packet.emit(hdr.packet_in);
@@ -9,3 +12,5 @@ control InaDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.data);
     }
 }
+
+#endif

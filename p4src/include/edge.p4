@@ -6,6 +6,9 @@
 // server root of a job (a worker's own values are put in BIER here: ingress.p4). A host's INA packets of each of its jobs are policed by
 // a meter on its job_members entry (rate and burst set by the controller), so
 // that a flood from one host cannot take its parent, or the links' probes.
+#ifndef INA_EDGE_P4
+#define INA_EDGE_P4
+
 control Edge(in headers_t hdr, in port_t port, inout metadata_t meta) {
     action from_host(bitmap_t host_bit, bit<8> host_si, ipv4_addr_t host_ip) {
         meta.from_host = true;
@@ -92,3 +95,5 @@ control Edge(in headers_t hdr, in port_t port, inout metadata_t meta) {
         }
     }
 }
+
+#endif

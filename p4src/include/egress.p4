@@ -2,6 +2,9 @@
 // counted by outcome; then every packet that leaves by a port (not pruned, not to
 // the CPU port) may be marked as congested (congestion.p4). No `return` here: p4c
 // turns one into a flag that every packet would set and test.
+#ifndef INA_EGRESS_P4
+#define INA_EGRESS_P4
+
 control InaEgress(inout headers_t hdr, inout metadata_t meta,
                   inout standard_metadata_t std) {
     counter(MAX_JOBS * JOB_STAT_STRIDE, CounterType.packets_and_bytes) job_stats;
@@ -39,3 +42,5 @@ control InaEgress(inout headers_t hdr, inout metadata_t meta,
         }
     }
 }
+
+#endif

@@ -161,4 +161,28 @@ header ina_data_h {
 #define PHANTOM_BYTES 79:48
 #define PHANTOM_TIME 47:0
 
+// The same, packed from their fields (call with named arguments).
+cell_t cell_of(in bit<256> bitmap,
+               in bit<32> epoch,
+               in bit<32> seq,
+               in bit<32> gen,
+               in bit<16> count,
+               in bit<4> op,
+               in bit<8> width,
+               in bit<1> data,
+               in bit<1> overflow,
+               in bit<1> ce,
+               in bit<1> kept,
+               in bit<8> done) {
+    return bitmap ++ epoch ++ seq ++ gen ++ count ++ op ++ width ++ data ++ overflow ++ ce ++ kept ++ done;
+}
+set_cell_t set_cell_of(in bit<32> gen,
+                       in bit<256> bitmap) {
+    return gen ++ bitmap;
+}
+phantom_t phantom_of(in bit<32> bytes,
+                     in bit<48> time) {
+    return bytes ++ time;
+}
+
 #endif

@@ -4,6 +4,9 @@
 // worker of (edge.p4 looked it up). InaIngress applies this only to packets its quick
 // test of a valid contribution does not pass: control packets (SYNC, REPLY,
 // ABORT) and refused ones.
+#ifndef INA_INA_VALIDATE_P4
+#define INA_INA_VALIDATE_P4
+
 control InaValidate(in headers_t hdr, inout metadata_t meta) {
     apply {
         if (hdr.ina.version != INA_VERSION) {
@@ -40,3 +43,5 @@ control InaValidate(in headers_t hdr, inout metadata_t meta) {
         }
     }
 }
+
+#endif

@@ -4,6 +4,9 @@
 // a worker's edge switch to its parent VAT node, then handled by its job's VAT
 // node if this switch has one), or plain IPv4 (routed). Drops are counted here,
 // once, by reason.
+#ifndef INA_INGRESS_P4
+#define INA_INGRESS_P4
+
 control InaIngress(inout headers_t hdr, inout metadata_t meta,
                    inout standard_metadata_t std) {
     counter(MAX_JOBS * JOB_STAT_STRIDE, CounterType.packets_and_bytes) job_stats;
@@ -228,3 +231,5 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         }
     }
 }
+
+#endif

@@ -7,6 +7,9 @@
 // every one of them is full. Each action also tells whether the packet is
 // addressed to this switch (node_ip is its loopback), which spares the packets
 // of a deployed job the lookup of the switch's addresses.
+#ifndef INA_JOBS_P4
+#define INA_JOBS_P4
+
 control Jobs(in bit<16> job_id, in bit<8> si, in ipv4_addr_t dst, inout metadata_t meta) {
     // lap (2W, W = slot_mask + 1) and, at the root, reach (5W) bound the
     // job's window (aggregation.p4): numbers the controller works out once, so that
@@ -92,3 +95,5 @@ control Jobs(in bit<16> job_id, in bit<8> si, in ipv4_addr_t dst, inout metadata
         }
     }
 }
+
+#endif

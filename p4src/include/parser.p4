@@ -1,6 +1,9 @@
 // The controller's packet-out header on CPU_PORT; Ethernet, then BIER (RFC 8296)
 // or IPv4; UDP to INA_UDP_PORT carries INA (a link probe is Ethernet alone).
 // A header cut short stops here with error.PacketTooShort; ingress drops it.
+#ifndef INA_PARSER_P4
+#define INA_PARSER_P4
+
 parser InaParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
                  inout standard_metadata_t std) {
     state start {
@@ -65,3 +68,5 @@ parser InaParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
         transition accept;
     }
 }
+
+#endif

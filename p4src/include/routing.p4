@@ -1,4 +1,7 @@
 // Plain IPv4 forwarding: /32 routes to every host and switch address.
+#ifndef INA_ROUTING_P4
+#define INA_ROUTING_P4
+
 control Routing(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
     action forward(port_t port, mac_addr_t smac, mac_addr_t dmac) {
         std.egress_spec = port;
@@ -26,3 +29,5 @@ control Routing(inout headers_t hdr, inout metadata_t meta, inout standard_metad
         }
     }
 }
+
+#endif

@@ -1,4 +1,7 @@
 // A wrong IPv4 header checksum sets standard_metadata.checksum_error; ingress drops.
+#ifndef INA_VERIFY_CHECKSUM_P4
+#define INA_VERIFY_CHECKSUM_P4
+
 control InaVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
         verify_checksum(hdr.ipv4.isValid() && hdr.ipv4.ihl == 5,
@@ -8,3 +11,5 @@ control InaVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
             hdr.ipv4.hdr_checksum, HashAlgorithm.csum16);
     }
 }
+
+#endif

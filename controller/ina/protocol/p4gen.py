@@ -86,6 +86,15 @@ def _query_lines() -> list[str]:
               for v in c.QueryVerdict)]
 
 
+def _packer(function: str, type_name: str, fields: tuple[tuple[str, int], ...]) -> list[str]:
+    """A P4 function that packs ``fields`` (most significant first) into one
+    ``type_name``, a parameter each, so that every write of it names each field."""
+    indent = " " * (len(type_name) + len(function) + 2)
+    params = f",\n{indent}".join(f"in bit<{bits}> {name.lower()}" for name, bits in fields)
+    return [f"{type_name} {function}({params}) {{",
+            "    return " + " ++ ".join(name.lower() for name, _ in fields) + ";", "}"]
+
+
 def render_constants() -> str:
     cell_bits = sum(bits for _, bits in CELL_FIELDS)
     set_bits = sum(bits for _, bits in SET_FIELDS)
@@ -164,6 +173,10 @@ def render_constants() -> str:
               "header ina_data_h {", *(f"    lane_t lane{i};" for i in range(c.LANES)), "}"]
     lines += ["", "// Slices of cell_t, set_cell_t and phantom_t.", *_slices("CELL", CELL_FIELDS),
               *_slices("SET", SET_FIELDS), *_slices("PHANTOM", PHANTOM_FIELDS)]
+    lines += ["", "// The same, packed from their fields (call with named arguments).",
+              *_packer("cell_of", "cell_t", CELL_FIELDS),
+              *_packer("set_cell_of", "set_cell_t", SET_FIELDS),
+              *_packer("phantom_of", "phantom_t", PHANTOM_FIELDS)]
     lines += ["", "#endif", ""]
     return "\n".join(lines)
 
@@ -178,6 +191,8 @@ def render_lanes() -> str:
         f"// Included in the body of the Aggregation control: {c.LANES} lanes of "
         f"{c.LANE_BITS} bits,",
         "// hdr.data.lane<i> in the packet and lane<i> in the registers, at cell `cell`.",
+        "#ifndef INA_LANES_P4",
+        "#define INA_LANES_P4",
         "",
         *(f"register<lane_t>(2 * AGG_SLOTS) lane{i};" for i in lanes),
         "",
@@ -236,7 +251,7 @@ def render_lanes() -> str:
                 f"    lane{i}.write(cell, {fn}(a, hdr.data.lane{i}));",
             ]
         lines.append("}")
-    lines.append("")
+    lines += ["", "#endif", ""]
     return "\n".join(lines)
 
 
