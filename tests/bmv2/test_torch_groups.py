@@ -7,6 +7,7 @@ against gloo through the same switches."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -129,8 +130,9 @@ def test_a_rank_killed_while_its_group_is_deployed_leaves_nothing_behind(figure1
                        launch=on_hosts(figure1, FIGURE1_HOSTS),
                        master=figure1.topology.hosts["w1"].ip)
     assert results[1][0] == 17
-    for rank in (2, 3):
-        assert results[rank][0] == 1 and "rank 0 (w2) stopped" in results[rank][1]
+    for rank in (2, 3):  # the victim stopped; the other survivor may have, too, by then
+        assert results[rank][0] == 1
+        assert re.search(r"rank 0 \(w2\)(, rank \d \(w\d\))* stopped", results[rank][1])
     deadline = time.monotonic() + 30
     while switch_jobs(figure1)[0] and time.monotonic() < deadline:
         time.sleep(0.5)

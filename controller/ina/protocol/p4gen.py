@@ -95,15 +95,11 @@ def _packer(function: str, type_name: str, fields: tuple[tuple[str, int], ...]) 
             "    return " + " ++ ".join(name.lower() for name, _ in fields) + ";", "}"]
 
 
-def render_constants() -> str:
+def _width_lines() -> list[str]:
     cell_bits = sum(bits for _, bits in CELL_FIELDS)
     set_bits = sum(bits for _, bits in SET_FIELDS)
     phantom_bits = sum(bits for _, bits in PHANTOM_FIELDS)
-    lines = [
-        HEADER,
-        "#ifndef INA_GENERATED_P4",
-        "#define INA_GENERATED_P4",
-        "",
+    return [
         "// Widths.",
         f"typedef bit<{c.BITSTRING_BITS}> bitmap_t;  // P-BM, A-BM, F-BM and BIER BitString",
         f"typedef bit<{c.LANE_BITS}> lane_t;  // {c.ELEMS_PER_LANE} int32 values side by side "
@@ -111,6 +107,11 @@ def render_constants() -> str:
         f"typedef bit<{cell_bits}> cell_t;  // a cell's scalars (CELL_* slices)",
         f"typedef bit<{set_bits}> set_cell_t;  // a (cell, set) bitmap (SET_* slices)",
         f"typedef bit<{phantom_bits}> phantom_t;  // a port's phantom queue (PHANTOM_* slices)",
+    ]
+
+
+def _wire_lines() -> list[str]:
+    lines = [
         "",
         "// Wire format.",
         f"const bit<16> ETHERTYPE_IPV4 = {c.ETHERTYPE_IPV4:#06x};",
@@ -139,8 +140,11 @@ def render_constants() -> str:
     lines += [f"const bit<4> OP_{op.name} = {int(op)};" for op in c.Op]
     lines.append(f"const bit<4> OP_COPY = {c.OP_COPY};  // a worker's own values, by BIER")
     lines += [f"const bit<8> FLAG_{f.name} = {int(f)};" for f in c.Flag if f.name and f.value]
-    lines += _query_lines() + _congestion_lines()
-    lines += [
+    return lines
+
+
+def _size_lines() -> list[str]:
+    lines = [
         "",
         "// SWAR masks: the top bit of every 32-bit element of a lane, and the other 31.",
         f"const lane_t LANE_HIGH = {c.LANE_BITS}w{HIGH:#x};",
@@ -168,6 +172,13 @@ def render_constants() -> str:
     lines += [f"const bit<8> JOB_STAT_{s.name} = {int(s)};" for s in c.JobStat]
     lines.append(f"const bit<8> SWITCH_STAT_NONE = {c.SWITCH_STAT_NONE};")
     lines += [f"const bit<8> SWITCH_STAT_{s.name} = {int(s)};" for s in c.SwitchStat]
+    return lines
+
+
+def render_constants() -> str:
+    lines = [HEADER, "#ifndef INA_GENERATED_P4", "#define INA_GENERATED_P4", "",
+             *_width_lines(), *_wire_lines(), *_query_lines(), *_congestion_lines(),
+             *_size_lines()]
     lines += ["", f"// The packet's array: {c.ELEMS_PER_PACKET} int32 values (or "
               f"{c.ELEMS16_PER_PACKET} int16 ones) as {c.LANES} lanes.",
               "header ina_data_h {", *(f"    lane_t lane{i};" for i in range(c.LANES)), "}"]
