@@ -349,7 +349,7 @@ def test_what_falls_due_while_results_gather_is_sent_when_the_loop_wakes() -> No
     worker, full = _window_with(16, srtt=srtt)
     pause = worker._pause(full, left=10.0)
     cc = CongestionWindow(16)
-    window = ReductionWindow(full.config, np.zeros(80 * P, dtype=np.int32), rto=worker.rto,
+    window = ReductionWindow(full.plan.config, np.zeros(80 * P, dtype=np.int32), rto=worker.rto,
                              cc=cc, joined=True)
     window.packets_to_send(0.0)
     assert len(window.packets_to_send(pause)) >= round(pause / cc.interval(srtt))

@@ -362,7 +362,7 @@ class Caller:
         window = ReductionWindow(self.config, values, seq_base, self.rto, op, self.gen, flow,
                                  self.cc, lead, self._joined)
         last_progress = began = time.monotonic()
-        if window.owners:
+        if window.plan.owners:
             while self._early:
                 window.hold(self._early.popleft())
         give_up_at = last_progress + self.timeout
@@ -410,7 +410,7 @@ class Caller:
                             give_up_at = last_progress + self.timeout
                             self.unconfirmed = check = None  # the start is right
                             if self.progress is not None and phase == REDUCING:
-                                self.progress(window.results, window.chunks)
+                                self.progress(window.results, window.plan.chunks)
                     batch = io.recv_many(0.0)
         finally:
             # What the call's ABORT must cover, if it comes to one (``_abort``).
@@ -451,7 +451,7 @@ class Caller:
         """A contribution turned back: act on news, ignore what is known already (a
         late notice of a packet sent before the worker learned the new plan)."""
         if notice.on_hosts:
-            chunk = seq_add(notice.seq, -window.seq_base)
+            chunk = seq_add(notice.seq, -window.plan.seq_base)
             if chunk < window.next:  # of this reduction (not a late one of another)
                 raise PlanChanged(notice.gen, on_hosts=True)
         elif notice.gen != self.gen:
@@ -461,7 +461,7 @@ class Caller:
         missing = window.missing()
         peers = ", ".join(self.config.peers) or "every worker"
         what = (f"job {self.config.job_id}: {self.config.name} got no result within "
-                f"{self.timeout:g}s while {phase}: {len(missing)} of {window.chunks} "
+                f"{self.timeout:g}s while {phase}: {len(missing)} of {window.plan.chunks} "
                 f"packets unanswered (seq {missing[0]}"
                 + (f"..{missing[-1]}" if len(missing) > 1 else "")
                 + f"), {window.results} answered, {window.retransmissions} retransmissions"
@@ -470,7 +470,7 @@ class Caller:
                    if window.unexpected else ""))
         if why:
             return f"{what}; {why}"
-        if window.results == 0 and (phase == "agreeing on the call" or window.offset):
+        if window.results == 0 and (phase == "agreeing on the call" or window.plan.offset):
             return (what + f"; the call did not start: not every worker of the job ({peers}) "
                     "has started this call (one stopped, or is still in an earlier one?)")
         return what + f"; is every worker of the job ({peers}) still running?"

@@ -321,8 +321,96 @@ def _lead_packet(config: WorkerConfig, lead: Lead, gen: int) -> bytes:
                      si=si, gen=gen, width=WIDTH32).pack() + wire.tobytes()
 
 
+@dataclass(frozen=True)
+class ChunkPlan:
+    """What a reduction sends and expects, chunk by chunk, fixed before its first send
+    (``plan_chunks``); the window (``ReductionWindow``) holds what moves. Per-chunk
+    lists are indexed by the window's chunk: the lead's first, if there is one."""
+
+    config: WorkerConfig
+    op: Op
+    width: int
+    per_packet: int  # elements to a packet of the width
+    size: int  # the array's elements
+    flow: Flow
+    bfr_id: int
+    lead: Lead | None
+    lead_payload: bytes  # the lead chunk's packet, b"" without a lead
+    offset: int  # the array's first chunk (1 with a lead)
+    chunks: int  # the lead's and the array's
+    seq_base: int
+    counts: list[int]  # meaningful values per chunk
+    sends_data: list[bool]  # this worker sends its values (else NODATA)
+    gets_data: list[bool]  # it gets the chunk's data back (else a completion)
+    dests: list[int]  # the chunk's dest: 0 (every worker) or a BFR-id
+    #: Per chunk: whether the worker holds what it contributes at first (it learns
+    #: the rest as owners' values arrive: the window's ``held``), owns its values.
+    held: bytes
+    owns: bytes
+    owners: bool  # the flow has owners: values travel apart, by OP_COPY
+    owned_payloads: memoryview  # this worker's OP_COPY packets, at ``stride`` apart
+    #: Every chunk's packet, built at once (a chunk is sent again as it was first
+    #: sent): sending one is a slice, no per-packet header work.
+    packets: memoryview
+    lengths: list[int]
+    stride: int = INA_HEADER_BYTES + ARRAY_BYTES
+
+    @property
+    def job_id(self) -> int:
+        return self.config.job_id
+
+    @property
+    def itemsize(self) -> int:
+        return ARRAY_BYTES // self.per_packet
+
+
+def plan_chunks(config: WorkerConfig, values: npt.ArrayLike, seq_base: int = 0,
+                op: Op | None = None, gen: int = 0, flow: Flow | None = None,
+                lead: Lead | None = None) -> ChunkPlan:
+    """The plan of one reduction of ``values`` (see ``ReductionWindow``)."""
+    flow = Flow() if flow is None else flow
+    per_packet = elems_per_packet(flow.width)
+    # A window may be its lead alone (a float call's exponents: ina.host.collective).
+    array = (np.zeros(0, dtype=np.int32) if lead is not None and np.size(values) == 0
+             else check_ints(values, flow.width))
+    op = config.op if op is None else op
+    counts = _chunk_counts(flow, array.size, per_packet)
+    chunks = len(counts)
+    flow.check(chunks)
+    bfr_id = config.pbm.bit_length()
+    si, bits = one_set(config.pbm)
+    head = InaHeader(job_id=config.job_id, seq=0, pbm=bits, count=per_packet, op=op, si=si,
+                     gen=gen, width=flow.width).pack()
+    # Per chunk: whether this worker sends its values (with owners: never, they
+    # travel apart), and the chunk's dest.
+    sent = (np.zeros(chunks, dtype=bool) if flow.owners is not None
+            else np.ones(chunks, dtype=bool) if flow.data is None
+            else np.asarray(flow.data, dtype=bool))
+    dest = (np.zeros(chunks, dtype=np.int64) if flow.dest is None
+            else np.asarray(flow.dest, dtype=np.int64))
+    sends, dests = sent.tolist(), dest.tolist()
+    gets = flow.received(chunks, bfr_id).tolist()
+    offset, lead_payload, all_counts = 0, b"", counts
+    if lead is not None:
+        lead_payload = _lead_packet(config, lead, gen)
+        offset = 1
+        all_counts = np.concatenate(([MAX_LEAD], counts))
+        sends, gets, dests = [True, *sends], [True, *gets], [0, *dests]
+    first_seq = seq_add(seq_base, offset)
+    held, owns, owned_payloads = _owned(config, flow, array, counts, first_seq, gen, offset)
+    packets, lengths = _chunk_packets(head, array, flow.width, first_seq, counts, sent, dest)
+    return ChunkPlan(
+        config=config, op=op, width=flow.width, per_packet=per_packet, size=array.size,
+        flow=flow, bfr_id=bfr_id, lead=lead, lead_payload=lead_payload, offset=offset,
+        chunks=chunks + offset, seq_base=seq_base, counts=all_counts.tolist(),
+        sends_data=sends, gets_data=gets, dests=dests, held=bytes(held), owns=bytes(owns),
+        owners=flow.owners is not None, owned_payloads=owned_payloads, packets=packets,
+        lengths=lengths)
+
+
 class ReductionWindow:
-    """One reduction of one array, without I/O.
+    """One reduction of one array, without I/O: its ``plan`` (ChunkPlan, fixed at
+    the start) and the state that moves as packets go and come.
 
     Chunk ``j`` (sequence number ``seq_base + j``) is first sent only once the
     result of every chunk before ``j - window + 1`` has arrived: a sliding window,
@@ -379,66 +467,18 @@ class ReductionWindow:
                  rto: RtoEstimator | float | None = None, op: Op | None = None,
                  gen: int = 0, flow: Flow | None = None, cc: CongestionWindow | None = None,
                  lead: Lead | None = None, joined: bool = False):
-        flow = Flow() if flow is None else flow
-        self.width = flow.width
-        self.per_packet = elems_per_packet(flow.width)
-        # A window may be its lead alone (a float call's exponents: ina.host.collective).
-        array = (np.zeros(0, dtype=np.int32) if lead is not None and np.size(values) == 0
-                 else check_ints(values, flow.width))
-        self.config = config
-        self.job_id = config.job_id
-        self.op = config.op if op is None else op
-        self.size = array.size
-        counts = _chunk_counts(flow, array.size, self.per_packet)
-        chunks = len(counts)
-        flow.check(chunks)
-        self.flow = flow
-        self.bfr_id = config.pbm.bit_length()
-        si, bits = one_set(config.pbm)
-        head = InaHeader(job_id=config.job_id, seq=0, pbm=bits, count=self.per_packet,
-                         op=self.op, si=si, gen=gen, width=flow.width).pack()
-        #: Per chunk (the lead's first): meaningful values, whether this worker sends
-        #: its values (with owners: never, they travel apart), gets the data, dest.
-        sent = (np.zeros(chunks, dtype=bool) if flow.owners is not None
-                else np.ones(chunks, dtype=bool) if flow.data is None
-                else np.asarray(flow.data, dtype=bool))
-        dest = (np.zeros(chunks, dtype=np.int64) if flow.dest is None
-                else np.asarray(flow.dest, dtype=np.int64))
-        sends, dests = sent.tolist(), dest.tolist()
-        gets = flow.received(chunks, self.bfr_id).tolist()
-        self.offset = 0  # the array's first chunk (1 with a lead)
-        self.lead, self.lead_payload = lead, b""
-        self.lead_result: npt.NDArray[np.int32] | None = None
-        if lead is not None:
-            self.lead_payload = _lead_packet(config, lead, gen)
-            self.lead_result = np.zeros(MAX_LEAD, dtype=np.int32)
-            self.offset = 1
-            counts = np.concatenate(([MAX_LEAD], counts))
-            sends, gets, dests = [True, *sends], [True, *gets], [0, *dests]
-        self.chunks = chunks + self.offset
-        self.counts = counts.tolist()
-        self.sends_data, self.gets_data, self.dests = sends, gets, dests
-        self.seq_base = seq_base
-        self.stride = INA_HEADER_BYTES + ARRAY_BYTES
-        #: Per chunk: whether this worker holds what it contributes, owns its values.
-        self.held, self.owns, self.owned_payloads = _owned(
-            config, flow, array, counts[self.offset:], seq_add(seq_base, self.offset), gen,
-            self.offset)
-        self.owners = flow.owners is not None
-        # Every chunk's packet, built at once (a chunk is sent again as it was first
-        # sent): sending one is a slice, no per-packet header work.
-        self.packets, self.lengths = _chunk_packets(
-            head, array, flow.width, seq_add(seq_base, self.offset), counts[self.offset:],
-            sent, dest)
+        self.plan = plan = plan_chunks(config, values, seq_base, op, gen, flow, lead)
         self.rto = rto if isinstance(rto, RtoEstimator) else RtoEstimator(
             initial=DEFAULT_RTO if rto is None else rto)
         self.cc = CongestionWindow.for_slots(config.window) if cc is None else cc
+        self.lead_result: npt.NDArray[np.int32] | None = (
+            None if lead is None else np.zeros(MAX_LEAD, dtype=np.int32))
         # The results' arrays as they came on the wire, converted once in outcome().
-        self.result_wire = bytearray(chunks * ARRAY_BYTES)
-        self.itemsize = ARRAY_BYTES // self.per_packet
-        for chunk in np.flatnonzero(np.frombuffer(self.owns, dtype=np.uint8)).tolist():
-            self._hold(chunk, self.owned_payloads, self._at(chunk))
-        self.received = bytearray(self.chunks)  # 1: the chunk's result arrived
+        self.result_wire = bytearray((plan.chunks - plan.offset) * ARRAY_BYTES)
+        self.held = bytearray(plan.held)  # 1: the worker holds what it contributes
+        for chunk in np.flatnonzero(np.frombuffer(plan.owns, dtype=np.uint8)).tolist():
+            self._hold(chunk, plan.owned_payloads, self._at(chunk))
+        self.received = bytearray(plan.chunks)  # 1: the chunk's result arrived
         self.results = 0
         self.completions = 0  # results without data (NODATA), of chunks sent elsewhere
         self.unexpected = 0  # completions of chunks whose data this worker should get
@@ -459,38 +499,39 @@ class ReductionWindow:
     @property
     def lead_size(self) -> int:
         """The lead's own values (its packet counts MAX_LEAD, zeros after them)."""
-        return 0 if self.lead is None else self.lead.values.size
+        return 0 if self.plan.lead is None else self.plan.lead.values.size
 
     def seq_of(self, chunk: int) -> int:
-        return seq_add(self.seq_base, chunk)
+        return seq_add(self.plan.seq_base, chunk)
 
     @property
     def done(self) -> bool:
-        return self.results == self.chunks
+        return self.results == self.plan.chunks
 
     def count_of(self, chunk: int) -> int:
         """Meaningful values in the chunk's packet."""
-        return int(self.counts[chunk])
+        return int(self.plan.counts[chunk])
 
     def _payload(self, chunk: int) -> bytes:
         """Chunk ``chunk``'s packet: its header and its array, or the header alone
         with NODATA, the count, op and width those with data carry."""
-        if chunk < self.offset:
-            lead = bytearray(self.lead_payload)
+        if chunk < self.plan.offset:
+            lead = bytearray(self.plan.lead_payload)
             _U32.pack_into(lead, _SEQ, self.seq_of(chunk))
             return bytes(lead)
         lo = self._at(chunk)
-        return bytes(self.packets[lo: lo + self.lengths[chunk - self.offset]])
+        return bytes(self.plan.packets[lo: lo + self.plan.lengths[chunk - self.plan.offset]])
 
     def _at(self, chunk: int) -> int:
         """Where ``chunk``'s packet lies in ``packets`` (and its owned values' in
         ``owned_payloads``): the array's chunks only, not the lead."""
-        return (chunk - self.offset) * self.stride
+        return (chunk - self.plan.offset) * self.plan.stride
 
     def _hold(self, chunk: int, packet: bytes | memoryview, at: int = 0) -> None:
         """Keep the values of ``chunk`` that a packet at ``at`` carries (a result's,
         or an owner's: OP_COPY) as its result's, as they came on the wire."""
-        lo, size = (chunk - self.offset) * ARRAY_BYTES, self.counts[chunk] * self.itemsize
+        plan = self.plan
+        lo, size = (chunk - plan.offset) * ARRAY_BYTES, plan.counts[chunk] * plan.itemsize
         self.result_wire[lo: lo + size] = \
             memoryview(packet)[at + INA_HEADER_BYTES: at + INA_HEADER_BYTES + size]
 
@@ -498,12 +539,12 @@ class ReductionWindow:
         """Whether ``chunk`` is sent again after a QUERY: its packet carries this
         worker's values (not the lead, nor NODATA, nor a chunk with owners, whose
         packets are headers or travel apart)."""
-        return not self.owners and chunk >= self.offset and self.sends_data[chunk]
+        return not self.plan.owners and chunk >= self.plan.offset and self.plan.sends_data[chunk]
 
     def _query(self, chunk: int) -> bytes:
         """``chunk``'s QUERY: its packet's header, flagged QUERY, alone."""
         lo = self._at(chunk)
-        header = bytearray(self.packets[lo: lo + INA_HEADER_BYTES])
+        header = bytearray(self.plan.packets[lo: lo + INA_HEADER_BYTES])
         header[_FLAGS] |= _QUERY
         return bytes(header)
 
@@ -518,9 +559,9 @@ class ReductionWindow:
             self.sends += 1  # (a header: the pacer lets the values that may follow go)
             out.append(self._query(chunk))
             return
-        if self.owns[chunk]:
+        if self.plan.owns[chunk]:
             lo = self._at(chunk)
-            out.append(bytes(self.owned_payloads[lo: lo + self.stride]))
+            out.append(bytes(self.plan.owned_payloads[lo: lo + self.plan.stride]))
         deadline = now + self.rto.rto
         if self.sends == 0:
             self.progress_at = now  # no result yet: silent since the first send
@@ -536,7 +577,7 @@ class ReductionWindow:
 
     def _room(self) -> bool:
         """The sliding window and the congestion window have room for a new chunk."""
-        return (self.next < self.chunks and self.next < self.base + self.config.window
+        return (self.next < self.plan.chunks and self.next < self.base + self.plan.config.window
                 and len(self.outstanding) < self.cc.allowed)
 
     def _may_send_new(self) -> bool:
@@ -572,7 +613,7 @@ class ReductionWindow:
             self.probes += 1
             self._send(self.base, now, out)
         # The windows do not move while sending (only results and timeouts move them).
-        end = min(self.chunks, self.base + self.config.window)
+        end = min(self.plan.chunks, self.base + self.plan.config.window)
         allowed, held = self.cc.allowed, self.held
         while (self.next < end and len(self.outstanding) < allowed and now >= self.send_at
                and held[self.next]):
@@ -640,15 +681,15 @@ class ReductionWindow:
             LOG.debug("ignored a payload that is not INA")
             return False
         flags, job_id, seq, count = RESULT_FIELDS.unpack_from(payload)
-        if job_id != self.job_id or not flags & _RESULT:
+        if job_id != self.plan.job_id or not flags & _RESULT:
             return False
         if payload[0] & 0xF == OP_COPY:  # an owner's values, not a round's result
             self.hold(payload)
             return False
-        chunk = (seq - self.seq_base) % SEQ_MODULO
+        chunk = (seq - self.plan.seq_base) % SEQ_MODULO
         if chunk >= self.next or self.received[chunk]:
             return False  # not ours, or a duplicate
-        n = self.counts[chunk]
+        n = self.plan.counts[chunk]
         if count != n:
             LOG.warning("result for seq %d carries %d values, expected %d", seq, count, n)
             return False
@@ -686,7 +727,7 @@ class ReductionWindow:
         self.progress_at = now
         self.rto.progress()
         if chunk == self.base:
-            while self.base < self.chunks and self.received[self.base]:
+            while self.base < self.plan.chunks and self.received[self.base]:
                 self.base += 1
             # Progress: the new oldest gets a full RTO from now (RFC 6298 5.3), as
             # it may have waited in queues behind the ones just answered.
@@ -702,10 +743,10 @@ class ReductionWindow:
         if len(payload) < INA_HEADER_BYTES:
             return False
         flags, job_id, seq, verdict = RESULT_FIELDS.unpack_from(payload)
-        if (job_id != self.job_id or flags & (_QUERY | _REPLY) != _QUERY | _REPLY
+        if (job_id != self.plan.job_id or flags & (_QUERY | _REPLY) != _QUERY | _REPLY
                 or flags & _NOT_ANSWER):
             return False
-        chunk = (seq - self.seq_base) % SEQ_MODULO
+        chunk = (seq - self.plan.seq_base) % SEQ_MODULO
         state = self.outstanding.get(chunk) if chunk < self.next else None
         if state is None or state.query != ASKED:
             return True  # late: its chunk is done, or sent again since
@@ -724,18 +765,18 @@ class ReductionWindow:
         owners: held, its NODATA goes with the next sends. False if the packet is
         of no chunk of this window (a later window's, early: the caller may keep
         it); True if it is (new, a copy of what is held, or refused: malformed)."""
-        if len(payload) < INA_HEADER_BYTES or not self.owners:
+        if len(payload) < INA_HEADER_BYTES or not self.plan.owners:
             return False
         flags, job_id, seq, count = RESULT_FIELDS.unpack_from(payload)
-        chunk = (seq - self.seq_base) % SEQ_MODULO
-        if job_id != self.job_id or not flags & _RESULT or chunk >= self.chunks:
+        chunk = (seq - self.plan.seq_base) % SEQ_MODULO
+        if job_id != self.plan.job_id or not flags & _RESULT or chunk >= self.plan.chunks:
             return False
         if self.held[chunk]:
             return True  # a copy (the owner sent it again)
-        if (count != self.counts[chunk] or payload[_WIDTH] != WIDTH32
+        if (count != self.plan.counts[chunk] or payload[_WIDTH] != WIDTH32
                 or len(payload) < INA_HEADER_BYTES + ARRAY_BYTES):
             LOG.warning("an owner's values for seq %d are not a whole array of %d values",
-                        seq, self.counts[chunk])
+                        seq, self.plan.counts[chunk])
             return True
         self._hold(chunk, payload)
         self.held[chunk] = 1
@@ -746,7 +787,7 @@ class ReductionWindow:
             # (and TCP's ECE a CE). Else no owner learns of the queues its copies
             # meet: nothing answers a copy itself.
             at = self._at(chunk) + _ECN
-            self.packets[at] = self.packets[at] | ECN_CE
+            self.plan.packets[at] = self.plan.packets[at] | ECN_CE
         return True
 
     def _overtaken(self, order: int, now: float) -> None:
@@ -774,7 +815,7 @@ class ReductionWindow:
         """Keep what the result of ``chunk`` brings (its values, if they are this
         worker's); False if it cannot end the chunk."""
         if flags & _NODATA:
-            if self.gets_data[chunk]:
+            if self.plan.gets_data[chunk]:
                 # Its data is this worker's: a completion cannot end the chunk.
                 self.unexpected += 1
                 LOG.debug("completion of seq %d, whose data is ours: ignored",
@@ -782,34 +823,34 @@ class ReductionWindow:
                 return False
             self.completions += 1
             return True
-        width = WIDTH32 if chunk < self.offset else self.width
+        width = WIDTH32 if chunk < self.plan.offset else self.plan.width
         if len(payload) < INA_HEADER_BYTES + ARRAY_BYTES or payload[_WIDTH] != width:
             LOG.warning("result for seq %d is not a whole array of width %d",
                         self.seq_of(chunk), width)
             return False
-        if chunk < self.offset:
-            assert self.lead is not None and self.lead_result is not None
+        if chunk < self.plan.offset:
+            assert self.plan.lead is not None and self.lead_result is not None
             self.lead_result[:] = np.frombuffer(payload, dtype=WIRE_TYPES[WIDTH32], count=n,
                                                 offset=INA_HEADER_BYTES)
-            self.lead.check(self.lead_result[: self.lead_size])
-        elif self.gets_data[chunk]:
+            self.plan.lead.check(self.lead_result[: self.lead_size])
+        elif self.plan.gets_data[chunk]:
             self._hold(chunk, payload)  # n == counts[chunk]: accept checked it
             self.overflow |= bool(flags & _OVERFLOW)
         return True
 
     def missing(self) -> list[int]:
-        return [self.seq_of(c) for c in range(self.chunks) if not self.received[c]]
+        return [self.seq_of(c) for c in range(self.plan.chunks) if not self.received[c]]
 
     @property
     def result(self) -> npt.NDArray[Any]:
         """The reduction's values so far (zeros where no data came)."""
-        return np.frombuffer(self.result_wire, dtype=WIRE_TYPES[self.width],
-                             count=self.size).astype(RESULT_TYPES[self.width])
+        return np.frombuffer(self.result_wire, dtype=WIRE_TYPES[self.plan.width],
+                             count=self.plan.size).astype(RESULT_TYPES[self.plan.width])
 
     def outcome(self) -> AllreduceResult:
         if not self.done:
-            raise AllreduceError(f"{len(self.missing())} of {self.chunks} results missing")
-        return AllreduceResult(self.result, self.overflow, self.chunks,
+            raise AllreduceError(f"{len(self.missing())} of {self.plan.chunks} results missing")
+        return AllreduceResult(self.result, self.overflow, self.plan.chunks,
                                self.retransmissions,
                                lead=None if self.lead_result is None
                                else self.lead_result[: self.lead_size].copy())

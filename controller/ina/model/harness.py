@@ -52,7 +52,7 @@ def run_sessions(net: ModelNetwork, sessions: dict[str, ReductionWindow],
         sent = False
         for host, session in sessions.items():
             for payload in session.packets_to_send(now):
-                net.host_send_payload(host, session.config.target, payload)
+                net.host_send_payload(host, session.plan.config.target, payload)
                 sent = True
         serve(net, servers)
         progress = False
