@@ -114,8 +114,8 @@ SYNC_CHECK_MIN = 0.25
 #: that is shorter than COALESCE_LEAST seconds (a sleep costs a timer's slack, about
 #: 50 us). Up to 3 ms, against 1 ms before: DDP's ranks on Figure 1 with links
 #: unlimited spent 31% less CPU a step; half the round trip went further there but
-#: made a worker on a short round trip wait on its own pause (docs/benchmarks.md,
-#: "Training").
+#: made a worker on a short round trip wait on its own pause
+#: (docs/benchmarks-history.md, "Training").
 COALESCE_IN_FLIGHT = 8
 COALESCE_SHARE = 4
 COALESCE_LEAST = 0.0002
