@@ -5,6 +5,7 @@ its arguments refused before any lab starts."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import importlib.util
 import json
 from pathlib import Path
@@ -13,7 +14,9 @@ import pytest
 
 from ina.bench.allreduce import HostRate
 from ina.bench.loss import LossFigures, LossRun
+from ina.bench.output import stamped
 from ina.cli import inabench
+from ina.protocol.constants import INA_VERSION
 
 from inatest import ROOT
 
@@ -132,3 +135,23 @@ def test_a_rate_no_link_can_have_exits_2_before_any_lab_starts(
         inabench.main([command, "--rate", rate])
     assert ended.value.code == 2
     assert says in capsys.readouterr().err
+
+
+def test_figures_measured_now_carry_their_ina_version_and_date() -> None:
+    doc = stamped({"bmv2": "simple_switch_grpc 1.15.5"})
+    assert doc["measured"]["ina_version"] == INA_VERSION
+    assert doc["measured"]["date"] == datetime.datetime.now(datetime.UTC).date().isoformat()
+    earlier = {"measured": {"ina_version": 3, "date": "2026-11-01"}}
+    assert stamped(earlier) == earlier  # read back, not measured again
+
+
+@pytest.mark.parametrize("name", ["allreduce", "loss", "congestion"])
+def test_stamped_figures_read_back_say_when_they_were_measured(
+        name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = json.loads((DOCS / f"{name}.json").read_text())
+    doc["measured"] = {"ina_version": 6, "date": "2026-11-27"}
+    figures = tmp_path / f"{name}.json"
+    figures.write_text(json.dumps(doc))
+    assert inabench.main([name, "--from-json", str(figures)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"Measured: INA version 6, 2026-11-27, BMv2 {doc['bmv2']}"

@@ -9,6 +9,7 @@ file by the same path.
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ina.control.watch import WatchOptions
 from ina.errors import UsageError
+from ina.protocol.constants import INA_VERSION
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -47,6 +49,26 @@ class Drawn(Protocol):
 def write_json(path: Path, data: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def stamped(doc: Any) -> Any:
+    """Figures measured now (``doc``, a benchmark's JSON-ready data) with when and on
+    which INA version ("measured"), so that every page quoting them can say so; figures
+    already stamped (read back with --from-json) keep theirs."""
+    if not isinstance(doc, dict) or "measured" in doc:
+        return doc
+    return {**doc, "measured": {"ina_version": INA_VERSION,
+                                "date": datetime.datetime.now(datetime.UTC).date().isoformat()}}
+
+
+def measured_line(doc: Any) -> str | None:
+    """"Measured: INA version N, date, BMv2 build" for stamped figures, else None
+    (figures written before the stamp)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("measured"), dict):
+        return None
+    when = doc["measured"]
+    line = f"Measured: INA version {when.get('ina_version', '?')}, {when.get('date', '?')}"
+    return line + (f", BMv2 {doc['bmv2']}" if doc.get("bmv2") else "")
 
 
 def read_json(path: Path) -> Any:

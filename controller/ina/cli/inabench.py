@@ -47,7 +47,7 @@ from typing import Any
 
 from ina.bench.goals import render as render_goals
 from ina.bench.onlab import CASES, COLLECTIVE_SIZE_QUANTUM, COLLECTIVE_SIZES, REGIMES
-from ina.bench.output import Drawn, Figures, read_json, write_json
+from ina.bench.output import Drawn, Figures, measured_line, read_json, stamped, write_json
 from ina.cli import common
 from ina.errors import UsageError
 from ina.host import mmsg
@@ -359,8 +359,9 @@ def _figures(args: argparse.Namespace, doc: Any) -> None:
     """Report the figures of ``args.cmd`` from their JSON data (``doc``), measured now
     or read with --from-json: the one path from figures to text and picture. Print
     them (text, or JSON with --json), write them (--json-out), draw them (--png)."""
-    figures = _read(args.cmd, doc)
-    text = figures.render()
+    figures = _read(args.cmd, {k: v for k, v in doc.items() if k != "measured"}
+                    if isinstance(doc, dict) else doc)
+    text = "\n".join(line for line in (measured_line(doc), figures.render()) if line)
     print(json.dumps(doc, indent=2) if args.json else text)
     if args.json_out is not None:
         write_json(args.json_out, doc)
@@ -392,7 +393,7 @@ def _bench(args: argparse.Namespace) -> int:
                              f"{exc!r}") from exc
         return 0
     if args.cmd in WITHOUT_LAB:
-        _figures(args, MEASURE[args.cmd](args))
+        _figures(args, stamped(MEASURE[args.cmd](args)))
         return 0
     from ina.lab.mininet import missing_tools
 
@@ -428,7 +429,7 @@ def _bench(args: argparse.Namespace) -> int:
 
         print(deploy.run(args.build, repeat=args.repeat))
     else:
-        _figures(args, MEASURE[args.cmd](args))
+        _figures(args, stamped(MEASURE[args.cmd](args)))
     return 0
 
 
