@@ -30,9 +30,9 @@ P4_SOURCES := $(wildcard p4src/*.p4 p4src/include/*.p4)
 
 
 # Each benchmark that writes docs/NAME.json and docs/NAME.png (make bench-NAME); those on
-# a lab need the compiled program, accuracy runs on the embedded network.
+# a lab need the compiled program, accuracy runs on the embedded network, host on none.
 LAB_BENCHES := allreduce dataplane loss failover collectives congestion train
-FIGURES := $(LAB_BENCHES) accuracy
+FIGURES := $(LAB_BENCHES) accuracy host
 BENCH_ARGS_loss := --rounds 7
 INABENCH := $(VENV)/bin/inabench --build $(BUILD)
 bench_run = $(INABENCH) $(1) $(BENCH_ARGS_$(1)) --json-out docs/$(1).json --png docs/$(1).png
@@ -105,6 +105,9 @@ $(LAB_BENCHES:%=bench-%): bench-%: build
 
 bench-accuracy: ## 16-bit float sums through ina against gloo's and the exact sum (no BMv2)
 	$(call bench_run,accuracy)
+
+bench-host: ## one worker against a loopback reflector beside a plain C loop (no BMv2)
+	$(call bench_run,host)
 
 train: bench-train ## DDP and HSDP training through ina against gloo on Mininet + BMv2
 

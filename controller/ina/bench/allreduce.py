@@ -213,20 +213,26 @@ def reflector(gap: float = 0.0, address: str = "127.0.0.2") -> Iterator[str]:
         proc.wait()
 
 
-def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0) -> HostRate:
+#: What starts a reflector for the block it guards: (gap, address) -> its address.
+Reflect = Callable[..., contextlib.AbstractContextManager[str]]
+
+
+def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0,
+              reflect: Reflect = reflector) -> HostRate:
     """One worker's AllReduce against a loopback reflector in another process, which
     answers every packet at once as the root would: the worker library's own rate.
     ``shared``: through one job's view of a shared socket, as a torch rank's process
     group sends and receives (ina.host.transport.SharedTransport). ``gap``: the
     reflector answers one packet at a time, at least that many seconds apart (the
-    rate is then the reflector's; the CPU per packet is still the worker's)."""
+    rate is then the reflector's; the CPU per packet is still the worker's).
+    ``reflect``: the reflector (ina.bench.host has a compiled one)."""
     from ina.host.arrays import random_array
     from ina.host.config import WorkerConfig
     from ina.host.transport import SharedTransport, UdpTransport
     from ina.host.window import RtoEstimator
     from ina.host.worker import Worker
 
-    with reflector(gap) as address:
+    with reflect(gap) as address:
         config = WorkerConfig(job_id=1, op=Op.SUM, pbm=1, target=address,
                               window=HOST_WINDOW, root=address)
         with UdpTransport(config.target, bind="127.0.0.1") as transport:
@@ -244,7 +250,7 @@ def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0) -> Ho
 
 
 def wake_floor(packets: int = PACED_PACKETS, gap: float = PACED_GAP,
-               address: str = "127.0.0.2") -> HostRate:
+               address: str = "127.0.0.2", reflect: Reflect = reflector) -> HostRate:
     """What a wake costs whatever the worker does in it: a loop with HOST_WINDOW
     packets in flight that only waits for the reflector's results (one at a time,
     ``gap`` apart), receives them (recvmmsg, copied out as the worker does) and
@@ -256,7 +262,7 @@ def wake_floor(packets: int = PACED_PACKETS, gap: float = PACED_GAP,
     from ina.protocol.constants import INA_UDP_PORT
 
     packet = ina_payload(1, 0, 1, [0] * ELEMS_PER_PACKET)
-    with reflector(gap, address), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    with reflect(gap, address), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(("127.0.0.1", 0))
         sock.setblocking(False)
         batch, to = mmsg.Datagrams(sock), (address, INA_UDP_PORT)

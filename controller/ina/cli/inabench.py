@@ -5,7 +5,7 @@
     inabench loss [--losses 0 0.01 0.05] [--size 65536] [--regimes cpu,link] [--rate 4]
         [--json-out F] [--png F]
     inabench deploy
-    inabench host
+    inabench host [--rounds 5] [--json-out F] [--png F]
     inabench dataplane [--json-out F] [--png F]
     inabench failover [--case leaf-spine --case fat-tree] [--json-out F] [--png F]
     inabench failover --from-json docs/failover.json --png docs/failover.png   # redraw only
@@ -18,7 +18,8 @@
                         [--png F]
     inabench accuracy [--ranks 2 4] [--json-out F] [--png F]
 
-Each command is a module of ina.bench: allreduce (and host), loss, deploy;
+Each command is a module of ina.bench: allreduce, loss, deploy; host: one worker
+against a compiled reflector beside a plain C loop, the machine's limit (no BMv2);
 dataplane: what one BMv2 switch running the program does per second; failover: a
 VAT switch stopped mid-AllReduce, detected and repaired; train: DDP and HSDP training
 with the ina backend against gloo; soak: a chaos soak, a training-like loop of AllReduce
@@ -45,7 +46,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ina.bench.goals import render as render_goals
 from ina.bench.onlab import CASES, COLLECTIVE_SIZE_QUANTUM, COLLECTIVE_SIZES, REGIMES
 from ina.bench.output import Drawn, Figures, measured_line, read_json, stamped, write_json
 from ina.cli import common
@@ -136,7 +136,11 @@ def _deploy_options(sub: common.SubParsers) -> None:
 
 
 def _host_options(sub: common.SubParsers) -> None:
-    common.command(sub, "host", "one worker against a loopback reflector (no switch)")
+    h = common.command(sub, "host", "one worker against a loopback reflector beside a plain "
+                                    "C loop, the machine's limit (no switch, no BMv2)")
+    h.add_argument("--rounds", type=_count, default=5, metavar="N",
+                   help="rounds of every measurement, alternating (default: 5)")
+    _outputs(h, "the rates and the CPU per packet")
 
 
 def _dataplane_options(sub: common.SubParsers) -> None:
@@ -344,7 +348,8 @@ def _reflect_batched(batch: mmsg.Datagrams) -> None:
 FIGURES = {"allreduce": "AllreduceFigures", "loss": "LossFigures",
            "dataplane": "DataplaneReport", "failover": "FailoverFigures",
            "train": "TrainFigures", "collectives": "CollectivesFigures", "soak": "SoakFigures",
-           "congestion": "CongestionRun", "accuracy": "AccuracyFigures"}
+           "congestion": "CongestionRun", "accuracy": "AccuracyFigures",
+           "host": "HostFigures"}
 
 
 def _read(cmd: str, doc: Any) -> Figures:
@@ -403,28 +408,7 @@ def _bench(args: argparse.Namespace) -> int:
     if not sandbox.inside():
         return sandbox.reexec(keep=[args.build.resolve()])
     sandbox.stop_on()  # SystemExit: the labs stop their switches and hosts
-    if args.cmd == "host":
-        from ina.bench.allreduce import PACED_GAP, PACED_PACKETS, host_rate, wake_floor
-        from ina.protocol.constants import ELEMS_PER_PACKET
-
-        own = host_rate()
-        for rate, how in ((own, "its own socket"),
-                          (host_rate(shared=True),
-                           "a job's view of a shared socket, as a torch rank's")):
-            print(f"one worker against a loopback reflector, through {how}: "
-                  f"{rate.packets_per_s:,.0f} packets/s, {rate.values_per_s:,.0f} "
-                  f"values/s{rate.cpu()}")
-        rate = host_rate(PACED_PACKETS * ELEMS_PER_PACKET, gap=PACED_GAP)
-        print(f"the same, its results one at a time at least {PACED_GAP * 1e3:g} ms apart "
-              f"(as a CPU-bound BMv2 switch sends them in DDP): "
-              f"{rate.packets_per_s:,.0f} packets/s{rate.cpu()}")
-        floor = wake_floor()
-        print(f"the floor of that: a loop that only waits for the same results, receives "
-              f"them and answers each with one send (no window; what any worker pays a "
-              f"wake): {floor.cpu_us_per_packet:.1f} us of its CPU per packet")
-        print("\n".join(render_goals("Goal of issue 24, through its own socket:",
-                                      [own.goal()])))
-    elif args.cmd == "deploy":
+    if args.cmd == "deploy":
         from ina.bench import deploy
 
         print(deploy.run(args.build, repeat=args.repeat))
@@ -511,6 +495,12 @@ def _congestion(args: argparse.Namespace) -> Any:
     return congestion.run(args.build, settings).figures()
 
 
+def _host(args: argparse.Namespace) -> Any:
+    from ina.bench import host
+
+    return host.run(args.rounds).figures()
+
+
 def _accuracy(args: argparse.Namespace) -> Any:
     from ina.bench import accuracy
 
@@ -524,10 +514,10 @@ def _accuracy(args: argparse.Namespace) -> Any:
 MEASURE: dict[str, Callable[[argparse.Namespace], Any]] = {
     "allreduce": _allreduce, "loss": _loss, "dataplane": _dataplane, "failover": _failover,
     "train": _train, "collectives": _collectives, "soak": _soak,
-    "congestion": _congestion, "accuracy": _accuracy,
+    "congestion": _congestion, "accuracy": _accuracy, "host": _host,
 }
 #: Benchmarks that need no lab (the embedded network), so no BMv2 and no sandbox.
-WITHOUT_LAB = {"accuracy"}
+WITHOUT_LAB = {"accuracy", "host"}
 
 
 if __name__ == "__main__":
