@@ -3,9 +3,11 @@ exists, and every anchor a heading of that file (GitHub's anchors)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,17 @@ def test_the_readmes_python_example_sums_on_the_embedded_network() -> None:
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[10 10 10]"
+
+
+def test_the_packages_python_example_sums_floats_on_the_embedded_network() -> None:
+    import ina
+
+    assert ina.__doc__ is not None
+    _, _, after = ina.__doc__.partition("::\n\n")
+    lines = list(itertools.takewhile(lambda line: not line or line.startswith("    "),
+                                     after.splitlines()))
+    block = textwrap.dedent("\n".join(lines))
+    done = subprocess.run([sys.executable, "-c", block], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[2.5", "2.5", "2.5]", "True"]

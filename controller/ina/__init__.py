@@ -1,12 +1,24 @@
 """In-network aggregation (draft-song-ina-00) on BMv2: controller, worker library, model.
 
-The worker API in one call per collective::
+The worker API in one call per collective; here four workers on the embedded network
+(the reference model, in this process: no BMv2 needed; on a lab, leave out
+``embedded=`` and run each worker on its host)::
 
-    from ina import allreduce
-    result = allreduce(array, topology="topologies/figure1.yaml",
-                       job="jobs/figure1-sum.yaml", worker="w1")
-    result.values        # the reduced array (int32, or float32 for float input)
-    result.error_bound   # float input only: per-element bound on the error
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    import ina
+    from ina.model.embedded import spawn
+
+    topo, job = "topologies/figure1.yaml", "jobs/figure1-sum.yaml"
+    with spawn(topo, [job]) as net, ThreadPoolExecutor(4) as pool:
+        calls = [pool.submit(ina.allreduce, np.full(3, 0.25 * i, dtype=np.float32),
+                             topology=topo, job=job, worker=f"w{i}",
+                             embedded=net.endpoints) for i in (1, 2, 3, 4)]
+        result = calls[0].result()
+    print(result.values)  # the reduced array: [2.5 2.5 2.5] (int32 for int input)
+    print(bool((result.error_bound < 1e-6).all()))  # float input: a bound per element
 
 and likewise ``broadcast(array, root=r, ...)``, ``reduce(array, root=r, ...)``,
 ``reduce_scatter(array, ...)``, ``allgather(part, ...)`` and ``barrier(...)``
