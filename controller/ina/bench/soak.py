@@ -38,11 +38,8 @@ import contextlib
 import json
 import logging
 import os
-import queue
 import random
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -66,6 +63,7 @@ from ina.bench.chaos import (
     render,
     schedule,
 )
+from ina.bench.hostprocess import HostProcess
 from ina.bench.onlab import ROOT
 from ina.bench.output import watch_figures
 from ina.control import p4names as n
@@ -74,7 +72,7 @@ from ina.control.controller import Controller
 from ina.control.entities import TableEntry
 from ina.control.repair import repair_switches
 from ina.control.watch import WatchOptions
-from ina.errors import LabError, UsageError
+from ina.errors import UsageError
 from ina.lab.deploy import controller_call, deploy, repair_lab
 from ina.lab.mininet import Lab, LabOptions
 from ina.lab.watching import WatcherThread
@@ -83,8 +81,6 @@ from ina.spec.job import Job, JobSpec
 from ina.spec.topology import Failures, Topology
 
 LOG = logging.getLogger(__name__)
-#: Seconds a worker or injector process has to start (imports on a busy machine).
-START_TIMEOUT = 120.0
 #: Seconds the soak waits for the watcher to see a failure before it brings the
 #: element back anyway (and counts the failure as missed).
 DETECT_TIMEOUT = 15.0
@@ -140,91 +136,6 @@ class SoakSettings:
     watch: WatchOptions = field(default_factory=WatchOptions)
 
 
-# --- Processes on the hosts -------------------------------------------------------------
-
-
-class Agent:
-    """A process on a lab host, driven one JSON line at a time (ina.bench.soak_host);
-    its answers read by a thread, so that waiting for one has a bound."""
-
-    def __init__(self, lab: Lab, host: str, argv: list[str], log: Path):
-        self.host, self.argv, self.log_path = host, argv, log
-        self._log = log.open("ab")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc: subprocess.Popen[bytes] = lab.host(host).popen(
-            [sys.executable, "-m", "ina.bench.soak_host", *argv], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self._log, env=env)
-        self.lines: queue.Queue[bytes] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, name=f"agent-{host}", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(b"")  # the end
-
-    def ready(self, timeout: float = START_TIMEOUT) -> None:
-        line = self.next_line(timeout)
-        if line is None or line.strip() != b"ready":
-            raise LabError(f"{self.host}: the soak's process did not start (said "
-                               f"{line!r}); see {self.tail()}")
-
-    def next_line(self, timeout: float) -> bytes | None:
-        try:
-            return self.lines.get(timeout=max(0.0, timeout))
-        except queue.Empty:
-            return None
-
-    def send(self, request: dict[str, Any] | None) -> bool:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write((json.dumps(request) if request is not None else "").encode()
-                                  + b"\n")
-            self.proc.stdin.flush()
-            return True
-        except (BrokenPipeError, OSError):
-            return False
-
-    def request(self, request: dict[str, Any], timeout: float) -> dict[str, Any] | None:
-        if not self.send(request):
-            return None
-        line = self.next_line(timeout)
-        return json.loads(line) if line else None
-
-    def stop(self, grace: float = 10.0) -> None:
-        """Ask it to end (an empty line); SIGTERM, then SIGKILL, if it does not."""
-        if self.proc.poll() is None:
-            self.send(None)
-            with contextlib.suppress(OSError):
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()
-        self.kill(wait=grace)
-
-    def kill(self, wait: float = 0.0, grace: float = 3.0) -> None:
-        """End it: after ``wait`` seconds, SIGTERM (a worker in a call gives it up, as
-        on a failure), and SIGKILL ``grace`` seconds later."""
-        try:
-            self.proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(timeout=5)
-        self._log.close()
-
-    def tail(self, lines: int = 5) -> str:
-        self._log.flush()
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return "(no log)"
-        return " | ".join(text[-lines:]) or "(empty log)"
-
-
 # --- The soak -------------------------------------------------------------------------
 
 
@@ -263,9 +174,9 @@ class Soak:
                            case.member, case.outsider, settings.seed, settings.minutes,
                            settings.max_calls, settings.worker_timeout, settings.hung_after,
                            settings.max_attempts)
-        self.workers: dict[str, Agent] = {}
-        self.injectors: dict[str, Agent] = {}
-        self.every_agent: list[Agent] = []
+        self.workers: dict[str, HostProcess] = {}
+        self.injectors: dict[str, HostProcess] = {}
+        self.every_agent: list[HostProcess] = []
         self.watcher: WatcherThread | None = None
         self.started = time.monotonic()
         self.lock = threading.Lock()
@@ -293,20 +204,24 @@ class Soak:
 
     # --- the processes ---
 
-    def _start_worker(self, worker: str) -> Agent:
-        agent = Agent(self.lab, worker, [
-            "worker", "-t", str(self.case.topology), "--job", str(self.case.job), "--worker",
-            worker, "--seed", str(self.settings.seed), "--timeout",
-            str(self.settings.worker_timeout)], self.workdir / f"{worker}.log")
+    def _agent(self, host: str, argv: list[str], log: str) -> HostProcess:
+        """A process of the soak's (ina.bench.soak_host) on ``host``; an empty line
+        ends it."""
+        agent = HostProcess.on(self.lab, host, [sys.executable, "-m", "ina.bench.soak_host",
+                                                *argv], self.workdir / log, ask=b"")
         self.every_agent.append(agent)
         return agent
 
-    def _start_injector(self, host: str) -> Agent:
+    def _start_worker(self, worker: str) -> HostProcess:
+        return self._agent(worker, [
+            "worker", "-t", str(self.case.topology), "--job", str(self.case.job), "--worker",
+            worker, "--seed", str(self.settings.seed), "--timeout",
+            str(self.settings.worker_timeout)], f"{worker}.log")
+
+    def _start_injector(self, host: str) -> HostProcess:
         intf = self.lab.host(host).defaultIntf().name
-        agent = Agent(self.lab, host, ["inject", "--ip", self.topology.hosts[host].ip,
-                                       "--intf", intf], self.workdir / f"{host}-inject.log")
-        self.every_agent.append(agent)
-        return agent
+        return self._agent(host, ["inject", "--ip", self.topology.hosts[host].ip,
+                                  "--intf", intf], f"{host}-inject.log")
 
     # --- the loop ---
 
@@ -659,7 +574,7 @@ class Soak:
                 if looped:
                     self._safely("the last call", self._final_call)
                 for agent in [*self.workers.values(), *self.injectors.values()]:
-                    self._safely(f"stopping the process on {agent.host}", agent.stop)
+                    self._safely(f"stopping the process on {agent.name}", agent.stop)
                 run.false_verdicts, run.stale_verdicts = self.verdict_problems()
                 self.watcher.stop()
         finally:
@@ -723,8 +638,8 @@ class Soak:
 
     def _leftovers(self, baseline: set[int], before_files: set[str]) -> None:
         left = self.run.left
-        running = [a for a in self.every_agent if a.proc.poll() is None]
-        left.processes = [f"{a.host}: {' '.join(a.argv[:1])} (pid {a.proc.pid})"
+        running = [a for a in self.every_agent if a.running()]
+        left.processes = [f"{a.name}: {a.argv[3]} (pid {a.proc.pid})"
                           for a in running]
         switches = {sw.proc.pid for sw in self.lab.net.switches if sw.proc is not None}
         for pid in sorted(_process_ids() - baseline - switches - {os.getpid()}):
