@@ -22,7 +22,6 @@ import contextlib
 import os
 import select
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +31,7 @@ from typing import Any
 
 from ina.bench.goals import Goal
 from ina.bench.goals import render as render_goals
+from ina.bench.hostprocess import HostProcess
 from ina.bench.onlab import INA_WIRE_PER_VALUE, Bench, Case, bench_on_lab, describe_vat
 from ina.bench.output import (
     cases_from_figures,
@@ -156,25 +156,22 @@ def measure(bench: Bench, name: str, start: Callable[[int], tuple[Procs, Procs]]
 def ps(bench: Bench, ps_host: str, size: int) -> tuple[Procs, Procs]:
     """The parameter server on ``ps_host`` and a PS worker on every worker's host."""
     py, workers = sys.executable, bench.job.workers
-    server = bench.lab.host(ps_host).popen(
-        [py, "-m", "ina.cli.baselines", "ps-server", "--port", str(PS_PORT),
-         "--workers", str(len(workers))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    server = HostProcess.on(bench.lab, ps_host, [
+        py, "-m", "ina.cli.baselines", "ps-server", "--port", str(PS_PORT),
+        "--workers", str(len(workers))])
     ip = bench.topology.hosts[ps_host].ip
-    return {w: bench.lab.host(w).popen(
-        [py, "-m", "ina.cli.baselines", "ps-worker", "--server", ip, "--port", str(PS_PORT),
-         "--random", str(size), "--seed", str(i), "--wait-go"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return {w: HostProcess.on(bench.lab, w, [
+        py, "-m", "ina.cli.baselines", "ps-worker", "--server", ip, "--port", str(PS_PORT),
+        "--random", str(size), "--seed", str(i), "--wait-go"])
         for i, w in enumerate(workers)}, {"ps-server": server}
 
 
 def ring(bench: Bench, size: int) -> tuple[Procs, Procs]:
     """A ring AllReduce among the workers' hosts."""
     hosts = ",".join(bench.topology.hosts[w].ip for w in bench.job.workers)
-    return {w: bench.lab.host(w).popen(
-        [sys.executable, "-m", "ina.cli.baselines", "ring", "--rank", str(i), "--hosts", hosts,
-         "--port", str(RING_PORT), "--random", str(size), "--seed", str(i), "--wait-go"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return {w: HostProcess.on(bench.lab, w, [
+        sys.executable, "-m", "ina.cli.baselines", "ring", "--rank", str(i), "--hosts", hosts,
+        "--port", str(RING_PORT), "--random", str(size), "--seed", str(i), "--wait-go"])
         for i, w in enumerate(bench.job.workers)}, {}
 
 
@@ -200,17 +197,13 @@ def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...]) -> CaseResul
 def reflector(gap: float = 0.0, address: str = "127.0.0.2") -> Iterator[str]:
     """``inabench reflect`` on ``address`` in another process while the block runs,
     answering one packet a ``gap`` if given: its address."""
-    proc = subprocess.Popen([sys.executable, "-m", "ina.cli.inabench", "reflect", address,
-                             "--gap", str(gap)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = HostProcess("the reflector", [sys.executable, "-m", "ina.cli.inabench", "reflect",
+                                         address, "--gap", str(gap)])
     try:
-        assert proc.stdout is not None and proc.stderr is not None
-        if proc.stdout.readline().strip() != b"ready":
-            raise LabError("the reflector did not start: "
-                               + proc.stderr.read().decode(errors="replace"))
+        proc.ready(b"ready")
         yield address
     finally:
-        proc.terminate()
-        proc.wait()
+        proc.kill()
 
 
 #: What starts a reflector for the block it guards: (gap, address) -> its address.

@@ -29,7 +29,6 @@ for gloo's). The issue's goals (issue 17) are printed next to what was measured.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -37,11 +36,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ina.bench.collective_rank import OWNED, OWNED_COLLECTIVES, Command
 from ina.bench.goals import Goal, Goals, less_cpu
 from ina.bench.goals import render as render_goals
+from ina.bench.hostprocess import HostProcess, stop_all
 from ina.bench.onlab import (
     CASES,
     COLLECTIVE_SIZES,
@@ -58,7 +58,7 @@ from ina.bench.output import (
     regime_title,
     save,
 )
-from ina.bench.timing import CpuTime, Link, Traffic, busiest, start_together
+from ina.bench.timing import CpuTime, Link, Procs, Traffic, busiest, start_together
 from ina.errors import LabError
 from ina.protocol.constants import BIER_HEADER_BYTES, ELEMS16_PER_PACKET, ELEMS_PER_PACKET
 
@@ -73,6 +73,10 @@ BARRIER_REPEAT = 10
 MASTER_PORT = 29510
 #: Seconds a rank waits without progress before its collective fails.
 RANK_TIMEOUT = 120.0
+#: Seconds the ranks have to be up (torch imported, gloo's group set up), and to
+#: report one measurement.
+UP_TIMEOUT = 300.0
+MEASURE_TIMEOUT = 1800.0
 #: A 32-bit data packet inside BIER, per value (a host link's is INA_WIRE_PER_VALUE).
 BIER_WIRE_PER_VALUE = INA_WIRE_PER_VALUE + BIER_HEADER_BYTES / ELEMS_PER_PACKET
 #: The same with 16-bit elements.
@@ -180,52 +184,40 @@ class Ranks:
     def __init__(self, bench: Bench, workdir: Path):
         self.bench = bench
         self.workers = list(bench.job.workers)
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.logs: dict[str, IO[bytes]] = {}
-        for w, env in bench.rank_envs(MASTER_PORT).items():
-            self.logs[w] = (workdir / f"{w}.log").open("w+b")
-            self.procs[w] = bench.lab.host(w).popen(
-                [sys.executable, "-m", "ina.bench.collective_rank", "--worker", w,
-                 "--timeout", str(RANK_TIMEOUT)],
-                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.logs[w])
-        for w in self.workers:
-            self._expect(w, b"up")
+        self.procs: Procs = {}
+        try:
+            for w, env in bench.rank_envs(MASTER_PORT).items():
+                self.procs[w] = HostProcess.on(
+                    bench.lab, w, [sys.executable, "-m", "ina.bench.collective_rank",
+                                   "--worker", w, "--timeout", str(RANK_TIMEOUT)],
+                    workdir / f"{w}.log", env=env, ask=b"quit")
+            for proc in self.procs.values():
+                proc.ready(b"up", UP_TIMEOUT)
+        except BaseException:
+            self.close()
+            raise
 
-    def _log(self, worker: str) -> str:
-        log = self.logs[worker]
-        log.seek(0)
-        return log.read().decode(errors="replace").strip()[-3000:]
-
-    def _line(self, worker: str) -> bytes:
-        stdout = self.procs[worker].stdout
-        assert stdout is not None
-        line = stdout.readline().strip()
+    def _report(self, worker: str) -> dict[str, Any]:
+        proc = self.procs[worker]
+        line = proc.next_line(MEASURE_TIMEOUT)
         if not line:
-            raise LabError(f"the rank on {worker} ended ({self.procs[worker].wait()}): "
-                               f"{self._log(worker)}")
-        return line
-
-    def _expect(self, worker: str, what: bytes) -> None:
-        line = self._line(worker)
-        if line != what:
-            raise LabError(f"the rank on {worker} said {line!r}, not {what!r}: "
-                               f"{self._log(worker)}")
+            what = "ended" if line == b"" else f"did not answer within {MEASURE_TIMEOUT:g}s"
+            raise LabError(f"the rank on {worker} {what}: {proc.tail()}")
+        report: dict[str, Any] = json.loads(line)
+        return report
 
     def measure(self, command: Command) -> CollectiveRun:
         """``command`` at every rank at once; its figures."""
         topology = self.bench.topology
-        payload = (json.dumps(asdict(command)) + "\n").encode()
         for proc in self.procs.values():
-            assert proc.stdin is not None
-            proc.stdin.write(payload)
-            proc.stdin.flush()
+            proc.send(asdict(command))
         traffic = Traffic(topology)
         pids: dict[str, Sequence[int]] = {
             "switches": list(self.bench.lab.switch_pids().values()),
-            "ranks": [proc.pid for proc in self.procs.values()]}
+            "ranks": [proc.proc.pid for proc in self.procs.values()]}
         counted: list[CpuTime] = []
         start_together(self.procs, on_ready=lambda: counted.append(CpuTime(pids)))
-        reports = {w: json.loads(self._line(w)) for w in self.workers}
+        reports = {w: self._report(w) for w in self.workers}
         link_bytes = traffic.since()
         used = counted[0].since()
         per = command.size * command.repeat
@@ -248,16 +240,7 @@ class Ranks:
             errors, used["switches"], used["ranks"], per)
 
     def close(self) -> None:
-        for w, proc in self.procs.items():
-            try:
-                if proc.poll() is None and proc.stdin is not None:
-                    proc.stdin.write(b"quit\n")
-                    proc.stdin.flush()
-                proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                proc.kill()
-                proc.wait()
-            self.logs[w].close()
+        stop_all(self.procs.values(), grace=30)
 
 
 @contextmanager

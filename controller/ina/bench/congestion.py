@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ina.bench.goals import Goals, render
+from ina.bench.hostprocess import HostProcess
 from ina.bench.onlab import CASES, INA_WIRE_PER_VALUE, Bench, bench_on_lab
 from ina.bench.output import pyplot, save
 from ina.bench.timing import Procs, start_together, wait_all, wait_for_go
@@ -298,12 +299,11 @@ def _tcp_intervals(doc: dict[str, Any]) -> list[tuple[float, float, float]]:
 def _loops(bench: Bench, settings: Settings) -> Procs:
     """Each worker's loop of calls (``loop`` below, on its host), ready to go."""
     seconds = settings.shared + settings.alone
-    return {w: bench.lab.host(w).popen(
-        [sys.executable, "-m", "ina.bench.congestion", "--topology", str(bench.topology_path),
-         "--job", str(bench.job_path), "--worker", w, "--workers", str(len(bench.job.workers)),
-         "--seed", str(i), "--values", str(settings.values_per_call),
-         "--seconds", f"{seconds:g}"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return {w: HostProcess.on(bench.lab, w, [
+        sys.executable, "-m", "ina.bench.congestion", "--topology", str(bench.topology_path),
+        "--job", str(bench.job_path), "--worker", w, "--workers", str(len(bench.job.workers)),
+        "--seed", str(i), "--values", str(settings.values_per_call),
+        "--seconds", f"{seconds:g}"])
         for i, w in enumerate(bench.job.workers)}
 
 

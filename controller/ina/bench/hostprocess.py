@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -152,15 +152,19 @@ class HostProcess:
     def running(self) -> bool:
         return self.proc.poll() is None
 
-    def stop(self, grace: float = 10.0, term_grace: float = 3.0) -> None:
-        """End it: asked (``ask``, its stdin closed), then after ``grace`` seconds
-        SIGTERM, and SIGKILL ``term_grace`` seconds later."""
+    def quit(self) -> None:
+        """Ask it to end, as it expects: ``ask``, then its stdin closed."""
         if self.running():
             if self.ask is not None:
                 self.write(self.ask)
             with contextlib.suppress(OSError):
                 assert self.proc.stdin is not None
                 self.proc.stdin.close()
+
+    def stop(self, grace: float = 10.0, term_grace: float = 3.0) -> None:
+        """End it: asked (``quit``), then after ``grace`` seconds SIGTERM, and
+        SIGKILL ``term_grace`` seconds later."""
+        self.quit()
         self.kill(wait=grace, grace=term_grace)
 
     def kill(self, wait: float = 0.0, grace: float = 3.0) -> None:
@@ -198,6 +202,16 @@ class HostProcess:
             return "(no log)"
         last = text.decode(errors="replace").strip().splitlines()[-lines:]
         return " | ".join(last) or "(empty log)"
+
+
+def stop_all(procs: Iterable[HostProcess], grace: float = 10.0) -> None:
+    """``stop`` each of ``procs``, every one asked first: processes that end
+    together (a process group's ranks) are not each waited for alone."""
+    procs = list(procs)
+    for proc in procs:
+        proc.quit()
+    for proc in procs:
+        proc.stop(grace)
 
 
 def _deadline(timeout: float) -> Callable[[], float]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ina.bench.hostprocess import HostProcess
 from ina.bench.timing import Procs
 from ina.lab.deploy import deploy
 from ina.lab.mininet import Lab, LabOptions
@@ -96,11 +96,10 @@ class Bench:
     def ina(self, size: int, seed: int = 0, extra: tuple[str, ...] = ()) -> tuple[Procs, Procs]:
         """An INA AllReduce of ``size`` random values at every worker (``inaworker``,
         worker i seeded ``seed + i``), waiting to be started together."""
-        return {w: self.lab.host(w).popen(
-            [sys.executable, "-m", "ina.cli.inaworker", "-t", str(self.topology_path), "--job",
-             str(self.job_path), "--worker", w, "--random", str(size), "--seed", str(seed + i),
-             "--timeout", "60", "--wait-go", *extra],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return {w: HostProcess.on(self.lab, w, [
+            sys.executable, "-m", "ina.cli.inaworker", "-t", str(self.topology_path), "--job",
+            str(self.job_path), "--worker", w, "--random", str(size), "--seed", str(seed + i),
+            "--timeout", "60", "--wait-go", *extra])
             for i, w in enumerate(self.job.workers)}, {}
 
     def regimes(self, regimes: tuple[str, ...], rate_mbit: float

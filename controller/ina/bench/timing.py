@@ -14,7 +14,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -23,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ina.bench.hostprocess import HostProcess, stop_all
 from ina.errors import LabError, UsageError
 from ina.spec.topology import Topology
 
 Link = tuple[str, str]  # (from node, to node)
-Procs = dict[str, "subprocess.Popen[bytes]"]
+Procs = dict[str, HostProcess]
 
 
 def wait_for_go() -> None:
@@ -40,40 +40,31 @@ def wait_for_go() -> None:
 def start_together(workers: Procs, timeout: float = 120.0,
                    on_ready: Callable[[], None] = lambda: None) -> None:
     """Once every worker says it is set up (``ready``: its imports done, its
-    connections up), tell them all to go at once, so that no worker's time includes
-    waiting for another process to start; ``on_ready`` is called just before (what
-    is counted from the start: the processes' CPU time)."""
+    connections up; all within ``timeout`` seconds), tell them all to go at once, so
+    that no worker's time includes waiting for another process to start;
+    ``on_ready`` is called just before (what is counted from the start: the
+    processes' CPU time)."""
     deadline = time.monotonic() + timeout
-    for name, proc in workers.items():
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()  # blocks until it is set up
-        if line != b"ready":
-            err = proc.stderr.read().decode() if proc.stderr is not None else ""
-            raise LabError(f"{name} did not get ready (said {line!r}): {err.strip()}")
-        if time.monotonic() > deadline:
-            raise LabError(f"{name} took more than {timeout:g}s to get ready")
+    for proc in workers.values():
+        proc.ready(b"ready", deadline - time.monotonic())
     on_ready()
     for proc in workers.values():
-        assert proc.stdin is not None
-        proc.stdin.write(b"go\n")
-        proc.stdin.flush()
+        proc.go()
 
 
 def wait_all(workers: Procs, others: Procs, timeout: float) -> dict[str, Any]:
-    """Wait for every process; the workers' last output line is their JSON report."""
+    """Wait (each at most ``timeout`` seconds) for every process to end; the
+    workers' last output line is their JSON report. Every process is stopped after."""
     results = {}
     try:
         for name, proc in {**workers, **others}.items():
-            out, err = proc.communicate(timeout=timeout)
-            if proc.returncode != 0:
-                raise LabError(f"{name} failed ({proc.returncode}): {err.decode().strip()}")
+            lines = [line for line in proc.finish(timeout) if line.strip()]
             if name in workers:
-                results[name] = json.loads(out.decode().strip().splitlines()[-1])
+                if not lines:
+                    raise LabError(f"{name}: {proc.what} ended without a report")
+                results[name] = json.loads(lines[-1])
     finally:
-        for proc in {**workers, **others}.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        stop_all({**workers, **others}.values(), grace=0)
     return results
 
 
