@@ -13,18 +13,16 @@ import numpy as np
 import pytest
 
 from ina.bench.collective_rank import OWNED, Command, expected, inputs
-from ina.bench.collectives import (
+from ina.bench.collectives_figures import CollectivesFigures
+from ina.bench.collectives_goals import cpu_goals, goals, unlimited_speed_goals
+from ina.bench.collectives_plan import (
     ARRAY_COLLECTIVES,
     BIER_WIRE_PER_VALUE,
     METHODS,
     CollectiveRun,
     CollectivesCase,
-    CollectivesFigures,
     CollectivesRegime,
     commands,
-    cpu_goals,
-    goals,
-    unlimited_speed_goals,
 )
 from ina.bench.onlab import COLLECTIVE_SIZE_QUANTUM, INA_WIRE_PER_VALUE
 from ina.cli import inabench

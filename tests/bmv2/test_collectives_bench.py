@@ -11,7 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from ina.bench.collective_rank import Command
-from ina.bench.collectives import ARRAY_COLLECTIVES, CollectivesFigures, measure_on_bench
+from ina.bench.collectives import measure_on_bench
+from ina.bench.collectives_figures import CollectivesFigures
+from ina.bench.collectives_plan import ARRAY_COLLECTIVES
 from ina.bench.onlab import CASES, Bench
 from ina.spec.job import Job
 

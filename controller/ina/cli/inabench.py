@@ -344,19 +344,20 @@ def _reflect_batched(batch: mmsg.Datagrams) -> None:
 # --- Figures: measured now or read from a file, reported the same way ---------------------
 
 
-#: The class of each benchmark's figures, in its module ina.bench.COMMAND.
-FIGURES = {"allreduce": "AllreduceFigures", "loss": "LossFigures",
-           "dataplane": "DataplaneReport", "failover": "FailoverFigures",
-           "train": "TrainFigures", "collectives": "CollectivesFigures", "soak": "SoakFigures",
-           "congestion": "CongestionRun", "accuracy": "AccuracyFigures",
-           "host": "HostFigures"}
+#: The class of each benchmark's figures, MODULE.CLASS in ina.bench.
+FIGURES = {"allreduce": "allreduce.AllreduceFigures", "loss": "loss.LossFigures",
+           "dataplane": "dataplane.DataplaneReport", "failover": "failover.FailoverFigures",
+           "train": "train.TrainFigures", "collectives": "collectives_figures.CollectivesFigures",
+           "soak": "soak.SoakFigures", "congestion": "congestion.CongestionRun",
+           "accuracy": "accuracy.AccuracyFigures", "host": "host.HostFigures"}
 
 
 def _read(cmd: str, doc: Any) -> Figures:
     """``cmd``'s figures from their JSON data (KeyError, TypeError or ValueError if
     it is not that); the benchmark's module imported only when asked for."""
-    module = importlib.import_module(f"ina.bench.{cmd}")
-    figures: Figures = getattr(module, FIGURES[cmd]).from_figures(doc)
+    module, _, name = FIGURES[cmd].rpartition(".")
+    figures: Figures = getattr(importlib.import_module(f"ina.bench.{module}"),
+                               name).from_figures(doc)
     return figures
 
 
