@@ -13,19 +13,20 @@ and exits: for the tests where a rank fails or dies.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
-import selectors
 import socket
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from ina.bench.hostprocess import HostProcess, stop_all
 
 ROOT = Path(__file__).resolve().parents[1]
 READY_TIMEOUT = 120.0
@@ -51,15 +52,16 @@ def free_port() -> int:
             return port
 
 
-#: Starts rank ``r``'s process: (rank, argv, env) -> the process (stdin, stdout and
-#: stderr pipes, text mode). Default: on this machine; the BMv2 tier starts each rank
-#: on its worker's host.
-Launch = Callable[[int, list[str], dict[str, str]], "subprocess.Popen[str]"]
+#: Starts rank ``r``'s process: called as ``launch(rank, argv, env, **popen)``, where
+#: ``popen`` are subprocess.Popen's arguments for its pipes; the process. Default: on
+#: this machine; the BMv2 tier starts each rank on its worker's host.
+Launch = Callable[..., "subprocess.Popen[Any]"]
+Started = TypeVar("Started")
 
 
-def local_launch(rank: int, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def local_launch(rank: int, argv: list[str], env: dict[str, str], **popen: Any
+                 ) -> subprocess.Popen[Any]:
+    return subprocess.Popen(argv, env=env, **popen)
 
 
 def rank_env(rank: int, size: int, port: int, extra: Mapping[str, str],
@@ -73,73 +75,53 @@ def rank_env(rank: int, size: int, port: int, extra: Mapping[str, str],
 
 
 def start_ranks(size: int, args: list[str], extra: Mapping[str, str],
-                launch: Launch = local_launch, master: str = "127.0.0.1",
-                ) -> list[subprocess.Popen[str]]:
+                start: Callable[[int, list[str], dict[str, str]], Started],
+                master: str = "127.0.0.1") -> list[Started]:
+    """``start(rank, argv, env)`` for every rank of ``size``: ``python -m torchranks
+    ARGS`` with its torchrun variables."""
     port = free_port()
-    return [launch(r, [sys.executable, "-m", "torchranks", *args],
-                   rank_env(r, size, port, extra, master)) for r in range(size)]
-
-
-def _line(proc: subprocess.Popen[str], deadline: float) -> str:
-    assert proc.stdout is not None
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        if not sel.select(max(deadline - time.monotonic(), 0.0)):
-            return ""
-    return proc.stdout.readline()
+    return [start(r, [sys.executable, "-m", "torchranks", *args],
+                  rank_env(r, size, port, extra, master)) for r in range(size)]
 
 
 class RankPool:
-    """``size`` ranks of one process group, serving scenarios."""
+    """``size`` ranks of one process group, serving scenarios, each a HostProcess
+    (ina.errors.LabError, a RuntimeError, if one does not start)."""
 
     def __init__(self, size: int, extra: Mapping[str, str], backend: str = "ina",
                  launch: Launch = local_launch, master: str = "127.0.0.1"):
-        self.procs = start_ranks(size, ["serve", backend], extra, launch, master)
-        deadline = time.monotonic() + READY_TIMEOUT
-        for r, proc in enumerate(self.procs):
-            line = _line(proc, deadline).strip()
-            if line != "ready":
-                self.close()
-                raise RuntimeError(f"rank {r} did not start (said {line!r}): "
-                                   + self.stderr(proc))
+        def start(rank: int, argv: list[str], env: dict[str, str]) -> HostProcess:
+            return HostProcess(f"rank {rank}", argv, env=env, spawn=partial(launch, rank))
+
+        self.procs: list[HostProcess] = []
+        try:
+            self.procs = start_ranks(size, ["serve", backend], extra, start, master)
+            deadline = time.monotonic() + READY_TIMEOUT
+            for proc in self.procs:
+                proc.ready(b"ready", deadline - time.monotonic())
+        except BaseException:
+            self.close()
+            raise
 
     def run(self, scenario: str, timeout: float = 120.0, **params: Any) -> list[Any]:
         """Every rank's report of ``scenario``; RuntimeError with a rank's error."""
-        request = json.dumps({"scenario": scenario, "params": params}) + "\n"
         for proc in self.procs:
-            assert proc.stdin is not None
-            proc.stdin.write(request)
-            proc.stdin.flush()
+            proc.send({"scenario": scenario, "params": params})
         deadline = time.monotonic() + timeout
         reports = []
         for r, proc in enumerate(self.procs):
-            line = _line(proc, deadline)
+            line = proc.next_line(deadline - time.monotonic())
             if not line:
-                raise RuntimeError(f"rank {r} did not answer {scenario} within {timeout:g}s")
+                raise RuntimeError(f"rank {r} did not answer {scenario} within {timeout:g}s: "
+                                   + proc.tail())
             reports.append(json.loads(line))
         errors = [f"rank {r}: {rep['error']}" for r, rep in enumerate(reports) if "error" in rep]
         if errors:
             raise RuntimeError("; ".join(errors))
         return [rep["report"] for rep in reports]
 
-    @staticmethod
-    def stderr(proc: subprocess.Popen[str]) -> str:
-        if proc.poll() is None:
-            proc.kill()
-        _, err = proc.communicate()
-        return err.strip()[-3000:]
-
     def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None and proc.stdin is not None:
-                with contextlib.suppress(OSError):
-                    proc.stdin.close()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_all(self.procs, grace=20)
 
 
 def run_once(size: int, scenario: str, extra: Mapping[str, str], timeout: float = 120.0,
@@ -148,8 +130,14 @@ def run_once(size: int, scenario: str, extra: Mapping[str, str], timeout: float 
              ) -> list[tuple[int | None, str, str]]:
     """``size`` ranks that each init, run ``scenario`` and exit: (exit code, stdout,
     stderr) per rank (exit code None: still running after ``timeout``, then killed)."""
+    def start(rank: int, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+        proc: subprocess.Popen[str] = launch(rank, argv, env, stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True)
+        return proc
+
     procs = start_ranks(size, ["once", backend, scenario, json.dumps(params or {})], extra,
-                        launch, master)
+                        start, master)
     deadline = time.monotonic() + timeout
     out = []
     for proc in procs:

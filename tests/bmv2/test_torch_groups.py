@@ -31,12 +31,11 @@ FAT_TREE_HOSTS = ["h0_0_0", "h0_1_0", "h1_0_0", "h1_1_0", "h2_0_0", "h2_1_0", "h
 
 def on_hosts(lab: NetLab, hosts: list[str]) -> Launch:
     """Rank r on ``hosts[r]``; gloo on that host's interface."""
-    def launch(rank: int, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    def launch(rank: int, argv: list[str], env: dict[str, str], **popen: Any
+               ) -> subprocess.Popen[Any]:
         host = lab.lab.host(hosts[rank])
         env = {**env, "GLOO_SOCKET_IFNAME": host.defaultIntf().name}
-        proc: subprocess.Popen[str] = host.popen(argv, env=env, stdin=subprocess.PIPE,
-                                                 stdout=subprocess.PIPE,
-                                                 stderr=subprocess.PIPE, text=True)
+        proc: subprocess.Popen[Any] = host.popen(argv, env=env, **popen)
         return proc
 
     return launch

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -23,12 +24,11 @@ pytestmark = pytest.mark.parametrize("deployed", [[{**FIGURE1_SPEC, "job_id": 5}
 
 def on_hosts(lab: NetLab, workers: list[str]) -> Launch:
     """Rank r on the host of the job's r-th worker; gloo on that host's interface."""
-    def launch(rank: int, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    def launch(rank: int, argv: list[str], env: dict[str, str], **popen: Any
+               ) -> subprocess.Popen[Any]:
         host = lab.lab.host(workers[rank])
         env = {**env, "GLOO_SOCKET_IFNAME": host.defaultIntf().name}
-        proc: subprocess.Popen[str] = host.popen(argv, env=env, stdin=subprocess.PIPE,
-                                                 stdout=subprocess.PIPE,
-                                                 stderr=subprocess.PIPE, text=True)
+        proc: subprocess.Popen[Any] = host.popen(argv, env=env, **popen)
         return proc
 
     return launch
