@@ -16,19 +16,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ina.bench import chaos
-from ina.bench.chaos import (
+from ina.bench import chaos, chaos_calls, chaos_frames, soak_figures
+from ina.bench.chaos_calls import CallPlan
+from ina.bench.chaos_frames import (
     FAR_AHEAD,
     MEMBER_KINDS,
     OUTSIDER_KINDS,
-    CallPlan,
     HostView,
     JobView,
-    Leftovers,
     MemberState,
-    SoakRun,
 )
-from ina.bench.soak import CASES, SoakFigures, _error_kind
+from ina.bench.soak import CASES, _error_kind
+from ina.bench.soak_figures import Leftovers, SoakFigures, SoakRun
 from ina.cli import inabench
 from ina.control.watch import WatchOptions
 from ina.host import quantize
@@ -94,11 +93,11 @@ def test_a_schedule_never_cuts_the_workers_off_and_recovers_only_what_failed(
 def test_the_same_seed_gives_the_same_soak_and_another_seed_another() -> None:
     def soak(seed: int) -> tuple[list[chaos.ChaosEvent], list[CallPlan]]:
         return (chaos.schedule(LEAF_SPINE, LEAF_SPINE_JOB.workers, seed, 120),
-                [chaos.call_plan(seed, i) for i in range(50)])
+                [chaos_calls.call_plan(seed, i) for i in range(50)])
 
     assert soak(1) == soak(1)
     assert soak(1)[0] != soak(2)[0] and soak(1)[1] != soak(2)[1]
-    arrays = [chaos.call_array(1, chaos.call_plan(1, 3), r) for r in (0, 0, 1)]
+    arrays = [chaos_calls.call_array(1, chaos_calls.call_plan(1, 3), r) for r in (0, 0, 1)]
     assert np.array_equal(arrays[0], arrays[1]) and not np.array_equal(arrays[0], arrays[2])
 
 
@@ -116,7 +115,7 @@ def deployed() -> tuple[ModelLab, Job]:
 def _call(lab: ModelLab, job: Job, seed: int, plan: CallPlan) -> dict[str, AllreduceResult]:
     workers = model_workers(lab, job)
     outcomes = in_threads({w: partial(workers[w].allreduce,
-                                      chaos.call_array(seed, plan, rank))
+                                      chaos_calls.call_array(seed, plan, rank))
                            for rank, w in enumerate(job.workers)})
     assert all(isinstance(o, AllreduceResult) for o in outcomes.values()), outcomes
     return {w: o for w, o in outcomes.items() if isinstance(o, AllreduceResult)}
@@ -127,7 +126,7 @@ def _call(lab: ModelLab, job: Job, seed: int, plan: CallPlan) -> dict[str, Allre
 def test_the_expected_result_is_what_the_workers_get_bit_for_bit(
         deployed: tuple[ModelLab, Job], plan: CallPlan) -> None:
     lab, job = deployed
-    expected = chaos.expected_result(5, plan, len(job.workers))
+    expected = chaos_calls.expected_result(5, plan, len(job.workers))
     for result in _call(lab, job, 5, plan).values():
         assert result.values.dtype == expected.dtype
         assert np.array_equal(result.values, expected)
@@ -144,39 +143,39 @@ def test_a_guessed_float_call_is_exact_with_the_exponents_it_used(
     first, second = CallPlan(19, 190, True), CallPlan(22, 21, True)
     for plan in (first, second):
         outcomes = in_threads({w: partial(workers[w].allreduce,
-                                          chaos.call_array(1, plan, rank))
+                                          chaos_calls.call_array(1, plan, rank))
                                for rank, w in enumerate(job.workers)})
     assert all((g := workers[w].guesses) is not None and g.guessed == 1 for w in job.workers)
-    agreed = chaos.expected_result(1, second, len(job.workers))
+    agreed = chaos_calls.expected_result(1, second, len(job.workers))
     for result in outcomes.values():
         assert isinstance(result, AllreduceResult) and result.exponents is not None
         assert np.array_equal(result.values,
-                              chaos.expected_result(1, second, len(job.workers),
+                              chaos_calls.expected_result(1, second, len(job.workers),
                                                     result.exponents))
         assert not np.array_equal(result.values, agreed)
 
 
 def test_exponents_below_the_agreed_ones_are_no_result_to_check_against() -> None:
     plan = CallPlan(22, 21, True)
-    agreed = quantize.block_exponents(chaos.call_array(1, plan, 0))
+    agreed = quantize.block_exponents(chaos_calls.call_array(1, plan, 0))
     with pytest.raises(ValueError, match="below or unlike the agreed"):
-        chaos.expected_result(1, plan, 4, agreed - 30)
+        chaos_calls.expected_result(1, plan, 4, agreed - 30)
 
 
 def test_call_plans_mix_sizes_and_kinds() -> None:
-    plans = [chaos.call_plan(1, i) for i in range(400)]
+    plans = [chaos_calls.call_plan(1, i) for i in range(400)]
     sizes = [p.size for p in plans]
-    assert min(sizes) >= 1 and max(sizes) <= chaos.MAX_SIZE
+    assert min(sizes) >= 1 and max(sizes) <= chaos_calls.MAX_SIZE
     assert sum(p.size > 10 * ELEMS_PER_PACKET for p in plans) > 40
     assert 50 < sum(p.is_float for p in plans) < 150
 
 
 def test_call_counts_are_the_counts_of_the_calls_packets() -> None:
     p = ELEMS_PER_PACKET
-    assert chaos.call_counts(CallPlan(0, 3 * p + 7, False)) == {6, p, 7}
-    assert chaos.call_counts(CallPlan(0, 2 * p, False)) == {6, p}
-    assert chaos.call_counts(CallPlan(0, 3, True)) == {6, 3, 1}
-    assert chaos.call_counts(CallPlan(0, p * p, True)) == {6, p}
+    assert chaos_calls.call_counts(CallPlan(0, 3 * p + 7, False)) == {6, p, 7}
+    assert chaos_calls.call_counts(CallPlan(0, 2 * p, False)) == {6, p}
+    assert chaos_calls.call_counts(CallPlan(0, 3, True)) == {6, 3, 1}
+    assert chaos_calls.call_counts(CallPlan(0, p * p, True)) == {6, p}
 
 
 # --- the member and the outsider --------------------------------------------------------
@@ -195,7 +194,7 @@ def test_no_packet_of_the_misbehaving_member_can_pass_for_its_own(seed: int) -> 
     state = MemberState(seq=5000, gen=3, counts=frozenset({6, 256, 17}))
     _, own = one_set(member.bit)
     for kind in MEMBER_KINDS:
-        for raw in chaos.member_frames(kind, seed, member, job, state):
+        for raw in chaos_frames.member_frames(kind, seed, member, job, state):
             frame = parse_frame(raw)
             assert frame.error is None and frame.ipv4 is not None and frame.ina is not None
             assert (frame.eth.src, frame.ipv4.src, frame.ipv4.dst) == (
@@ -212,7 +211,7 @@ def test_no_packet_of_the_misbehaving_member_can_pass_for_its_own(seed: int) -> 
                 assert ina.op not in (Op.SUM, Op.MAX)
             else:
                 assert kind == "forged-pbm" and ina.pbm != own
-    assert chaos.member_frames("duplicates", seed, member, job, state) == []
+    assert chaos_frames.member_frames("duplicates", seed, member, job, state) == []
 
 
 def test_the_outsiders_garbage_and_forged_pbms_are_dropped_and_the_job_stays_exact(
@@ -226,10 +225,10 @@ def test_the_outsiders_garbage_and_forged_pbms_are_dropped_and_the_job_stays_exa
     sent = 0
     for seed in range(30):
         for kind in OUTSIDER_KINDS:
-            for raw in chaos.outsider_frames(kind, seed, outsider, view):
+            for raw in chaos_frames.outsider_frames(kind, seed, outsider, view):
                 lab.net.send("h2_2", raw)
                 sent += 1
-        for raw in chaos.member_frames("forged-pbm", seed, member, view,
+        for raw in chaos_frames.member_frames("forged-pbm", seed, member, view,
                                        MemberState(0, 0)):
             lab.net.send("h4_1", raw)
     assert sent > 300
@@ -238,7 +237,7 @@ def test_the_outsiders_garbage_and_forged_pbms_are_dropped_and_the_job_stays_exa
     assert all(after[s] > before[s] for s in before), after
     assert switch_stat(lab, "leaf4", SwitchStat.DROP_FORGED_PBM) > forged_before
     plan = CallPlan(9, 3000, False)
-    expected = chaos.expected_result(9, plan, len(job.workers))
+    expected = chaos_calls.expected_result(9, plan, len(job.workers))
     assert all(np.array_equal(r.values, expected) for r in _call(lab, job, 9, plan).values())
 
 
@@ -268,7 +267,7 @@ def test_the_figures_round_trip_and_say_whether_the_goals_are_met() -> None:
     assert "MISS" not in text and text.count("[    pass    ]") == 4
     run.left = Leftovers(processes=["pid 7: python"], job_entries=2)
     run.wrong = ["call 3 attempt 1 at h1_1: 1 of 3 values wrong"]
-    text = chaos.render([run], bmv2, watch)
+    text = soak_figures.render([run], bmv2, watch)
     assert "[    MISS    ] leaf-spine: no wrong result: 1 wrong" in text
     assert "[    MISS    ] leaf-spine: nothing left behind: " in text and "2 table entries" in text
 
@@ -276,7 +275,7 @@ def test_the_figures_round_trip_and_say_whether_the_goals_are_met() -> None:
 def test_a_false_verdict_of_the_watcher_misses_the_soaks_goal() -> None:
     run = _run()
     run.false_verdicts = ["link spine1-leaf2 at 40.0s"]
-    text = chaos.render([run], "BMv2 x", {"interval": 0.5, "detect_after": 3.0})
+    text = soak_figures.render([run], "BMv2 x", {"interval": 0.5, "detect_after": 3.0})
     assert "[    MISS    ] leaf-spine: no false verdict of the watcher: 1 false" in text
     assert text.count("[    pass    ]") == 3
 

@@ -7,14 +7,10 @@ with `make test` (``-s`` shows the soak's report).
 
 from __future__ import annotations
 
-from ina.bench.chaos import (
-    MEMBER_KINDS,
-    OUTSIDER_KINDS,
-    ChaosEvent,
-    faults,
-    render,
-)
+from ina.bench.chaos import ChaosEvent, faults
+from ina.bench.chaos_frames import MEMBER_KINDS, OUTSIDER_KINDS
 from ina.bench.soak import CASES, SoakSettings, soak_on_lab
+from ina.bench.soak_figures import render
 from ina.spec.job import JobSpec
 
 from bmv2.bmv2lab import Labs

@@ -7,7 +7,7 @@ The loop. One long-lived worker process per worker host (ina.bench.soak_host), a
 a training job has, driven over stdin/stdout: the soak tells every worker to run
 call ``i`` (its size and kind from the seed), each runs it with its array from
 (seed, i, rank) and checks the result against the exact one, which every worker
-can compute (ina.bench.chaos). A call that fails at any worker (an error, at any
+can compute (ina.bench.chaos_calls). A call that fails at any worker (an error, at any
 of them) is run again by every worker: a retry, up to ``max_attempts`` runs; a
 run of a call that has not ended, with a result or an error, at every worker
 within ``hung_after`` seconds hung: the soak stops the workers that did not
@@ -23,7 +23,7 @@ fail: that would cut it off, and its calls could only stall until it is back.
 The watcher runs as ``inactl watch`` does (WatchOptions' defaults), repairing the
 switches on each change. Meanwhile a worker host of the job (the member) sends
 bad INA packets now and then, and a host of no job (the outsider) garbage
-(ina.bench.chaos.member_frames, outsider_frames), both through an injector process
+(ina.bench.chaos_frames.member_frames, outsider_frames), both through an injector process
 on their host (raw frames on the host's link).
 
 Afterwards everything is brought back, the workers and injectors stopped, the
@@ -49,23 +49,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ina.bench.chaos import (
-    ChaosEvent,
-    ChaosSettings,
-    HostView,
-    JobView,
-    MemberState,
-    SoakRun,
-    call_counts,
-    call_plan,
-    member_frames,
-    outsider_frames,
-    render,
-    schedule,
-)
+from ina.bench.chaos import ChaosEvent, ChaosSettings, schedule
+from ina.bench.chaos_calls import call_counts, call_plan
+from ina.bench.chaos_frames import HostView, JobView, MemberState, member_frames, outsider_frames
 from ina.bench.hostprocess import HostProcess
 from ina.bench.onlab import ROOT
-from ina.bench.output import watch_figures
+from ina.bench.soak_figures import SoakRun
 from ina.control import p4names as n
 from ina.control.allocation import used_resources
 from ina.control.controller import Controller
@@ -752,30 +741,3 @@ def run_case(case: SoakCase, build_dir: Path, settings: SoakSettings) -> SoakRun
         run = soak_on_lab(lab, case, settings)
     run.left.files = sorted(set(run.left.files) | (_tmp_entries() - before))
     return run
-
-
-@dataclass
-class SoakFigures:
-    """What ``inabench soak`` measured: a run per case, the BMv2 build, the watcher's
-    options."""
-
-    runs: list[SoakRun]
-    bmv2: str
-    watch: dict[str, float]
-
-    @classmethod
-    def measured(cls, runs: list[SoakRun], bmv2: str, options: WatchOptions) -> SoakFigures:
-        return cls(runs, bmv2, watch_figures(options))
-
-    def figures(self) -> dict[str, Any]:
-        """As JSON-ready data (docs/soak.json)."""
-        return {"bmv2": self.bmv2, "watch": self.watch, "runs": [r.figures() for r in self.runs]}
-
-    @classmethod
-    def from_figures(cls, doc: Any) -> SoakFigures:
-        """From ``figures()``'s data (KeyError or TypeError if it is not that)."""
-        return cls([SoakRun.from_figures(r) for r in doc["runs"]], str(doc["bmv2"]),
-                   {k: float(v) for k, v in doc["watch"].items()})
-
-    def render(self) -> str:
-        return render(self.runs, self.bmv2, self.watch)

@@ -7,7 +7,7 @@ the soak (ina.bench.soak), one JSON object a line each way.
 ``worker``: one long-lived worker of the job, as a training process is: one
 ``Worker`` for all its calls. It says ``ready``, then for each line
 ``{"call": i, "size": n, "float": f}`` runs call ``i`` with its array from
-(seed, i, rank) (ina.bench.chaos.call_array), checks the result against the exact
+(seed, i, rank) (ina.bench.chaos_calls.call_array), checks the result against the exact
 one (every worker computes it: the arrays are seeded) and answers
 ``{"ok", "exact", "error", "kind", "elapsed", "replans", "on_hosts", "seq",
 "gen"}``; an empty line ends it. SIGTERM during a call ends it the way a failure
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ina.bench.chaos import CallPlan, call_array, expected_result
+from ina.bench.chaos_calls import CallPlan, call_array, expected_result
 from ina.errors import InaError
 from ina.host.config import WorkerConfig
 from ina.host.results import AllreduceResult

@@ -348,7 +348,7 @@ def _reflect_batched(batch: mmsg.Datagrams) -> None:
 FIGURES = {"allreduce": "allreduce.AllreduceFigures", "loss": "loss.LossFigures",
            "dataplane": "dataplane.DataplaneReport", "failover": "failover.FailoverFigures",
            "train": "train.TrainFigures", "collectives": "collectives_figures.CollectivesFigures",
-           "soak": "soak.SoakFigures", "congestion": "congestion.CongestionRun",
+           "soak": "soak_figures.SoakFigures", "congestion": "congestion.CongestionRun",
            "accuracy": "accuracy.AccuracyFigures", "host": "host.HostFigures"}
 
 
@@ -480,12 +480,13 @@ def _collectives(args: argparse.Namespace) -> Any:
 
 def _soak(args: argparse.Namespace) -> Any:
     from ina.bench import soak
+    from ina.bench.soak_figures import SoakFigures
     from ina.lab.mininet import bmv2_build
 
     settings = soak.SoakSettings(minutes=args.minutes, max_calls=args.calls, seed=args.seed)
     soaked = [soak.run_case(soak.CASES[name], args.build, settings)
               for name in args.case or ["leaf-spine", "fat-tree"]]
-    return soak.SoakFigures.measured(soaked, bmv2_build(), settings.watch).figures()
+    return SoakFigures.measured(soaked, bmv2_build(), settings.watch).figures()
 
 
 def _congestion(args: argparse.Namespace) -> Any:
