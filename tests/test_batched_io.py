@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from ina.bench.allreduce import reflector, wake_floor
-from ina.cli.inabench import answer_flag
+from ina.cli.inabench_reflect import answer_flag
 from ina.host import mmsg
 from ina.host.transport import BatchTransport, OneByOne, SharedTransport, UdpTransport, batched
 from ina.protocol.codec import InaHeader

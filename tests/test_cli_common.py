@@ -21,7 +21,17 @@ from types import ModuleType
 import pytest
 
 from ina import errors
-from ina.cli import baselines, common, inabench, inactl, inalab, inanet, inaroot, inaworker
+from ina.cli import (
+    baselines,
+    common,
+    inabench,
+    inabench_options,
+    inactl,
+    inalab,
+    inanet,
+    inaroot,
+    inaworker,
+)
 
 from inatest import FIGURE1, ROOT
 
@@ -176,7 +186,7 @@ def test_every_subcommand_has_a_description(cli: ModuleType) -> None:
 
 
 def test_the_hidden_reflect_command_is_not_in_inabench_help() -> None:
-    text = inabench.parser().format_help()
+    text = inabench_options.parser().format_help()
     assert "SUPPRESS" not in text
     assert not [line for line in text.splitlines() if line.split()[:1] == ["reflect"]]
     assert ("{allreduce,loss,deploy,host,dataplane,failover,train,soak,collectives,"

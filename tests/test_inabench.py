@@ -15,7 +15,7 @@ import pytest
 from ina.bench.allreduce import HostRate
 from ina.bench.loss import LossFigures, LossRun
 from ina.bench.output import stamped
-from ina.cli import inabench
+from ina.cli import inabench, inabench_figures
 from ina.protocol.constants import INA_VERSION
 
 from inatest import ROOT
@@ -98,7 +98,7 @@ def test_figures_of_another_benchmark_are_refused_with_exit_2(
 def test_every_benchmark_that_measures_figures_reads_them_back() -> None:
     """The figures a benchmark measures are reported through the reader --from-json
     uses: each has one."""
-    assert set(inabench.FIGURES) == set(inabench.MEASURE)
+    assert set(inabench_figures.FIGURES) == set(inabench.MEASURE)
 
 
 def test_the_host_rate_reports_the_workers_cpu_time_per_packet_when_measured(

@@ -1,379 +1,24 @@
 # PYTHON_ARGCOMPLETE_OK
-"""inabench: benchmarks on Mininet + BMv2, each measured side by side in one run.
-
-    inabench allreduce [--case figure1 --case fat-tree] [--rate 4] [--json-out F] [--png F]
-    inabench loss [--losses 0 0.01 0.05] [--size 65536] [--regimes cpu,link] [--rate 4]
-        [--json-out F] [--png F]
-    inabench deploy
-    inabench host [--rounds 5] [--json-out F] [--png F]
-    inabench dataplane [--json-out F] [--png F]
-    inabench failover [--case leaf-spine --case fat-tree] [--json-out F] [--png F]
-    inabench failover --from-json docs/failover.json --png docs/failover.png   # redraw only
-    inabench train [--case figure1 --case fat-tree --case fat-tree-hsdp] [--steps 200] [--rate R]
-        [--json-out F] [--png F]
-    inabench soak [--case leaf-spine --case fat-tree] [--minutes 2] [--seed 1] [--json-out F]
-    inabench collectives [--case figure1 --case fat-tree] [--rate R] [--size N] [--json-out F]
-        [--png F]
-    inabench congestion [--rate 4] [--seconds 60] [--alone 20] [--tcp cubic] [--json-out F]
-                        [--png F]
-    inabench accuracy [--ranks 2 4] [--json-out F] [--png F]
-
-Each command is a module of ina.bench: allreduce, loss, deploy; host: one worker
-against a compiled reflector beside a plain C loop, the machine's limit (no BMv2);
-dataplane: what one BMv2 switch running the program does per second; failover: a
-VAT switch stopped mid-AllReduce, detected and repaired; train: DDP and HSDP training
-with the ina backend against gloo; soak: a chaos soak, a training-like loop of AllReduce
-calls while switches and links fail and come back, a member misbehaves and an
-outsider sends garbage; collectives: every collective through the switches against
-gloo's and the ring on hosts, and float16 AllReduce in 16- and 32-bit elements;
-congestion: INA and a TCP bulk flow sharing a bottleneck, then INA alone; accuracy:
-16-bit float sums through the ina backend against gloo's and the exact sum (on the
-embedded network: no BMv2 needed).
---json prints the figures as JSON instead of text, --json-out FILE writes them,
-and --from-json FILE reports (and draws) the figures of an earlier run without
-measuring anything (no BMv2 needed).
+"""inabench (its usage: ina.cli.inabench_options): each benchmark measured inside the
+sandbox, its figures reported (ina.cli.inabench_figures); ``reflect``, the host
+benchmark's other end, is ina.cli.inabench_reflect.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
-import socket
 import sys
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from ina.bench.onlab import CASES, COLLECTIVE_SIZE_QUANTUM, COLLECTIVE_SIZES, REGIMES
-from ina.bench.output import Drawn, Figures, measured_line, read_json, stamped, write_json
+from ina.bench.onlab import CASES
+from ina.bench.output import read_json, stamped
 from ina.cli import common
+from ina.cli.inabench_figures import report
+from ina.cli.inabench_options import PROG, parse_regimes, parser
+from ina.cli.inabench_reflect import reflect
 from ina.errors import UsageError
-from ina.host import mmsg
 from ina.lab import sandbox
-from ina.protocol.constants import INA_UDP_PORT, Flag
-from ina.spec.topology import check_link_rate
-
-PROG = "inabench"
-
-
-# --- Options -------------------------------------------------------------------------------
-
-
-def parser() -> argparse.ArgumentParser:
-    p = common.parser(PROG, __doc__)
-    common.add_build(p)
-    sub = common.commands(p, "cmd")
-    for add in (_allreduce_options, _loss_options, _deploy_options, _host_options,
-                _dataplane_options, _failover_options, _train_options, _soak_options,
-                _collectives_options, _congestion_options, _accuracy_options):
-        add(sub)
-    # The host benchmark's other end (ina.bench.allreduce.host_rate): not for people, hidden.
-    r = sub.add_parser("reflect")
-    r.add_argument("address", help="the address to answer on")
-    r.add_argument("--gap", type=float, default=0.0,
-                   help="answer one packet at a time, at least this many seconds apart")
-    return p
-
-
-def _outputs(p: argparse.ArgumentParser, picture: str | None) -> None:
-    """The options of a benchmark with figures: --json, --json-out, --from-json and,
-    if it draws ``picture``, --png."""
-    common.add_json(p, "the figures")
-    p.add_argument("--json-out", type=Path, metavar="FILE",
-                   help="write the figures here as JSON (default: not written)")
-    if picture is not None:
-        p.add_argument("--png", type=Path, metavar="FILE",
-                       help=f"draw {picture} here (default: not drawn)")
-    p.add_argument("--from-json", type=Path, metavar="FILE",
-                   help="measure nothing: report"
-                        + (" and draw" if picture is not None else "")
-                        + " the figures in FILE (written by --json-out; no BMv2 needed)")
-
-
-def _cases(p: argparse.ArgumentParser, cases: list[str], default: str) -> None:
-    p.add_argument("--case", action="append", choices=cases,
-                   help=f"a case to run; repeat the option for {default}")
-
-
-def _regime_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--regimes", default="cpu,link",
-                   help="which regimes, comma-separated: cpu (links unlimited), link "
-                        "(links limited)")
-
-
-def _allreduce_options(sub: common.SubParsers) -> None:
-    a = common.command(sub, "allreduce", "INA vs parameter server (PS) vs ring, with links "
-                                         "unlimited (CPU-bound) and limited (link-bound)")
-    _cases(a, sorted(CASES), "several (default: every case)")
-    a.add_argument("--size", type=int, help="values per worker (default: the case's)")
-    a.add_argument("--rate", type=_link_rate, metavar="MBIT",
-                   help="Mbit/s of every link in the link-bound regime (default: the "
-                        "case's, " + ", ".join(f"{c.name} {c.rate_mbit:g}"
-                                               for c in CASES.values()) + ")")
-    _regime_option(a)
-    _outputs(a, "values per second and bytes per value")
-
-
-def _loss_options(sub: common.SubParsers) -> None:
-    lo = common.command(sub, "loss", "INA under loss on every link, against no loss")
-    lo.add_argument("--losses", type=float, nargs="+", default=[0.0, 0.01, 0.05],
-                    metavar="P", help="loss rates per link and direction, 0 to 1")
-    lo.add_argument("--size", type=int, default=262144, help="values per worker")
-    lo.add_argument("--rounds", type=int, default=3, help="AllReduces per loss rate")
-    lo.add_argument("--rate", type=_link_rate, default=CASES["figure1"].rate_mbit,
-                    metavar="MBIT", help="Mbit/s of every link in the link-bound regime "
-                                         "(default: %(default)g)")
-    _regime_option(lo)
-    _outputs(lo, "the rate under each loss against the lossless one, and the busiest link")
-
-
-def _deploy_options(sub: common.SubParsers) -> None:
-    d = common.command(sub, "deploy", "deploy time, all switches at once vs one by one")
-    d.add_argument("--repeat", type=int, default=5, metavar="N",
-                   help="deploys of each kind (the median is reported)")
-
-
-def _host_options(sub: common.SubParsers) -> None:
-    h = common.command(sub, "host", "one worker against a loopback reflector beside a plain "
-                                    "C loop, the machine's limit (no switch, no BMv2)")
-    h.add_argument("--rounds", type=_count, default=5, metavar="N",
-                   help="rounds of every measurement, alternating (default: 5)")
-    _outputs(h, "the rates and the CPU per packet")
-
-
-def _dataplane_options(sub: common.SubParsers) -> None:
-    dp = common.command(sub, "dataplane", "one switch: aggregation vs plain forwarding")
-    dp.add_argument("--rounds", type=int, default=3,
-                    help="rounds over every path (the median is reported)")
-    dp.add_argument("--seconds", type=float, default=4.0, help="per path and round")
-    dp.add_argument("--window", type=int, default=16, help="packets in flight")
-    _outputs(dp, "packets per second per path")
-
-
-def _failover_options(sub: common.SubParsers) -> None:
-    f = common.command(sub, "failover", "a VAT switch stopped mid-AllReduce: detection, "
-                                        "repair, first new result, slowdown")
-    _cases(f, ["leaf-spine", "fat-tree"], "both (default: both)")
-    _outputs(f, "the results received over time")
-
-
-def _train_options(sub: common.SubParsers) -> None:
-    t = common.command(sub, "train", "DDP and HSDP training through the switches against "
-                                     "gloo, links unlimited and limited (needs the train "
-                                     "extra)")
-    _cases(t, ["figure1", "fat-tree", "fat-tree-hsdp"],
-           "several (default: all three; fat-tree-hsdp: fully_shard on 2 replicas of 4 shards)")
-    t.add_argument("--steps", type=int, default=200, help="training steps per run")
-    t.add_argument("--hidden", type=int, default=128,
-                   help="width of the MLP's two hidden layers")
-    t.add_argument("--pairs", type=_count, default=1, metavar="N",
-                   help="runs of each backend per regime, alternating (ina gloo, gloo ina, "
-                        "...): each pair's ratio is printed, the goals take the median "
-                        "pair's")
-    t.add_argument("--rate", type=_link_rate, metavar="MBIT",
-                   help="Mbit/s of every link in the link-bound regime (default: the "
-                        "case's, as inabench allreduce: " + ", ".join(
-                            f"{name} {CASES[name].rate_mbit:g}"
-                            for name in ("figure1", "fat-tree")) + ")")
-    _regime_option(t)
-    t.add_argument("--bucket-mib", type=int, default=25,
-                   help="on Figure 1, also one float32 bucket of this many MiB (DDP's "
-                        "default bucket size), links unlimited; 0: none")
-    _outputs(t, "the training losses against steps and seconds")
-
-
-def _congestion_options(sub: common.SubParsers) -> None:
-    from ina.bench.congestion import Settings
-
-    c = common.command(sub, "congestion", "INA and a TCP bulk flow (iperf3) on one bottleneck, "
-                                          "then INA alone")
-    c.add_argument("--rate", type=_link_rate, default=Settings.rate_mbit, metavar="MBIT",
-                   help="Mbit/s of every link")
-    c.add_argument("--seconds", type=float, default=Settings.shared,
-                   help="seconds both flows run")
-    c.add_argument("--alone", type=float, default=Settings.alone,
-                   help="seconds INA runs alone after")
-    c.add_argument("--tcp", default=Settings.tcp_algorithm, metavar="ALGORITHM",
-                   help="the TCP flow's congestion control (iperf3 -C; see "
-                        "/proc/sys/net/ipv4/tcp_available_congestion_control)")
-    _outputs(c, "each flow's rate, INA's window and the queue over time")
-
-
-def _soak_options(sub: common.SubParsers) -> None:
-    so = common.command(sub, "soak", "a chaos soak: AllReduce calls while switches and links "
-                                     "fail and come back, with a misbehaving member and an "
-                                     "outsider; wrong, hung and retried calls, what is left")
-    _cases(so, ["leaf-spine", "fat-tree"], "both (default: both)")
-    so.add_argument("--minutes", type=float, default=2.0,
-                    help="minutes of calls per case (default %(default)s)")
-    so.add_argument("--calls", type=int, default=1000,
-                    help="calls per case at most (default %(default)s)")
-    so.add_argument("--seed", type=int, default=1,
-                    help="seed of the calls' arrays and of what fails when (default "
-                         "%(default)s): the same seed, the same soak")
-    _outputs(so, None)
-
-
-def _collectives_options(sub: common.SubParsers) -> None:
-    co = common.command(sub, "collectives", "every collective through the switches against "
-                                            "gloo and the ring on hosts, links unlimited and "
-                                            "limited; float16 AllReduce in 16 and 32 bits "
-                                            "(needs the train extra)")
-    _cases(co, ["figure1", "fat-tree"], "both (default: both)")
-    co.add_argument("--size", type=_positive, metavar="N",
-                    help=f"values S per collective, a multiple of {COLLECTIVE_SIZE_QUANTUM} "
-                         "(default: " + ", ".join(f"{name} {size}" for name, size
-                                                  in COLLECTIVE_SIZES.items()) + ")")
-    co.add_argument("--rate", type=_link_rate, metavar="MBIT",
-                    help="Mbit/s of every link in the link-bound regime (default: the "
-                         "case's, as inabench allreduce: " + ", ".join(
-                             f"{name} {CASES[name].rate_mbit:g}"
-                             for name in ("figure1", "fat-tree")) + ")")
-    _regime_option(co)
-    _outputs(co, "values per second and bytes per value of every collective")
-
-
-def _accuracy_options(sub: common.SubParsers) -> None:
-    ac = common.command(sub, "accuracy", "16-bit float sums through the ina backend (32- and "
-                                         "16-bit elements) against gloo's and the exact sum, "
-                                         "on the embedded network (needs the torch extra)")
-    ac.add_argument("--ranks", type=_count, nargs="+", default=[2, 4], metavar="N",
-                    help="world sizes (default: 2 4; the embedded network's Figure 1 has "
-                         "8 hosts)")
-    _outputs(ac, "the relative errors")
-
-
-def _link_rate(text: str) -> float:
-    """A ``--rate``: Mbit/s every link can be given (the topology files' bounds),
-    checked before any lab starts."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of Mbit/s: {text!r}") from None
-    try:
-        return check_link_rate(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive(text: str) -> int:
-    """A size of the collectives benchmark: a positive multiple of
-    COLLECTIVE_SIZE_QUANTUM (every case's worker count divides it, and each part is
-    whole packets)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0 or value % COLLECTIVE_SIZE_QUANTUM:
-        raise argparse.ArgumentTypeError(
-            f"{value} is not a positive multiple of {COLLECTIVE_SIZE_QUANTUM}")
-    return value
-
-
-def _count(text: str) -> int:
-    """A whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
-    return value
-
-
-def _regimes(text: str) -> tuple[str, ...]:
-    regimes = tuple(x.strip() for x in text.split(","))
-    unknown = [r for r in regimes if r not in REGIMES]
-    if unknown or not regimes:
-        raise UsageError(f"--regimes takes cpu, link or both, not {text!r}")
-    return regimes
-
-
-# --- The host benchmark's other end --------------------------------------------------------
-
-
-def reflect(address: str, gap: float = 0.0) -> None:
-    """Answer every INA packet sent to ``address`` as a root would: SYNCs with
-    their proposal (as a root answers the first SYNC of a plan), contributions with
-    themselves as the result (the host benchmark's other end,
-    ina.bench.allreduce.host_rate). In batches (recvmmsg, sendmmsg) where the system
-    has them, so that the reflector is not what the benchmark measures; or, with a
-    ``gap``, one at a time at least ``gap`` seconds apart, as a CPU-bound switch
-    answers."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        sock.bind((address, INA_UDP_PORT))
-        print("ready", flush=True)
-        if gap <= 0 and mmsg.available():
-            _reflect_batched(mmsg.Datagrams(sock))
-        due = 0.0
-        while True:
-            data, sender = sock.recvfrom(65535)
-            packet = bytearray(data)
-            packet[1] |= answer_flag(packet[1])
-            if gap > 0:
-                due = max(due + gap, time.monotonic())
-                if (wait := due - time.monotonic()) > 0:
-                    time.sleep(wait)
-            sock.sendto(packet, sender)
-
-
-def answer_flag(flags: int) -> int:
-    """The flag a root's answer adds to a packet with ``flags``: REPLY to a SYNC,
-    RESULT to a contribution."""
-    return _REPLY if flags & _SYNC else _RESULT
-
-
-_SYNC, _REPLY, _RESULT = int(Flag.SYNC), int(Flag.REPLY), int(Flag.RESULT)
-
-
-def _reflect_batched(batch: mmsg.Datagrams) -> None:
-    """``reflect``'s loop a batch at a time: each received slot edited in place and
-    sent back to its sender."""
-    buffer, slot = batch.buffer, batch.slot_bytes
-    while True:
-        n = batch.receive(wait=True)
-        for i in range(n):
-            at = i * slot + 1
-            buffer[at] |= answer_flag(buffer[at])
-        batch.reflect(n)
-
-
-# --- Figures: measured now or read from a file, reported the same way ---------------------
-
-
-#: The class of each benchmark's figures, MODULE.CLASS in ina.bench.
-FIGURES = {"allreduce": "allreduce.AllreduceFigures", "loss": "loss.LossFigures",
-           "dataplane": "dataplane.DataplaneReport", "failover": "failover.FailoverFigures",
-           "train": "train.TrainFigures", "collectives": "collectives_figures.CollectivesFigures",
-           "soak": "soak_figures.SoakFigures", "congestion": "congestion.CongestionRun",
-           "accuracy": "accuracy.AccuracyFigures", "host": "host.HostFigures"}
-
-
-def _read(cmd: str, doc: Any) -> Figures:
-    """``cmd``'s figures from their JSON data (KeyError, TypeError or ValueError if
-    it is not that); the benchmark's module imported only when asked for."""
-    module, _, name = FIGURES[cmd].rpartition(".")
-    figures: Figures = getattr(importlib.import_module(f"ina.bench.{module}"),
-                               name).from_figures(doc)
-    return figures
-
-
-def _figures(args: argparse.Namespace, doc: Any) -> None:
-    """Report the figures of ``args.cmd`` from their JSON data (``doc``), measured now
-    or read with --from-json: the one path from figures to text and picture. Print
-    them (text, or JSON with --json), write them (--json-out), draw them (--png)."""
-    figures = _read(args.cmd, {k: v for k, v in doc.items() if k != "measured"}
-                    if isinstance(doc, dict) else doc)
-    text = "\n".join(line for line in (measured_line(doc), figures.render()) if line)
-    print(json.dumps(doc, indent=2) if args.json else text)
-    if args.json_out is not None:
-        write_json(args.json_out, doc)
-    if getattr(args, "png", None) is not None and isinstance(figures, Drawn):
-        figures.plot(args.png)
-
 
 # --- Measuring -----------------------------------------------------------------------------
 
@@ -389,17 +34,17 @@ def _bench(args: argparse.Namespace) -> int:
         reflect(args.address, args.gap)
         return 0
     if "regimes" in vars(args):
-        _regimes(args.regimes)  # checked before anything is measured
+        parse_regimes(args.regimes)  # checked before anything is measured
     earlier = getattr(args, "from_json", None)
     if earlier is not None:
         try:
-            _figures(args, read_json(earlier))
+            report(args, read_json(earlier))
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{earlier} does not hold figures of inabench {args.cmd}: "
                              f"{exc!r}") from exc
         return 0
     if args.cmd in WITHOUT_LAB:
-        _figures(args, stamped(MEASURE[args.cmd](args)))
+        report(args, stamped(MEASURE[args.cmd](args)))
         return 0
     from ina.lab.mininet import missing_tools
 
@@ -414,7 +59,7 @@ def _bench(args: argparse.Namespace) -> int:
 
         print(deploy.run(args.build, repeat=args.repeat))
     else:
-        _figures(args, stamped(MEASURE[args.cmd](args)))
+        report(args, stamped(MEASURE[args.cmd](args)))
     return 0
 
 
@@ -424,7 +69,7 @@ def _allreduce(args: argparse.Namespace) -> Any:
 
     host = host_rate()
     results = [run_case(CASES[name].adjusted(args.size, args.rate), args.build,
-                        _regimes(args.regimes))
+                        parse_regimes(args.regimes))
                for name in args.case or sorted(CASES, reverse=True)]
     return AllreduceFigures(results, host, bmv2_build()).figures()
 
@@ -435,7 +80,7 @@ def _loss(args: argparse.Namespace) -> Any:
 
     case = CASES["figure1"].adjusted(rate_mbit=args.rate)
     figures = loss.LossFigures(loss.run(args.build, args.losses, args.size, case, args.rounds,
-                                        _regimes(args.regimes)), bmv2_build())
+                                        parse_regimes(args.regimes)), bmv2_build())
     return figures.figures()
 
 
@@ -464,7 +109,7 @@ def _train(args: argparse.Namespace) -> Any:
 
     settings = train.TrainSettings(steps=args.steps, hidden=args.hidden)
     conversion = train.bucket_conversion(CASES["figure1"].rate_mbit)
-    trained = [train.run_named_case(name, args.build, _regimes(args.regimes), settings,
+    trained = [train.run_named_case(name, args.build, parse_regimes(args.regimes), settings,
                                     args.bucket_mib if name == "figure1" else 0, args.rate,
                                     args.pairs)
                for name in args.case or ["figure1", "fat-tree", train.HSDP_CASE]]
@@ -475,7 +120,7 @@ def _collectives(args: argparse.Namespace) -> Any:
     from ina.bench import collectives
 
     return collectives.run(args.case or ["figure1", "fat-tree"], args.build,
-                           _regimes(args.regimes), args.size, args.rate).figures()
+                           parse_regimes(args.regimes), args.size, args.rate).figures()
 
 
 def _soak(args: argparse.Namespace) -> Any:
