@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import itertools
+import shutil
 import socket
 import threading
 import time
@@ -16,14 +17,17 @@ from typing import Any
 
 import pytest
 
-from ina.bench.allreduce import reflector, wake_floor
-from ina.cli.inabench_reflect import answer_flag
+from ina.bench.allreduce import wake_floor
+from ina.bench.hostloop import reflector
 from ina.host import mmsg
 from ina.host.transport import BatchTransport, OneByOne, SharedTransport, UdpTransport, batched
 from ina.protocol.codec import InaHeader
 from ina.protocol.constants import INA_PAYLOAD_BYTES, INA_UDP_PORT, Flag
 
 needs_mmsg = pytest.mark.skipif(not mmsg.available(), reason="no sendmmsg/recvmmsg here")
+#: The reflector is compiled (ina.bench.hostloop).
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None,
+                              reason="the reflector needs a C compiler: apt-get install gcc")
 _PORTS = itertools.count(29100)
 
 
@@ -202,11 +206,10 @@ def test_a_transport_without_batches_sees_one_call_per_datagram() -> None:
     assert raw.calls == [("send", b"a"), ("send", b"b"), ("recv", 0.5), ("recv", 0.0)]
 
 
-def test_the_root_answers_a_sync_with_reply_and_a_contribution_with_result() -> None:
-    assert answer_flag(Flag.SYNC) == Flag.REPLY
-    assert answer_flag(Flag.SYNC | Flag.ABORT) == Flag.REPLY
-    assert answer_flag(Flag.NONE) == Flag.RESULT
-    assert answer_flag(Flag.NODATA) == Flag.RESULT
+def _answered(flags: int) -> int:
+    """The flags a root's answer carries for a packet with ``flags``: REPLY added to
+    a SYNC, RESULT to a contribution (NODATA's too)."""
+    return flags | int(Flag.REPLY if flags & Flag.SYNC else Flag.RESULT)
 
 
 def _reflected(address: str, packets: int, gap: float = 0.0) -> tuple[int, float]:
@@ -217,23 +220,26 @@ def _reflected(address: str, packets: int, gap: float = 0.0) -> tuple[int, float
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         sock.bind(("127.0.0.1", 0))
         sock.settimeout(5)
-        sent = [InaHeader(job_id=1, seq=i, pbm=1, count=1, flags=Flag.SYNC if i % 7 == 0
-                          else Flag.NONE).pack() + bytes(8) for i in range(packets)]
+        kinds = (Flag.SYNC, Flag.NONE, Flag.SYNC | Flag.ABORT, Flag.NODATA)
+        sent = [InaHeader(job_id=1, seq=i, pbm=1, count=1, flags=kinds[i % len(kinds)]
+                          ).pack() + bytes(8) for i in range(packets)]
         started = time.monotonic()
         for packet in sent:
             sock.sendto(packet, (address, INA_UDP_PORT))
         got = [sock.recv(2048) for _ in sent]
         took = time.monotonic() - started
     for packet, answer in zip(sent, got, strict=True):
-        assert answer[1] == packet[1] | answer_flag(packet[1])
+        assert answer[1] == _answered(packet[1])
         assert answer[:1] + answer[2:] == packet[:1] + packet[2:]
     return len(got), took
 
 
+@needs_cc
 def test_the_reflector_answers_every_packet_of_a_burst() -> None:
     assert _reflected("127.0.0.5", 300)[0] == 300
 
 
+@needs_cc
 def test_a_paced_reflector_answers_a_burst_one_packet_a_gap() -> None:
     """As a CPU-bound switch: never two answers within the gap (the burst takes at
     least a gap per answer after the first), every one answered."""
@@ -241,6 +247,7 @@ def test_a_paced_reflector_answers_a_burst_one_packet_a_gap() -> None:
     assert answers == 20 and took >= 19 * 0.01
 
 
+@needs_cc
 def test_the_wake_floor_loop_has_every_packet_answered_one_a_gap() -> None:
     """inabench host's floor: every packet answered (it raises on a silence of a
     second), paced by the reflector's gap, its CPU per packet measured."""

@@ -25,7 +25,6 @@ from ina.cli import (
     baselines,
     common,
     inabench,
-    inabench_options,
     inactl,
     inalab,
     inanet,
@@ -183,14 +182,6 @@ def test_every_subcommand_has_a_description(cli: ModuleType) -> None:
                 for name, sub in action.choices.items():
                     if name in listed:
                         assert listed[name] and sub.description == listed[name], name
-
-
-def test_the_hidden_reflect_command_is_not_in_inabench_help() -> None:
-    text = inabench_options.parser().format_help()
-    assert "SUPPRESS" not in text
-    assert not [line for line in text.splitlines() if line.split()[:1] == ["reflect"]]
-    assert ("{allreduce,loss,deploy,host,dataplane,failover,train,soak,collectives,"
-            "congestion,accuracy}") in text
 
 
 def test_defaults_are_shown_in_the_help_beside_raw_descriptions() -> None:

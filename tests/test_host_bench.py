@@ -1,5 +1,5 @@
 """inabench host: the worker beside a plain C loop against a compiled reflector, no
-switch (ina.bench.host)."""
+switch (ina.bench.host, ina.bench.hostloop)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ina.bench import host
+from ina.bench import host, hostloop
 from ina.bench.allreduce import HostRate, host_rate
 from ina.cli import inabench
 from ina.errors import UsageError
@@ -21,11 +21,11 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None,
                                 reason="the C loop needs a C compiler: apt-get install gcc")
 
 
-def test_the_c_reflector_answers_a_sync_with_reply_and_a_contribution_with_result() -> None:
+def test_the_reflector_answers_a_sync_with_reply_and_a_contribution_with_result() -> None:
     sync = bytearray(ina_payload(1, 0, 1, [0] * 4))
     sync[1] |= int(Flag.SYNC)
     contribution = ina_payload(1, 1, 1, [5] * 4)
-    with host.c_reflector(address="127.0.0.9") as address, \
+    with hostloop.reflector(address="127.0.0.9") as address, \
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.settimeout(5)
         for packet, flag in ((bytes(sync), Flag.REPLY), (contribution, Flag.RESULT)):
@@ -44,8 +44,8 @@ def test_the_c_loop_counts_every_result_and_its_cpu() -> None:
     assert rate.kernel_us_per_packet <= rate.cpu_us_per_packet
 
 
-def test_the_worker_reduces_against_the_c_reflector() -> None:
-    rate = host_rate(20 * ELEMS_PER_PACKET, reflect=host.c_reflector)
+def test_the_worker_reduces_against_the_reflector() -> None:
+    rate = host_rate(20 * ELEMS_PER_PACKET)
     assert rate.packets_per_s > 0 and rate.cpu_us_per_packet is not None
 
 
@@ -53,7 +53,7 @@ def test_no_c_compiler_is_a_usage_error_saying_how_to_get_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CC", "no-such-cc")
     with pytest.raises(UsageError, match="apt-get install gcc"):
-        host.loop_binary()
+        hostloop.binary()
 
 
 def _round(worker_pps: float, c_pps: float, worker_cpu: float, c_cpu: float

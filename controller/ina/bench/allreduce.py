@@ -18,19 +18,19 @@ costs the worker a wake of its own.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ina.bench.goals import Goal
 from ina.bench.goals import render as render_goals
+from ina.bench.hostloop import REFLECTOR, reflector
 from ina.bench.hostprocess import HostProcess
 from ina.bench.onlab import INA_WIRE_PER_VALUE, Bench, Case, bench_on_lab, describe_vat
 from ina.bench.output import (
@@ -193,39 +193,21 @@ def run_case(case: Case, build_dir: Path, regimes: tuple[str, ...]) -> CaseResul
 # --- The host side -----------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def reflector(gap: float = 0.0, address: str = "127.0.0.2") -> Iterator[str]:
-    """``inabench reflect`` on ``address`` in another process while the block runs,
-    answering one packet a ``gap`` if given: its address."""
-    proc = HostProcess("the reflector", [sys.executable, "-m", "ina.cli.inabench", "reflect",
-                                         address, "--gap", str(gap)])
-    try:
-        proc.ready(b"ready")
-        yield address
-    finally:
-        proc.kill()
-
-
-#: What starts a reflector for the block it guards: (gap, address) -> its address.
-Reflect = Callable[..., contextlib.AbstractContextManager[str]]
-
-
-def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0,
-              reflect: Reflect = reflector) -> HostRate:
+def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0) -> HostRate:
     """One worker's AllReduce against a loopback reflector in another process, which
     answers every packet at once as the root would: the worker library's own rate.
     ``shared``: through one job's view of a shared socket, as a torch rank's process
     group sends and receives (ina.host.transport.SharedTransport). ``gap``: the
     reflector answers one packet at a time, at least that many seconds apart (the
-    rate is then the reflector's; the CPU per packet is still the worker's).
-    ``reflect``: the reflector (ina.bench.host has a compiled one)."""
+    rate is then the reflector's; the CPU per packet is still the worker's). The
+    reflector is compiled (ina.bench.hostloop), so that it is not what is measured."""
     from ina.host.arrays import random_array
     from ina.host.config import WorkerConfig
     from ina.host.transport import SharedTransport, UdpTransport
     from ina.host.window import RtoEstimator
     from ina.host.worker import Worker
 
-    with reflect(gap) as address:
+    with reflector(gap) as address:
         config = WorkerConfig(job_id=1, op=Op.SUM, pbm=1, target=address,
                               window=HOST_WINDOW, root=address)
         with UdpTransport(config.target, bind="127.0.0.1") as transport:
@@ -243,7 +225,7 @@ def host_rate(size: int = 1 << 20, shared: bool = False, gap: float = 0.0,
 
 
 def wake_floor(packets: int = PACED_PACKETS, gap: float = PACED_GAP,
-               address: str = "127.0.0.2", reflect: Reflect = reflector) -> HostRate:
+               address: str = REFLECTOR) -> HostRate:
     """What a wake costs whatever the worker does in it: a loop with HOST_WINDOW
     packets in flight that only waits for the reflector's results (one at a time,
     ``gap`` apart), receives them (recvmmsg, copied out as the worker does) and
@@ -255,7 +237,7 @@ def wake_floor(packets: int = PACED_PACKETS, gap: float = PACED_GAP,
     from ina.protocol.constants import INA_UDP_PORT
 
     packet = ina_payload(1, 0, 1, [0] * ELEMS_PER_PACKET)
-    with reflect(gap, address), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    with reflector(gap, address), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(("127.0.0.1", 0))
         sock.setblocking(False)
         batch, to = mmsg.Datagrams(sock), (address, INA_UDP_PORT)

@@ -2,9 +2,9 @@
 no switch, no lab, no BMv2.
 
 The worker library (ina.host.worker: the Python window) and a plain C loop
-(hostloop.c beside this module: its sendmmsg/recvmmsg calls and nothing else, no
-window, no timers, no parsing) each run against the same compiled reflector on the
-loopback, which answers every packet as a root would; alternating, ``rounds``
+(ina.bench.hostloop: its sendmmsg/recvmmsg calls and nothing else, no window, no
+timers, no parsing) each run against the same compiled reflector on the loopback,
+which answers every packet as a root would; alternating, ``rounds``
 times in one run, so that both meet the same machine. Two regimes:
 
 - batched: the reflector answers at once, in batches; the rate (packets/s) and the
@@ -21,19 +21,13 @@ Every figure is the median of the rounds, with the worst round beside it.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
-import os
-import shutil
 import statistics
-import subprocess
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ina.bench import hostloop
 from ina.bench.allreduce import (
     HOST_WINDOW,
     PACED_GAP,
@@ -45,24 +39,11 @@ from ina.bench.allreduce import (
 from ina.bench.goals import Goal
 from ina.bench.goals import render as render_goals
 from ina.bench.output import pyplot, save
-from ina.errors import LabError, UsageError
-from ina.protocol.constants import (
-    ARRAY_BYTES,
-    ELEMS_PER_PACKET,
-    INA_HEADER_BYTES,
-    INA_UDP_PORT,
-    Flag,
-)
+from ina.protocol.constants import ARRAY_BYTES, ELEMS_PER_PACKET, INA_HEADER_BYTES
 
-SOURCE = Path(__file__).with_name("hostloop.c")
-#: The flags the C reflector sets, from their one source (ina.protocol.constants).
-FLAG_DEFINES = (f"-DFLAG_SYNC={int(Flag.SYNC)}", f"-DFLAG_REPLY={int(Flag.REPLY)}",
-                f"-DFLAG_RESULT={int(Flag.RESULT)}")
-CFLAGS = ("-O2", "-Wall", "-Wextra", "-Werror")
 #: The batched regime's array (values) and the packets of the paced one.
 BATCHED_VALUES = 1 << 20
 PACKET_BYTES = INA_HEADER_BYTES + ARRAY_BYTES
-REFLECTOR = "127.0.0.2"
 #: Issue 48's goals: the worker's packets/s over the C loop's, batched; its CPU per
 #: result one at a time over the C loop's.
 GOAL_RATE_SHARE = 0.5
@@ -75,83 +56,22 @@ BATCHED = (WORKER, SHARED, C_LOOP)
 PACED = (PACED_WORKER, PY_FLOOR, PACED_C)
 
 
-def compiler() -> str:
-    """The C compiler the loop is built with (``$CC``, default cc), or UsageError
-    saying how to get one."""
-    cc = shutil.which(os.environ.get("CC", "cc"))
-    if cc is None:
-        raise UsageError("inabench host builds its C loop with a C compiler, and there is "
-                         "none ($CC or cc): apt-get install gcc (make setup does)")
-    return cc
-
-
-def compiler_version(cc: str) -> str:
-    out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False)
-    return (out.stdout.splitlines() or [cc])[0].strip()
-
-
-def loop_binary() -> Path:
-    """hostloop.c built (once per source, flags and compiler) in the user's cache."""
-    cc = compiler()
-    flags = (*CFLAGS, *FLAG_DEFINES)
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((cc, *flags)).encode()).hexdigest()
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ina"
-    binary = base / f"hostloop-{key[:12]}"
-    if binary.exists():
-        return binary
-    base.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=base, prefix=".hostloop-", delete=False) as tmp:
-        part = Path(tmp.name)
-    built = subprocess.run([cc, *flags, "-o", str(part), str(SOURCE)], capture_output=True,
-                           text=True, check=False)
-    if built.returncode != 0:
-        part.unlink(missing_ok=True)
-        raise UsageError(f"building the host benchmark's C loop failed: {built.stderr.strip()}")
-    part.replace(binary)  # whole or not at all, whoever builds beside us
-    return binary
-
-
-@contextlib.contextmanager
-def c_reflector(gap: float = 0.0, address: str = REFLECTOR) -> Iterator[str]:
-    """The C reflector on ``address`` while the block runs (answering one packet a
-    ``gap`` if given): its address."""
-    proc = subprocess.Popen([str(loop_binary()), "reflect", address, str(INA_UDP_PORT),
-                             str(round(gap * 1e6))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert proc.stdout is not None and proc.stderr is not None
-        if proc.stdout.readline().strip() != b"ready":
-            raise LabError("the C reflector did not start: "
-                           + proc.stderr.read().decode(errors="replace"))
-        yield address
-    finally:
-        proc.terminate()
-        proc.wait()
-
-
 def c_loop(packets: int, gap: float = 0.0, inflight: int = HOST_WINDOW) -> HostRate:
-    """The C loop's rate and CPU per packet against the C reflector."""
-    with c_reflector(gap) as address:
-        out = subprocess.run([str(loop_binary()), "worker", address, str(INA_UDP_PORT),
-                              str(packets), str(PACKET_BYTES), str(inflight)],
-                             capture_output=True, text=True, timeout=600, check=False)
-    if out.returncode != 0:
-        raise LabError(f"the C loop failed ({out.returncode}): {out.stderr.strip()}")
-    r = json.loads(out.stdout)
+    """The C loop's rate and CPU per packet, with the worker's packets and window."""
+    r = hostloop.loop(packets, PACKET_BYTES, inflight, gap)
     return HostRate(r["packets"] / r["seconds"], r["packets"] * ELEMS_PER_PACKET / r["seconds"],
                     r["cpu_us_per_packet"], r["kernel_us_per_packet"])
 
 
 def one_round() -> dict[str, HostRate]:
-    """Every measurement once, in turn, each against the C reflector."""
+    """Every measurement once, in turn, each against the reflector."""
     batched_packets = -(-BATCHED_VALUES // ELEMS_PER_PACKET)
     return {
-        WORKER: host_rate(BATCHED_VALUES, reflect=c_reflector),
+        WORKER: host_rate(BATCHED_VALUES),
         C_LOOP: c_loop(batched_packets),
-        SHARED: host_rate(BATCHED_VALUES, shared=True, reflect=c_reflector),
-        PACED_WORKER: host_rate(PACED_PACKETS * ELEMS_PER_PACKET, gap=PACED_GAP,
-                                reflect=c_reflector),
-        PY_FLOOR: wake_floor(reflect=c_reflector),
+        SHARED: host_rate(BATCHED_VALUES, shared=True),
+        PACED_WORKER: host_rate(PACED_PACKETS * ELEMS_PER_PACKET, gap=PACED_GAP),
+        PY_FLOOR: wake_floor(),
         PACED_C: c_loop(PACED_PACKETS, gap=PACED_GAP),
     }
 
@@ -212,9 +132,10 @@ class HostFigures:
                      paced.median <= GOAL_PACED_CPU)]
 
     def render(self) -> str:
-        lines = [f"The host side alone: against a C reflector on the loopback, {self.window} "
-                 f"packets in flight, {PACKET_BYTES}-byte packets, {len(self.rounds)} "
-                 f"round(s) alternating (median, worst round); C loop built by {self.compiler}",
+        lines = [f"The host side alone: against a compiled reflector on the loopback, "
+                 f"{self.window} packets in flight, {PACKET_BYTES}-byte packets, "
+                 f"{len(self.rounds)} round(s) alternating (median, worst round); C loop "
+                 f"built by {self.compiler}",
                  "", "batched (answers at once)"]
         for name in BATCHED:
             lines.append(f"  {name:<28} {self.rate(name).show(',.0f')} packets/s, "
@@ -245,13 +166,12 @@ class HostFigures:
             ax.set_xticks(list(x), [n.replace(", ", "\n") for n in names], fontsize=8)
             ax.set_ylabel(unit)
             ax.legend(fontsize=7)
-        left.set_title("one worker against a C reflector: the rate", fontsize=9)
+        left.set_title("one worker against a compiled reflector: the rate", fontsize=9)
         right.set_title("results one at a time: what a wake costs", fontsize=9)
         save(fig, path, f"{len(self.rounds)} rounds alternating on this machine; "
                         f"C loop: {self.compiler}; no switch")
 
 
 def run(rounds: int = 5) -> HostFigures:
-    cc = compiler()
-    loop_binary()  # built before anything is timed
-    return HostFigures([one_round() for _ in range(rounds)], compiler_version(cc))
+    hostloop.binary()  # built before anything is timed
+    return HostFigures([one_round() for _ in range(rounds)], hostloop.compiler_version())

@@ -1,7 +1,6 @@
 # PYTHON_ARGCOMPLETE_OK
 """inabench (its usage: ina.cli.inabench_options): each benchmark measured inside the
-sandbox, its figures reported (ina.cli.inabench_figures); ``reflect``, the host
-benchmark's other end, is ina.cli.inabench_reflect.
+sandbox, its figures reported (ina.cli.inabench_figures).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from ina.bench.output import read_json, stamped
 from ina.cli import common
 from ina.cli.inabench_figures import report
 from ina.cli.inabench_options import PROG, parse_regimes, parser
-from ina.cli.inabench_reflect import reflect
 from ina.errors import UsageError
 from ina.lab import sandbox
 
@@ -30,9 +28,6 @@ def main(argv: list[str] | None = None) -> int:
 def _bench(args: argparse.Namespace) -> int:
     """The benchmark, inside the sandbox (entered first), printed; or, with
     --from-json, the figures of an earlier run."""
-    if args.cmd == "reflect":
-        reflect(args.address, args.gap)
-        return 0
     if "regimes" in vars(args):
         parse_regimes(args.regimes)  # checked before anything is measured
     earlier = getattr(args, "from_json", None)

@@ -57,11 +57,6 @@ def parser() -> argparse.ArgumentParser:
                 _dataplane_options, _failover_options, _train_options, _soak_options,
                 _collectives_options, _congestion_options, _accuracy_options):
         add(sub)
-    # The host benchmark's other end (ina.bench.allreduce.host_rate): not for people, hidden.
-    r = sub.add_parser("reflect")
-    r.add_argument("address", help="the address to answer on")
-    r.add_argument("--gap", type=float, default=0.0,
-                   help="answer one packet at a time, at least this many seconds apart")
     return p
 
 

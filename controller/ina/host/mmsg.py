@@ -1,11 +1,10 @@
 """Batched datagram I/O: sendmmsg(2) and recvmmsg(2) through ctypes on Linux, so that
-a worker (ina.host.transport.UdpTransport) and the host benchmark's reflector
-(ina.cli.inabench) pay one system call for a batch of packets instead of one each.
+a worker (ina.host.transport.UdpTransport) pays one system call for a batch of
+packets instead of one each.
 
 ``Datagrams`` is a socket's preallocated batch: BATCH slots of SLOT_BYTES bytes, each
 with room for its sender's address. ``receive`` fills slots with what is queued (no
-waiting); ``reflect`` sends the first slots back to their senders (edited in place);
-``send`` sends a list of payloads to one address. Where the C library has no
+waiting); ``send`` sends a list of payloads to one address. Where the C library has no
 sendmmsg/recvmmsg (not Linux), ``available()`` is False and the callers do one
 sendto or recvfrom per datagram, as before.
 """
@@ -146,18 +145,6 @@ class Datagrams:
         at, step = self._in.len_at, self._in.len_step
         return [bytes(view[i * slot: i * slot + min(lengths[at + i * step], slot)])
                 for i in range(n)]
-
-    def reflect(self, n: int) -> int:
-        """Send the first ``n`` slots back to their senders, each as long as it came
-        (after any edits in place): how many the kernel took (the others dropped)."""
-        vec = self._in
-        for i in range(n):
-            vec.set_length(i, self.length(i))
-        try:
-            return self._sendmmsg(vec.msgs, n)
-        finally:
-            for i in range(n):
-                vec.set_length(i, self.slot_bytes)
 
     def send(self, payloads: Sequence[bytes], address: tuple[str, int]) -> int:
         """Send ``payloads`` to ``address`` (IPv4), in order, in batches: how many the
