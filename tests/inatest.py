@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +24,7 @@ from ina.host.config import WorkerConfig
 from ina.host.sync import sync_answer, sync_request
 from ina.host.window import ReductionWindow
 from ina.host.worker import Worker
+from ina.model.embedded import EmbeddedNetwork
 from ina.model.harness import initialised_network, reduce_arrays
 from ina.model.network import ModelNetwork, ModelTransport
 from ina.protocol.constants import SwitchStat
@@ -185,3 +186,16 @@ def dissect(pcap: Path, fields: Sequence[str],
     return [{field: cell.split(",") if cell else []
              for field, cell in zip(fields, line.split("\t"), strict=True)}
             for line in done.stdout.splitlines()]
+
+
+def serving(net: EmbeddedNetwork) -> Iterator[EmbeddedNetwork]:
+    """``net`` serving in a thread of this process until the generator is closed (a
+    fixture's ``yield from``), then stopped and closed."""
+    thread = threading.Thread(target=net.serve, daemon=True)
+    thread.start()
+    try:
+        yield net
+    finally:
+        net.stop()
+        thread.join(10)
+        net.close()

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,20 +30,9 @@ from ina.protocol.frames import udp_frame
 from ina.spec.job import JobSpec
 from ina.spec.topology import Topology
 
-from inatest import FIGURE1, FIGURE1_JOB, in_threads
+from inatest import FIGURE1, FIGURE1_JOB, in_threads, serving
 
 SPEC = JobSpec.load(FIGURE1_JOB)
-
-
-def serving(net: EmbeddedNetwork) -> Iterator[EmbeddedNetwork]:
-    thread = threading.Thread(target=net.serve, daemon=True)
-    thread.start()
-    try:
-        yield net
-    finally:
-        net.stop()
-        thread.join(10)
-        net.close()
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from ina.protocol.constants import Op
 from ina.spec.jobservice import FIRST_JOB_ID, Jobs
 from ina.spec.topology import Topology
 
-from inatest import in_threads
+from inatest import in_threads, serving
 
 
 def service(topology: Topology) -> JobService:
@@ -108,15 +108,7 @@ def _lease(name: str):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def network(figure1: Topology, tmp_path: Path) -> Iterator[EmbeddedNetwork]:
-    net = EmbeddedNetwork(figure1, jobs_socket=tmp_path / "jobs.sock")
-    thread = threading.Thread(target=net.serve, daemon=True)
-    thread.start()
-    try:
-        yield net
-    finally:
-        net.stop()
-        thread.join(10)
-        net.close()
+    yield from serving(EmbeddedNetwork(figure1, jobs_socket=tmp_path / "jobs.sock"))
 
 
 def test_a_clients_jobs_go_when_its_connection_closes(network: EmbeddedNetwork) -> None:

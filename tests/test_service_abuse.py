@@ -39,7 +39,7 @@ from ina.protocol.constants import Op
 from ina.spec.jobservice import MAX_LINE, decode, encode
 from ina.spec.topology import Topology
 
-from inatest import FIGURE1, ROOT, in_threads
+from inatest import FIGURE1, ROOT, in_threads, serving
 
 
 class _Unreachable:
@@ -120,15 +120,7 @@ def test_an_answer_past_a_lines_limit_is_an_error_that_says_so() -> None:
 
 @pytest.fixture
 def network(figure1: Topology, tmp_path: Path) -> Iterator[EmbeddedNetwork]:
-    net = EmbeddedNetwork(figure1, [], jobs_socket=tmp_path / "jobs.sock")
-    thread = threading.Thread(target=net.serve, daemon=True)
-    thread.start()
-    try:
-        yield net
-    finally:
-        net.stop()
-        thread.join(10)
-        net.close()
+    yield from serving(EmbeddedNetwork(figure1, [], jobs_socket=tmp_path / "jobs.sock"))
 
 
 def _ask(sock: socket.socket, request: dict[str, Any]) -> dict[str, Any]:
