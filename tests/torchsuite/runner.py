@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import re
-import selectors
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,9 @@ import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from ina.bench.hostprocess import HostProcess
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -124,38 +125,38 @@ def _rank_loop(rank: int) -> None:
 # --- the runner ------------------------------------------------------------------------
 
 
+def _in_tests(argv: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """A rank started in tests/, where ``torchsuite`` is importable."""
+    return subprocess.Popen(argv, cwd=ROOT / "tests", **popen)
+
+
 class Ranks:
-    """``world`` rank processes, started once, restarted after a test that hangs."""
+    """``world`` rank processes (HostProcess), started once, restarted after a test
+    that hangs or kills one."""
 
     def __init__(self, world: int, env: dict[str, str]):
         self.world, self.env = world, env
-        self.procs: list[subprocess.Popen[str]] = []
+        self.procs: list[HostProcess] = []
         self.start()
 
     def start(self) -> None:
-        self.procs = [subprocess.Popen(
-            [sys.executable, "-m", "torchsuite.runner", "rank", str(r)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, env={**self.env, "RANK": str(r)}, cwd=ROOT / "tests")
-            for r in range(self.world)]
+        self.procs = [HostProcess(f"rank {r}", [sys.executable, "-m", "torchsuite.runner",
+                                                "rank", str(r)],
+                                  env={**self.env, "RANK": str(r)}, spawn=_in_tests)
+                      for r in range(self.world)]
 
     def stop(self) -> None:
         for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+            p.kill()
 
     def run(self, name: str, limit: float) -> Outcome:
         began = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="ina-suite-test-") as temp:
             for sub in ("barrier", "test_dir", "init_dir"):
                 os.mkdir(os.path.join(temp, sub))
-            request = json.dumps({"test": name, "temp": temp,
-                                  "store": os.path.join(temp, "store")}) + "\n"
+            request = {"test": name, "temp": temp, "store": os.path.join(temp, "store")}
             for p in self.procs:
-                assert p.stdin is not None
-                p.stdin.write(request)
-                p.stdin.flush()
+                p.send(request)
             answers = self._answers(began + limit)
         seconds = time.monotonic() - began
         if answers is None:
@@ -170,29 +171,20 @@ class Ranks:
         return Outcome(name, "passed", "", seconds)
 
     def _answers(self, deadline: float) -> list[dict[str, Any]] | None:
-        answers: dict[int, dict[str, Any]] = {}
-        with selectors.DefaultSelector() as sel:
-            for r, p in enumerate(self.procs):
-                assert p.stdout is not None
-                sel.register(p.stdout, selectors.EVENT_READ, r)
-            while len(answers) < self.world:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                for key, _ in sel.select(left):
-                    stream: IO[str] = key.fileobj  # type: ignore[assignment]
-                    line = stream.readline()
-                    sel.unregister(stream)
-                    if not line:  # the rank died
-                        answers[key.data] = {"outcome": "failed",
-                                             "detail": f"rank {key.data} exited"}
-                    else:
-                        answers[key.data] = json.loads(line)
+        """Every rank's answer by ``deadline`` (None: one did not answer); a rank that
+        died answers "failed", and the ranks are started again."""
+        answers = []
+        for r, p in enumerate(self.procs):
+            line = p.next_line(deadline - time.monotonic())
+            if line is None:
+                return None
+            answers.append(json.loads(line) if line else
+                           {"outcome": "failed", "detail": f"rank {r} exited"})
         if any(a["detail"].startswith("rank ") and a["detail"].endswith("exited")
-               for a in answers.values()):
+               for a in answers):
             self.stop()
             self.start()
-        return [answers[r] for r in range(self.world)]
+        return answers
 
 
 @contextlib.contextmanager
