@@ -191,20 +191,22 @@ class Ranks:
 def network(backend: str) -> Iterator[dict[str, str]]:
     """The environment of the ranks: on ``ina``, an embedded network of Figure 1 that
     every test's groups share."""
-    env = {**os.environ, "INA_SUITE_BACKEND": backend,
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
-           "INIT_METHOD": "file:///dev/null"}
-    if backend != "ina":
-        yield env
-        return
-    from ina.model.embedded import spawn
+    with tempfile.TemporaryDirectory(prefix="ina-suite-") as tmp:
+        env = {**os.environ, "INA_SUITE_BACKEND": backend,
+               "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"),
+                                              os.environ.get("PYTHONPATH", "")]),
+               "INIT_METHOD": "file:///dev/null",
+               "TEMP_DIR": tmp}  # until each test's own; removed with the network
+        if backend != "ina":
+            yield env
+            return
+        from ina.model.embedded import spawn
 
-    topology = ROOT / "topologies" / "figure1.yaml"
-    with tempfile.TemporaryDirectory(prefix="ina-suite-") as tmp, \
-            spawn(topology, []) as net:
-        endpoints = Path(tmp) / "endpoints.json"
-        endpoints.write_text(net.endpoints.to_json())
-        yield {**env, "INA_TOPOLOGY": str(topology), "INA_NETWORK": str(endpoints)}
+        topology = ROOT / "topologies" / "figure1.yaml"
+        with spawn(topology, []) as net:
+            endpoints = Path(tmp) / "endpoints.json"
+            endpoints.write_text(net.endpoints.to_json())
+            yield {**env, "INA_TOPOLOGY": str(topology), "INA_NETWORK": str(endpoints)}
 
 
 def run(backend: str, world: int, names: Sequence[str], limit: float = TEST_LIMIT

@@ -20,7 +20,9 @@ Run by tests/test_torch_suite.py, which compares the two backends' outcomes; by 
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 UNDER_TEST = os.environ.setdefault("INA_SUITE_BACKEND", "ina")
 os.environ["BACKEND"] = "gloo"  # the suite's gating: see above
 os.environ.setdefault("WORLD_SIZE", "2")
-os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="ina-suite-"))
+if "TEMP_DIR" not in os.environ:  # the runner gives one; alone, one of its own, removed at exit
+    os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="ina-suite-")
+    atexit.register(shutil.rmtree, os.environ["TEMP_DIR"], ignore_errors=True)
 os.environ.setdefault("INA_TOPOLOGY", str(ROOT / "topologies" / "figure1.yaml"))
 os.environ.setdefault("INA_NETWORK", "embedded")
 
