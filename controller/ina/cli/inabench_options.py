@@ -86,6 +86,15 @@ def _regime_option(p: argparse.ArgumentParser) -> None:
                         "(links limited)")
 
 
+def _case_rate_option(p: argparse.ArgumentParser) -> None:
+    """--rate of a benchmark on Figure 1 and the fat-tree, by default each case's own."""
+    p.add_argument("--rate", type=_link_rate, metavar="MBIT",
+                   help="Mbit/s of every link in the link-bound regime (default: the "
+                        "case's, as inabench allreduce: " + ", ".join(
+                            f"{name} {CASES[name].rate_mbit:g}"
+                            for name in ("figure1", "fat-tree")) + ")")
+
+
 def _allreduce_options(sub: common.SubParsers) -> None:
     a = common.command(sub, "allreduce", "INA vs parameter server (PS) vs ring, with links "
                                          "unlimited (CPU-bound) and limited (link-bound)")
@@ -155,11 +164,7 @@ def _train_options(sub: common.SubParsers) -> None:
                    help="runs of each backend per regime, alternating (ina gloo, gloo ina, "
                         "...): each pair's ratio is printed, the goals take the median "
                         "pair's")
-    t.add_argument("--rate", type=_link_rate, metavar="MBIT",
-                   help="Mbit/s of every link in the link-bound regime (default: the "
-                        "case's, as inabench allreduce: " + ", ".join(
-                            f"{name} {CASES[name].rate_mbit:g}"
-                            for name in ("figure1", "fat-tree")) + ")")
+    _case_rate_option(t)
     _regime_option(t)
     t.add_argument("--bucket-mib", type=int, default=25,
                    help="on Figure 1, also one float32 bucket of this many MiB (DDP's "
@@ -209,11 +214,7 @@ def _collectives_options(sub: common.SubParsers) -> None:
                     help=f"values S per collective, a multiple of {COLLECTIVE_SIZE_QUANTUM} "
                          "(default: " + ", ".join(f"{name} {size}" for name, size
                                                   in COLLECTIVE_SIZES.items()) + ")")
-    co.add_argument("--rate", type=_link_rate, metavar="MBIT",
-                    help="Mbit/s of every link in the link-bound regime (default: the "
-                         "case's, as inabench allreduce: " + ", ".join(
-                             f"{name} {CASES[name].rate_mbit:g}"
-                             for name in ("figure1", "fat-tree")) + ")")
+    _case_rate_option(co)
     _regime_option(co)
     _outputs(co, "values per second and bytes per value of every collective")
 
