@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from functools import partial
@@ -41,7 +40,7 @@ from ina.spec.job import Job, JobSpec
 from ina.spec.topology import Topology
 
 from colltest import COLLECTIVES, Lockstep, Outcome, body_of, check
-from inatest import FIGURE1, FIGURE1_JOB, ROOT, figure1_job, in_threads, make_model_lab
+from inatest import FIGURE1, FIGURE1_JOB, ROOT, figure1_job, in_threads, make_model_lab, serving
 
 #: A frame on a host's link: Ethernet, IPv4, UDP and the INA payload.
 _L2_L4 = 14 + 20 + 8
@@ -362,17 +361,10 @@ def test_the_ring_on_hosts_gives_every_collective_the_same_results(
 @pytest.fixture
 def endpoints_file(figure1_topology: Topology, tmp_path: Path) -> Iterator[Path]:
     """Figure 1's job on the embedded network, its endpoints in a file."""
-    net = EmbeddedNetwork(figure1_topology, [JobSpec.load(FIGURE1_JOB)])
-    path = tmp_path / "ports.json"
-    path.write_text(net.endpoints.to_json())
-    thread = threading.Thread(target=net.serve, daemon=True)
-    thread.start()
-    try:
+    for net in serving(EmbeddedNetwork(figure1_topology, [JobSpec.load(FIGURE1_JOB)])):
+        path = tmp_path / "ports.json"
+        path.write_text(net.endpoints.to_json())
         yield path
-    finally:
-        net.stop()
-        thread.join(10)
-        net.close()
 
 
 def test_the_one_call_functions_make_every_collective_on_the_embedded_network(
