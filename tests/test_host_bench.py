@@ -3,9 +3,13 @@ switch (ina.bench.host, ina.bench.hostloop)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ from ina.bench import host, hostloop
 from ina.bench.allreduce import HostRate, host_rate
 from ina.cli import inabench
 from ina.errors import UsageError
+from ina.lab.mininet import wait_until
 from ina.protocol.codec import ina_payload
 from ina.protocol.constants import ELEMS_PER_PACKET, INA_UDP_PORT, Flag
 
@@ -90,3 +95,33 @@ def test_inabench_host_runs_without_bmv2_and_writes_its_figures(
     assert "worker vs C loop:" in text and "Goals of issue 48" in text
     doc = json.loads(out.read_text())
     assert set(doc["rounds"][0]) == {*host.BATCHED, *host.PACED}
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def test_inabench_host_stopped_by_sigterm_leaves_no_reflector_behind() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "ina.cli.inabench", "host", "--rounds", "3"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: bool(_children(proc.pid)), 60, "inabench host's first child")
+        children = _children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    wait_until(lambda: not any(_running(c) for c in children), 10, "its children to end")
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (ended, not yet reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

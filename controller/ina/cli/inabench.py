@@ -39,6 +39,7 @@ def _bench(args: argparse.Namespace) -> int:
                              f"{exc!r}") from exc
         return 0
     if args.cmd in WITHOUT_LAB:
+        sandbox.stop_on()  # SystemExit: its children (a reflector, ranks) are stopped
         report(args, stamped(MEASURE[args.cmd](args)))
         return 0
     from ina.lab.mininet import missing_tools
