@@ -236,7 +236,7 @@ def test_a_marked_result_makes_the_window_send_fewer() -> None:
     sent = window.packets_to_send(0.0)
     window.accept(_result_of(sent[0], marked=True), RTT)
     assert cc.allowed == 8 and window.marked == 1
-    assert len(window.outstanding) + len(window.packets_to_send(RTT)) <= 15
+    assert window.in_flight + len(window.packets_to_send(RTT)) <= 15
 
 
 def test_a_calls_first_packets_sent_before_any_result_are_not_round_trip_samples() -> None:

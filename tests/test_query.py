@@ -229,7 +229,7 @@ def test_a_chunk_with_values_goes_again_as_a_query_first() -> None:
 def test_held_the_chunk_waits_a_full_rto_and_sends_nothing() -> None:
     window = _window()
     _timed_out(window)
-    now = window.outstanding[0].sent_at + 0.01
+    now = window.sent_at(0) + 0.01
     assert window.answer(_answer(10, QueryVerdict.HELD), now)
     assert window.packets_to_send(now) == []
     due = window.next_timer()
@@ -240,7 +240,7 @@ def test_held_the_chunk_waits_a_full_rto_and_sends_nothing() -> None:
 def test_send_the_values_go_at_once() -> None:
     window = _window()
     _timed_out(window)
-    now = window.outstanding[0].sent_at + 0.01
+    now = window.sent_at(0) + 0.01
     assert window.answer(_answer(10, QueryVerdict.SEND), now)
     (again,) = window.packets_to_send(now)
     assert InaHeader.unpack(again).flags == Flag.NONE and len(again) > 100

@@ -314,7 +314,7 @@ def test_a_marked_result_makes_the_window_probe_later() -> None:
         session.rto.sample(rtt)
     session.packets_to_send(now=0.0)
     session.accept(_result(1, [0] * ELEMS_PER_PACKET, ecn=Ecn.CE), now=0.05)
-    assert session._probe_at() == pytest.approx(0.05 + 2 * 0.05)  # not 2 * 0.01
+    assert session.probe_at() == pytest.approx(0.05 + 2 * 0.05)  # not 2 * 0.01
 
 
 def _window_with(outstanding: int, srtt: float) -> tuple[Worker, ReductionWindow]:

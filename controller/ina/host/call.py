@@ -442,7 +442,7 @@ class Caller:
         answers a packet at a time, and is fed a packet at a time by a worker that
         answers each result as it comes."""
         srtt = self.rto.srtt
-        if srtt is None or len(window.outstanding) < COALESCE_IN_FLIGHT:
+        if srtt is None or window.in_flight < COALESCE_IN_FLIGHT:
             return 0.0
         pause = min(srtt / COALESCE_SHARE, PACING_QUANTUM, left)
         return pause if pause >= COALESCE_LEAST else 0.0

@@ -48,10 +48,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import deque
-from dataclasses import dataclass, field
 
 from ina.errors import UsageError
+from ina.host import _window
 
 LOG = logging.getLogger(__name__)
 #: The window never shrinks below this many packets.
@@ -103,145 +102,58 @@ def congestion_limit(slots: int) -> int:
     return max(1, slots // 2)
 
 
-@dataclass
-class CongestionWindow:
-    """One worker's congestion window over its calls (see the module's docstring).
+_window.configure_congestion(
+    RECENT_SAMPLES=RECENT_SAMPLES, BASE_BUCKETS=BASE_BUCKETS, PACING_BURST=PACING_BURST,
+    MIN_CWND=MIN_CWND, DCTCP_G=DCTCP_G, BASE_PERIOD=BASE_PERIOD, DELAY_FACTOR=DELAY_FACTOR,
+    DELAY_SLACK=DELAY_SLACK, DELAY_BETA=DELAY_BETA, MAX_DECREASE=MAX_DECREASE, SILENCE=SILENCE,
+    PACING_QUANTUM=PACING_QUANTUM, log=LOG.log)
+
+
+class CongestionWindow(_window.Congestion):
+    """One worker's congestion window over its calls (see the module's docstring),
+    its arithmetic compiled (ina.host._window: the per-packet path).
 
     ``limit``: the largest window (``congestion_limit`` of the job's slots).
     ``cwnd``: the window, in packets outstanding; it starts at ``limit`` (a job's
-    first call sends its window at once, as without congestion control). The
-    counters say what moved it."""
+    first call sends its window at once, as without congestion control). ``cuts``
+    counts, by why, what cut it: "mark", "delay", "loss", "timeout".
 
-    limit: int
-    cwnd: float = 0.0
-    ssthresh: float = math.inf
-    alpha: float = 1.0
-    base_rtt: float | None = None
-    results: int = 0
-    marked: int = 0
-    cuts: dict[str, int] = field(default_factory=lambda: {
-        "mark": 0, "delay": 0, "loss": 0, "timeout": 0})
-    _mins: deque[list[float]] = field(default_factory=lambda: deque(maxlen=BASE_BUCKETS))
-    _recent: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_SAMPLES))
-    _window_results: int = 0
-    _window_marked: int = 0
-    _cut_at: float = -math.inf
+    - ``allowed``: packets that may be outstanding now.
+    - ``target()``: the round trip above which the path counts as queueing (None:
+      no sample yet); ``queueing_delay()``: the least of the recent round trips;
+      ``queueing()``: whether they are all above the target.
+    - ``interval(srtt)``: seconds between two packets, a window per round trip (0:
+      not paced yet). ``next_send(send_at, now, srtt)``: the pacer's time for the
+      send after one at ``now``: an interval later, the sender allowed back to back
+      what is due within PACING_QUANTUM (at least PACING_BURST packets), but no
+      credit for an idle spell before ``now`` beyond that.
+    - ``on_result(now, marked, rtt, srtt)``: a new result, with CE or not; ``rtt``
+      its round trip if it is a sample (sent once, after every worker had joined).
+      A mark cuts by DCTCP's alpha (counting the current window's marks in: the
+      first marked window after a quiet spell cuts by what it sees); else a queueing
+      path cuts by Swift's excess over the target; else the window grows.
+    - ``on_loss(now, srtt)``: a packet found lost by later results: congestion only
+      if the path is queueing.
+    - ``on_timeout(now, srtt, silent)``: the oldest packet's timer fired (one sent
+      once every worker had joined: before that, it waits for the slowest worker to
+      join the call, no congestion); ``silent``: seconds since the last result.
+      Halves the window if the path queues, or once per SILENCE while no result has
+      come for SILENCE (the path may carry nothing at all). A timeout on a path
+      without queueing is a loss like the others: a result waits for every
+      worker's recovery, so under 5% loss per link timeouts come one after the
+      other; halving on each kept the window at a packet or two, 5 to 30 times
+      slower than lossless.
+
+    At most one cut per round trip: the marks and losses of one window are one
+    congestion event."""
+
+    def __init__(self, limit: int, cwnd: float = 0.0, ssthresh: float = math.inf,
+                 alpha: float = 1.0, base_rtt: float | None = None):
+        if limit < 1:
+            raise UsageError("a congestion window's limit is at least one packet")
+        super().__init__(limit, cwnd, ssthresh, alpha, base_rtt)
 
     @classmethod
     def for_slots(cls, slots: int) -> CongestionWindow:
         """The window of a worker of a job with ``slots`` slots."""
         return cls(congestion_limit(slots))
-
-    def __post_init__(self) -> None:
-        if self.limit < 1:
-            raise UsageError("a congestion window's limit is at least one packet")
-        if self.cwnd <= 0:
-            self.cwnd = float(self.limit)
-
-    @property
-    def allowed(self) -> int:
-        """Packets that may be outstanding now."""
-        return max(1, min(self.limit, int(self.cwnd)))
-
-    def target(self) -> float | None:
-        """The round trip above which the path counts as queueing (None: no sample yet)."""
-        if self.base_rtt is None:
-            return None
-        return max(DELAY_FACTOR * self.base_rtt, self.base_rtt + DELAY_SLACK)
-
-    def queueing_delay(self) -> float | None:
-        """The least of the recent round trips (None: no sample yet)."""
-        return min(self._recent) if self._recent else None
-
-    def queueing(self) -> bool:
-        """Whether the path queues: its recent round trips all above the target."""
-        low, target = self.queueing_delay(), self.target()
-        return low is not None and target is not None and low > target
-
-    def interval(self, srtt: float | None) -> float:
-        """Seconds between two packets: a window per round trip (0: not paced yet)."""
-        return 0.0 if srtt is None else srtt / max(self.cwnd, MIN_CWND)
-
-    def next_send(self, send_at: float, now: float, srtt: float | None) -> float:
-        """The pacer's time for the send after one at ``now`` (its time was
-        ``send_at``): an interval later, the sender allowed back to back what is due
-        within PACING_QUANTUM (at least PACING_BURST packets) but no credit for an
-        idle spell before ``now`` beyond that."""
-        interval = self.interval(srtt)
-        burst = max((PACING_BURST - 1) * interval, PACING_QUANTUM - interval)
-        return max(send_at, now - burst) + interval
-
-    def on_result(self, now: float, marked: bool, rtt: float | None, srtt: float | None
-                  ) -> None:
-        """A new result arrived, with CE or not; ``rtt``: its round trip if it is a
-        sample (sent once, after every worker had joined); ``srtt``: the smoothed one."""
-        self.results += 1
-        self._window_results += 1
-        if marked:
-            self.marked += 1
-            self._window_marked += 1
-        if rtt is not None:
-            self._recent.append(rtt)
-            if not self._mins or now - self._mins[-1][0] >= BASE_PERIOD:
-                self._mins.append([now, rtt])  # [period's start, least round trip in it]
-                self.base_rtt = min(m for _, m in self._mins)  # an old period may be gone
-            elif rtt < self._mins[-1][1]:
-                self._mins[-1][1] = rtt
-                assert self.base_rtt is not None  # a period has a round trip
-                self.base_rtt = min(self.base_rtt, rtt)
-        round_trip = srtt if srtt is not None else rtt
-        if marked and self._may_cut(now, round_trip):
-            self._cut(now, 1.0 - self._alpha_now() / 2, "mark")
-        elif rtt is not None and self.queueing() and self._may_cut(now, round_trip):
-            low, target = min(self._recent), self.target() or 0.0
-            self._cut(now, max(1.0 - DELAY_BETA * (low - target) / low, 1.0 - MAX_DECREASE),
-                      "delay")
-        elif not marked:
-            self.cwnd = min(float(self.limit), self.cwnd + (
-                1.0 if self.cwnd < self.ssthresh else 1.0 / self.cwnd))
-        if self._window_results >= self.cwnd:
-            self.alpha = (1 - DCTCP_G) * self.alpha + DCTCP_G * (
-                self._window_marked / self._window_results)
-            self._window_results = self._window_marked = 0
-
-    def on_loss(self, now: float, srtt: float | None) -> None:
-        """A packet was found lost by later results: congestion if the path is
-        queueing (``queueing``), else ignored; ``srtt`` spaces the cuts."""
-        if self.queueing() and self._may_cut(now, srtt):
-            self._cut(now, 0.5, "loss")
-
-    def on_timeout(self, now: float, srtt: float | None, silent: float) -> None:
-        """The oldest packet's retransmission timer fired (a packet sent once every
-        worker had joined: before that, it waits for the slowest worker to join the
-        call, which is no congestion); ``silent``: seconds since the last result.
-        Halve the window if the path queues, or once per SILENCE while no result
-        has come for SILENCE (the path may carry nothing at all). A timeout on a
-        path without queueing is a loss like the others: a result waits for every
-        worker's recovery, so under 5% loss per link timeouts come one after the
-        other; halving on each kept the window at a packet or two, 5 to 30 times
-        slower than lossless."""
-        if self.queueing():
-            if self._may_cut(now, srtt):
-                self._cut(now, 0.5, "timeout")
-        elif silent >= SILENCE and self._may_cut(now, SILENCE):
-            self._cut(now, 0.5, "timeout")
-
-    def _alpha_now(self) -> float:
-        """alpha with the current window's marks counted in (the first marked window
-        after a quiet spell cuts by what it sees, not by a stale estimate)."""
-        if self._window_results == 0:
-            return self.alpha
-        return max(self.alpha, (1 - DCTCP_G) * self.alpha
-                   + DCTCP_G * self._window_marked / self._window_results)
-
-    def _may_cut(self, now: float, round_trip: float | None) -> bool:
-        """At most one cut per round trip: the marks and losses of one window are one
-        congestion event."""
-        return now - self._cut_at >= (round_trip or 0.0)
-
-    def _cut(self, now: float, factor: float, why: str) -> None:
-        self.cwnd = max(MIN_CWND, self.cwnd * factor)
-        self.ssthresh = self.cwnd
-        self._cut_at = now
-        self.cuts[why] += 1
-        LOG.debug("congestion window cut to %.2f (%s)", self.cwnd, why)

@@ -21,22 +21,27 @@ it retransmits each chunk as it first sent it, after a QUERY where its values ar
 in it (see ``ReductionWindow``). A chunk with an owner (a
 Broadcast's, an Allgather's) travels once from its owner (OP_COPY), and its round
 is NODATA from every worker that holds it.
+
+The per-packet path is compiled (ina.host._window, C, built as the package
+installs): the window's state, its timers, the RTO estimator and the congestion
+controller's arithmetic. What happens once per reduction stays here: the plan of its
+chunks (``plan_chunks``), the lead's check, the result's conversion.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ina.errors import AllreduceError, InputTypeError, UsageError
+from ina.host import _window
 from ina.host.config import WorkerConfig
-from ina.host.congestion import RECENT_SAMPLES, CongestionWindow
+from ina.host.congestion import CongestionWindow
 from ina.host.flow import Flow, elems_per_packet
 from ina.host.results import AllreduceResult, Lead
 from ina.protocol.arith import INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, SEQ_MODULO, seq_add
@@ -70,10 +75,6 @@ _RESULT, _NODATA, _OVERFLOW = int(Flag.RESULT), int(Flag.NODATA), int(Flag.OVERF
 _QUERY, _REPLY = int(QUERY), int(Flag.REPLY)
 #: A QUERY's answer: QUERY | REPLY and none of these (a notice: ina.host.call).
 _NOT_ANSWER = int(Flag.REPLAN | Flag.ON_HOSTS | Flag.ABORT | Flag.RESULT)
-#: Where a retransmission of a chunk stands (``_Outstanding.query``): values not asked
-#: about (the next copy is a QUERY), a QUERY unanswered (the next copy is the values),
-#: its answer SEND (the values go next).
-ASK, ASKED, TOLD_TO_SEND = 0, 1, 2
 #: The wire's element type of each width (big-endian).
 WIRE_TYPES = {WIDTH32: ">i4", WIDTH16: ">i2"}
 #: The type of a reduction's result of each width.
@@ -100,109 +101,60 @@ RTT_CLIP = 2.0
 MAX_LEAD = ELEMS_PER_PACKET
 
 
-@dataclass
-class RtoEstimator:
+_window.configure_window(
+    INA_HEADER_BYTES=INA_HEADER_BYTES, ARRAY_BYTES=ARRAY_BYTES, MAX_LEAD=MAX_LEAD,
+    OFF_FLAGS=_FLAGS, OFF_SEQ=_SEQ, OFF_COUNT=_COUNT, OFF_WIDTH=_WIDTH, OFF_ECN=_ECN,
+    RESULT=_RESULT, NODATA=_NODATA, OVERFLOW=_OVERFLOW, QUERY=_QUERY, REPLY=_REPLY,
+    NOT_ANSWER=_NOT_ANSWER, OP_COPY=OP_COPY, ECN_CE=ECN_CE, WIDTH32=WIDTH32,
+    HELD=int(QueryVerdict.HELD), DUPLICATE_RESULTS=DUPLICATE_RESULTS,
+    MAX_BACKOFF_DOUBLINGS=MAX_BACKOFF_DOUBLINGS, MAX_PROBE_DOUBLINGS=MAX_PROBE_DOUBLINGS,
+    RTT_CLIP=RTT_CLIP, log=LOG.log)
+
+
+class RtoEstimator(_window.Rto):
     """The retransmission timeout from measured round trips (RFC 6298's smoothed
     round trip and its variation, Karn's rule: only packets sent once are
-    measured), between ``floor`` and ``cap``. A round trip here runs from a
-    contribution to its result, so it includes waiting for the other workers; the
-    window measures only packets sent once every worker had joined the reduction."""
+    measured), between ``floor`` and ``cap``, compiled (ina.host._window). A round
+    trip here runs from a contribution to its result, so it includes waiting for
+    the other workers; the window measures only packets sent once every worker had
+    joined the reduction.
 
-    initial: float = DEFAULT_RTO
-    floor: float = MIN_RTO
-    cap: float = MAX_RTO
-    srtt: float | None = None
-    rttvar: float = 0.0
-    samples: int = 0
-    backoff: int = 0  # timeouts since the last sample: each doubles the RTO
-    backed_off_at: float = float("-inf")
-    recent: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_SAMPLES))
+    - ``sample(rtt)``: a measured round trip, clipped to RTT_CLIP smoothed ones.
+    - ``progress()``: a new result arrived: the path works, undo the backoff.
+    - ``bound(rtt)``: a round trip took ``rtt`` at most (the result of a packet sent
+      more than once, since its first send): until a round trip is measured, the
+      RTO's guess (from the SYNC's round trip through idle queues) is at least that.
+      Else a guess far below the path's round trip has every packet sent again
+      before its result, and Karn's rule measures none of them: on Figure 1 with
+      links at 1 Mbit/s a worker whose guess was 5 ms sent its window again and
+      again for the whole call (1,330 copies of 301 packets, the call 2.8x its
+      links' time).
+    - ``timed_out(now)``: a packet's timer expired: back off (RFC 6298 5.5), once
+      per RTO, since a window of packets sent together times out together. Karn's
+      rule keeps the round trips of packets sent again out of the samples, so
+      without this an RTO that is too short would never grow.
+    - ``probe(queued)``: how long to wait for the oldest result when nothing else
+      is in flight to reveal its loss: twice the least of the last RECENT_SAMPLES
+      round trips, or twice their median while the path ``queued`` (the newest
+      result carried a congestion mark); None before any sample. Not the smoothed
+      one, nor the median on a path that does not queue: others' losses lengthen
+      many round trips (a result waits for every worker's contribution; under 5%
+      loss per link the smoothed round trip grew to a second, and so did every
+      recovery, and the round trips with it; probes at twice the median stalled a
+      call at a result a second). Not the least of a long history either: a queue
+      lengthens every round trip, and a probe at twice a round trip from before it
+      sent hundreds of copies into the queue (the 29 s steps of the rate-limited
+      fat-tree). Nor the least where the path queues: a packet that finds a
+      rate-limited path idle crosses it in a burst, far sooner than one behind
+      others (on Figure 1 at 1 Mbit/s, round trips of 5 to 80 ms), and probes at
+      twice the quickest sent 200 to 480 copies of a 301-packet call into the
+      queue, which the call then waited for (18-21 s where its links allow 8.4).
+    - ``rto``: the timeout now; ``ceiling``: the most it can be.
+    """
 
-    def sample(self, rtt: float) -> None:
-        self.samples += 1
-        self.backoff = 0
-        self.recent.append(rtt)
-        if self.srtt is None:
-            self.srtt, self.rttvar = rtt, rtt / 2
-        else:
-            rtt = min(rtt, RTT_CLIP * self.srtt)
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
-
-    def progress(self) -> None:
-        """A new result arrived: the path works, undo the backoff."""
-        self.backoff = 0
-
-    def bound(self, rtt: float) -> None:
-        """A round trip took ``rtt`` at most (the result of a packet sent more than
-        once, since its first send): until a round trip is measured, the RTO's guess
-        (from the SYNC's round trip through idle queues) is at least that. Else a
-        guess far below the path's round trip has every packet sent again before
-        its result, and Karn's rule measures none of them: on Figure 1 with links
-        at 1 Mbit/s a worker whose guess was 5 ms sent its window again and again
-        for the whole call (1,330 copies of 301 packets, the call 2.8x its links'
-        time)."""
-        if self.srtt is None:
-            self.initial = max(self.initial, min(self.ceiling, rtt))
-
-    def timed_out(self, now: float) -> None:
-        """A packet's timer expired: back off (RFC 6298 5.5), once per RTO, since a
-        window of packets sent together times out together. Karn's rule keeps the
-        round trips of packets sent again out of the samples, so without this an
-        RTO that is too short would never grow."""
-        if now - self.backed_off_at >= self.rto:
-            self.backed_off_at = now
-            self.backoff = min(self.backoff + 1, MAX_BACKOFF_DOUBLINGS)
-
-    def probe(self, queued: bool = False) -> float | None:
-        """How long to wait for the oldest result when nothing else is in flight
-        to reveal its loss: twice the least of the last RECENT_SAMPLES round
-        trips, or twice their median while the path ``queued`` (the newest result
-        carried a congestion mark). Not the smoothed one, nor the median on a path
-        that does not queue: others' losses lengthen many round trips (a result
-        waits for every worker's contribution; under 5% loss per link the smoothed
-        round trip grew to a second, and so did every recovery, and the round trips
-        with it; probes at twice the median stalled a call at a result a second).
-        Not the least of a long history either: a queue lengthens every round
-        trip, and a probe at twice a round trip from before it sent hundreds of
-        copies into the queue (the 29 s steps of the rate-limited fat-tree). Nor
-        the least where the path queues: a packet that finds a rate-limited path
-        idle crosses it in a burst, far sooner than one behind others (on Figure 1
-        at 1 Mbit/s, round trips of 5 to 80 ms), and probes at twice the quickest
-        sent 200 to 480 copies of a 301-packet call into the queue, which the call
-        then waited for (18-21 s where its links allow 8.4)."""
-        if not self.recent:
-            return None
-        typical = sorted(self.recent)[len(self.recent) // 2] if queued else min(self.recent)
-        return min(self.ceiling, max(self.floor, 2 * typical))
-
-    @property
-    def ceiling(self) -> float:
-        return max(self.cap, self.floor)
-
-    @property
-    def rto(self) -> float:
-        base = self.initial if self.srtt is None else self.srtt + 4 * self.rttvar
-        floor = self.floor  # the ceiling inlined: read for every packet sent and answered
-        return min(max(self.cap, floor), max(floor, base * (1 << self.backoff)))
-
-
-@dataclass(slots=True)
-class _Outstanding:
-    sent_at: float  # last transmission
-    deadline: float  # when it counts as lost, if it is the oldest one outstanding
-    order: int  # position of the last transmission among all of the window's
-    sample: bool  # its round trip measures the path: sent once every worker had joined
-    tries: int = 1
-    later: int = 0  # results of packets sent after this one's last transmission
-    first: float = 0.0  # first transmission
-    query: int = ASK  # what its next retransmission is (ASK, ASKED, TOLD_TO_SEND)
-
-    def sent_again(self, now: float, order: int, deadline: float, query: int) -> None:
-        """It went again (its values or its QUERY) at ``now``, as send ``order``."""
-        self.tries, self.sent_at, self.deadline, self.order, self.later = \
-            self.tries + 1, now, deadline, order, 0
-        self.query = query
+    def __init__(self, initial: float = DEFAULT_RTO, floor: float = MIN_RTO,
+                 cap: float = MAX_RTO, srtt: float | None = None):
+        super().__init__(initial, floor, cap, srtt)
 
 
 def check_ints(values: npt.ArrayLike, width: int = WIDTH32) -> npt.NDArray[Any]:
@@ -265,7 +217,7 @@ def _chunk_packets(head: bytes, array: npt.NDArray[Any], width: int, first_seq: 
     the header alone with NODATA. Also each packet's length."""
     chunks = len(counts)
     if chunks == 0:  # a lead alone
-        return memoryview(b""), []
+        return memoryview(bytearray()), []
     packets = np.zeros((chunks, INA_HEADER_BYTES + ARRAY_BYTES), dtype=np.uint8)
     packets[:, :INA_HEADER_BYTES] = np.frombuffer(head, dtype=np.uint8)
     data = packets[:, INA_HEADER_BYTES:].view(WIRE_TYPES[width])  # a row per chunk
@@ -408,7 +360,7 @@ def plan_chunks(config: WorkerConfig, values: npt.ArrayLike, seq_base: int = 0,
         lengths=lengths)
 
 
-class ReductionWindow:
+class ReductionWindow(_window.Window):
     """One reduction of one array, without I/O: its ``plan`` (ChunkPlan, fixed at
     the start) and the state that moves as packets go and come.
 
@@ -461,40 +413,35 @@ class ReductionWindow:
     array may be empty: the window is the lead alone. ``joined``: every
     worker is known to be in the reduction already (not a call's first), so every
     round trip measures the path.
+    Its compiled base (ina.host._window.Window) gives: ``packets_to_send(now)``,
+    ``accept(payload, now)`` (True: a new result), ``answer(payload, now)`` (True: a
+    QUERY's answer), ``hold(payload)`` (an owner's values; False: of no chunk of this
+    window), ``next_timer()`` (when something is next due; None: nothing),
+    ``probe_at()``, ``missing()``, ``sent_at(chunk)``; and ``done``, ``in_flight``,
+    ``lost``, ``received`` and the counters (``results``, ``completions``,
+    ``unexpected``, ``marked``, ``next``, ``base``, ``sends``, ``retransmissions``,
+    ``early_retransmissions``, ``probes``, ``queries``, ``held_answers``).
     """
 
     def __init__(self, config: WorkerConfig, values: npt.ArrayLike, seq_base: int = 0,
                  rto: RtoEstimator | float | None = None, op: Op | None = None,
                  gen: int = 0, flow: Flow | None = None, cc: CongestionWindow | None = None,
                  lead: Lead | None = None, joined: bool = False):
-        self.plan = plan = plan_chunks(config, values, seq_base, op, gen, flow, lead)
-        self.rto = rto if isinstance(rto, RtoEstimator) else RtoEstimator(
-            initial=DEFAULT_RTO if rto is None else rto)
-        self.cc = CongestionWindow.for_slots(config.window) if cc is None else cc
+        plan = plan_chunks(config, values, seq_base, op, gen, flow, lead)
         self.lead_result: npt.NDArray[np.int32] | None = (
             None if lead is None else np.zeros(MAX_LEAD, dtype=np.int32))
-        # The results' arrays as they came on the wire, converted once in outcome().
-        self.result_wire = bytearray((plan.chunks - plan.offset) * ARRAY_BYTES)
-        self.held = bytearray(plan.held)  # 1: the worker holds what it contributes
-        for chunk in np.flatnonzero(np.frombuffer(plan.owns, dtype=np.uint8)).tolist():
-            self._hold(chunk, plan.owned_payloads, self._at(chunk))
-        self.received = bytearray(plan.chunks)  # 1: the chunk's result arrived
-        self.results = 0
-        self.completions = 0  # results without data (NODATA), of chunks sent elsewhere
-        self.unexpected = 0  # completions of chunks whose data this worker should get
-        self.marked = 0  # results that carried a congestion mark
-        self.next = 0  # next chunk to send for the first time
-        self.base = 0  # lowest chunk without a result
-        self.outstanding: dict[int, _Outstanding] = {}
-        self.lost: list[int] = []  # chunks to send again now (early retransmission)
-        self.progress_at = 0.0  # when the last new result arrived, or the first send
-        self.joined = joined  # every worker is in: round trips measure the path
-        self.send_at = float("-inf")  # the pacer's time for the next send
-        # Packets sent, sent again, sent again early, of those the probes (_probe_at);
-        # QUERYs sent, and their answers HELD (a copy of the values not sent).
-        self.sends = self.retransmissions = self.early_retransmissions = self.probes = 0
-        self.queries = self.held_answers = 0
-        self.queued = self.overflow = False  # a mark on the newest result; an overflow
+        super().__init__(
+            plan, rto if isinstance(rto, RtoEstimator) else RtoEstimator(
+                initial=DEFAULT_RTO if rto is None else rto),
+            CongestionWindow.for_slots(config.window) if cc is None else cc, joined,
+            self._lead_arrived)
+
+    def _lead_arrived(self, wire: bytes) -> None:
+        """The lead's result came (its MAX_LEAD values as on the wire): kept, and
+        handed to the lead's check, which may raise (the workers' calls differ)."""
+        assert self.plan.lead is not None and self.lead_result is not None
+        self.lead_result[:] = np.frombuffer(wire, dtype=WIRE_TYPES[WIDTH32])
+        self.plan.lead.check(self.lead_result[: self.lead_size])
 
     @property
     def lead_size(self) -> int:
@@ -504,342 +451,9 @@ class ReductionWindow:
     def seq_of(self, chunk: int) -> int:
         return seq_add(self.plan.seq_base, chunk)
 
-    @property
-    def done(self) -> bool:
-        return self.results == self.plan.chunks
-
     def count_of(self, chunk: int) -> int:
         """Meaningful values in the chunk's packet."""
         return int(self.plan.counts[chunk])
-
-    def _payload(self, chunk: int) -> bytes:
-        """Chunk ``chunk``'s packet: its header and its array, or the header alone
-        with NODATA, the count, op and width those with data carry."""
-        if chunk < self.plan.offset:
-            lead = bytearray(self.plan.lead_payload)
-            _U32.pack_into(lead, _SEQ, self.seq_of(chunk))
-            return bytes(lead)
-        lo = self._at(chunk)
-        return bytes(self.plan.packets[lo: lo + self.plan.lengths[chunk - self.plan.offset]])
-
-    def _at(self, chunk: int) -> int:
-        """Where ``chunk``'s packet lies in ``packets`` (and its owned values' in
-        ``owned_payloads``): the array's chunks only, not the lead."""
-        return (chunk - self.plan.offset) * self.plan.stride
-
-    def _hold(self, chunk: int, packet: bytes | memoryview, at: int = 0) -> None:
-        """Keep the values of ``chunk`` that a packet at ``at`` carries (a result's,
-        or an owner's: OP_COPY) as its result's, as they came on the wire."""
-        plan = self.plan
-        lo, size = (chunk - plan.offset) * ARRAY_BYTES, plan.counts[chunk] * plan.itemsize
-        self.result_wire[lo: lo + size] = \
-            memoryview(packet)[at + INA_HEADER_BYTES: at + INA_HEADER_BYTES + size]
-
-    def _asks(self, chunk: int) -> bool:
-        """Whether ``chunk`` is sent again after a QUERY: its packet carries this
-        worker's values (not the lead, nor NODATA, nor a chunk with owners, whose
-        packets are headers or travel apart)."""
-        return not self.plan.owners and chunk >= self.plan.offset and self.plan.sends_data[chunk]
-
-    def _query(self, chunk: int) -> bytes:
-        """``chunk``'s QUERY: its packet's header, flagged QUERY, alone."""
-        lo = self._at(chunk)
-        header = bytearray(self.plan.packets[lo: lo + INA_HEADER_BYTES])
-        header[_FLAGS] |= _QUERY
-        return bytes(header)
-
-    def _send(self, chunk: int, now: float, out: list[bytes]) -> None:
-        """Send ``chunk`` (again): its packet, after its owned values if they are
-        this worker's; or, sent again, its QUERY (``_asks``) unless one is
-        unanswered or was answered SEND."""
-        state = self.outstanding.get(chunk)
-        if state is not None and state.query == ASK and self._asks(chunk):
-            state.sent_again(now, self.sends, now + self.rto.rto, ASKED)
-            self.queries += 1
-            self.sends += 1  # (a header: the pacer lets the values that may follow go)
-            out.append(self._query(chunk))
-            return
-        if self.plan.owns[chunk]:
-            lo = self._at(chunk)
-            out.append(bytes(self.plan.owned_payloads[lo: lo + self.plan.stride]))
-        deadline = now + self.rto.rto
-        if self.sends == 0:
-            self.progress_at = now  # no result yet: silent since the first send
-        if state is None:
-            state = self.outstanding[chunk] = _Outstanding(
-                now, deadline, self.sends, self.joined or self.results > 0, first=now)
-        else:
-            state.sent_again(now, self.sends, deadline, ASK)
-            self.retransmissions += 1
-        self.sends += 1
-        self.send_at = self.cc.next_send(self.send_at, now, self.rto.srtt)
-        out.append(self._payload(chunk))
-
-    def _room(self) -> bool:
-        """The sliding window and the congestion window have room for a new chunk."""
-        return (self.next < self.plan.chunks and self.next < self.base + self.plan.config.window
-                and len(self.outstanding) < self.cc.allowed)
-
-    def _may_send_new(self) -> bool:
-        """The windows let a new chunk go: they have room, and the worker holds what
-        it contributes to it (with owners: their values arrived)."""
-        return self._room() and self.held[self.next] == 1
-
-    def packets_to_send(self, now: float = 0.0) -> list[bytes]:
-        """Retransmissions that are due (early ones first), then the new chunks the
-        windows allow, as many as the pacer lets go now. Only the oldest outstanding
-        chunk can time out, as in TCP: a window sent in one burst waits in queues,
-        and its later packets must not all be sent again when the first is slow;
-        losses among them are found by the results that overtake them."""
-        out: list[bytes] = []
-        while self.lost and now >= self.send_at:
-            chunk = self.lost.pop(0)
-            if chunk in self.outstanding:
-                self.early_retransmissions += 1
-                self._send(chunk, now, out)
-        if now < self.send_at:
-            return out
-        oldest = self.outstanding.get(self.base)
-        if oldest is not None and oldest.deadline <= now:
-            if oldest.sample:
-                self.cc.on_timeout(now, self.rto.srtt, now - self.progress_at)
-            self.rto.timed_out(now)
-            self._send(self.base, now, out)
-            self._lost_at_timeout(now)
-        elif oldest is not None and self._probe_due(now):
-            # Nothing in flight after it can reveal its loss (the window is full,
-            # or the array's tail): send it again without waiting for the RTO.
-            self.early_retransmissions += 1
-            self.probes += 1
-            self._send(self.base, now, out)
-        # The windows do not move while sending (only results and timeouts move them).
-        end = min(self.plan.chunks, self.base + self.plan.config.window)
-        allowed, held = self.cc.allowed, self.held
-        while (self.next < end and len(self.outstanding) < allowed and now >= self.send_at
-               and held[self.next]):
-            self._send(self.next, now, out)
-            self.next += 1
-        return out
-
-    def _lost_at_timeout(self, now: float) -> None:
-        """The oldest chunk timed out: every other one that a result of a later send
-        overtook is lost too, and goes next (as after TCP's RTO, what the SACKs show
-        missing, RFC 6675). Without this a burst that lost many chunks recovered one
-        per RTO: 11 lost of 16, 11 RTOs (110 s at a least RTO of 10 s). So does every
-        other one last sent an RTO ago or more, which nothing overtook: its QUERY
-        goes (a header; its values only if the node lacks them). Without it, a chunk
-        whose contribution was lost while an older one of this worker was recovered
-        was never sent again (nothing later can complete without it, so nothing
-        overtakes it), and every other worker waited for it, HELD, until this
-        worker's older chunk came back: up to 100 s on the fat-tree at 10% loss."""
-        stale = now - self.rto.rto
-        for chunk, state in self.outstanding.items():
-            if (not self._found_lost(chunk, state, 1, now) and chunk != self.base
-                    and state.sent_at <= stale and chunk not in self.lost):
-                self.lost.append(chunk)
-
-    def _probe_at(self) -> float | None:
-        """When the window can take no new chunk (it is full, the congestion window
-        is, or the array is all sent), when to send the oldest again without
-        waiting for its RTO: a probe interval after its last send or the last
-        progress, whichever is later. Not while the windows have room and the next
-        chunk waits for its owner's values: it goes once they come, and its result
-        reveals a loss before it; the oldest's own result waits for the slowest
-        worker's copy, which no probe speeds up. (Probing there sent 375 to 547
-        copies of every owned Allgather's 409 chunks, NODATA and values, on the
-        fat-tree at 2 Mbit/s, where a few are lost.)"""
-        oldest = self.outstanding.get(self.base)
-        probe = self.rto.probe(self.queued)
-        if oldest is None or probe is None or self._room():
-            return None
-        # Each probe of the same chunk waits twice as long as the one before (up to
-        # MAX_PROBE_DOUBLINGS): its result usually waits for another worker's
-        # recovery, which more copies of this one do not speed up.
-        backoff = 1 << min(oldest.tries - 1, MAX_PROBE_DOUBLINGS)
-        return max(self.progress_at, oldest.sent_at) + probe * backoff
-
-    def _probe_due(self, now: float) -> bool:
-        at = self._probe_at()
-        return at is not None and at <= now
-
-    def next_timer(self) -> float | None:
-        """When something is next due: a retransmission, or a send the pacer held
-        back; None if nothing is outstanding or waiting."""
-        if self.lost or self._may_send_new():
-            return max(self.send_at, 0.0)
-        oldest = self.outstanding.get(self.base)
-        if oldest is None:
-            return None
-        probe = self._probe_at()
-        due = oldest.deadline if probe is None else min(oldest.deadline, probe)
-        return max(due, self.send_at)
-
-    def accept(self, payload: bytes, now: float = 0.0) -> bool:
-        """Take a received UDP payload; True if it was a new result of this window
-        (the chunk's data, or its completion). An owner's values are held (``hold``)."""
-        if len(payload) < INA_HEADER_BYTES:
-            LOG.debug("ignored a payload that is not INA")
-            return False
-        flags, job_id, seq, count = RESULT_FIELDS.unpack_from(payload)
-        if job_id != self.plan.job_id or not flags & _RESULT:
-            return False
-        if payload[0] & 0xF == OP_COPY:  # an owner's values, not a round's result
-            self.hold(payload)
-            return False
-        chunk = (seq - self.plan.seq_base) % SEQ_MODULO
-        if chunk >= self.next or self.received[chunk]:
-            return False  # not ours, or a duplicate
-        n = self.plan.counts[chunk]
-        if count != n:
-            LOG.warning("result for seq %d carries %d values, expected %d", seq, count, n)
-            return False
-        if not self._take(chunk, flags, payload, n):
-            return False
-        self.received[chunk] = 1
-        self.results += 1
-        marked = bool(payload[_ECN] & ECN_CE)
-        self.marked += marked
-        self.queued = marked
-        first = next(iter(self.outstanding), None)  # the earliest sent for the first time
-        state = self.outstanding.pop(chunk, None)
-        rtt = None
-        if state is not None and state.tries == 1:
-            # Sent once: the result answers that send (Karn). Then it overtakes
-            # whatever was sent before it and is still missing; and its round trip
-            # measures the path if every worker had joined when it was sent and no
-            # result of a later send overtook it (it waited for another worker's
-            # loss recovery: under 5% loss per link such round trips made the RTO,
-            # the probe and the delay target grow with the losses, which then took
-            # longer to recover: a fifth of the lossless rate).
-            if state.sample and state.later == 0:
-                rtt = now - state.sent_at
-                self.rto.sample(rtt)
-            if chunk != first:  # else every other one was sent after it: none overtaken
-                self._overtaken(state.order, now)
-        elif state is not None and state.sample:
-            self.rto.bound(now - state.first)
-        # A chunk sent more than once overtakes nothing: its result may answer an
-        # earlier send that waited in a queue. (Taking a result a least round trip
-        # after the last send as its answer, as RACK does, was tried: on the fat-tree
-        # with links unlimited, CPU-bound queues made it send hundreds of copies a
-        # call where 2 to 9 are lost.)
-        self.cc.on_result(now, marked, rtt, self.rto.srtt)
-        self.progress_at = now
-        self.rto.progress()
-        if chunk == self.base:
-            while self.base < self.plan.chunks and self.received[self.base]:
-                self.base += 1
-            # Progress: the new oldest gets a full RTO from now (RFC 6298 5.3), as
-            # it may have waited in queues behind the ones just answered.
-            oldest = self.outstanding.get(self.base)
-            if oldest is not None:
-                oldest.deadline = max(oldest.deadline, now + self.rto.rto)
-        return True
-
-    def answer(self, payload: bytes, now: float = 0.0) -> bool:
-        """Take the answer to a QUERY of this window's (QUERY | REPLY, the verdict in
-        ``count``): HELD, the chunk waits a full RTO more from now; SEND, its values
-        go next. True if it was one (answering an unanswered QUERY or not)."""
-        if len(payload) < INA_HEADER_BYTES:
-            return False
-        flags, job_id, seq, verdict = RESULT_FIELDS.unpack_from(payload)
-        if (job_id != self.plan.job_id or flags & (_QUERY | _REPLY) != _QUERY | _REPLY
-                or flags & _NOT_ANSWER):
-            return False
-        chunk = (seq - self.plan.seq_base) % SEQ_MODULO
-        state = self.outstanding.get(chunk) if chunk < self.next else None
-        if state is None or state.query != ASKED:
-            return True  # late: its chunk is done, or sent again since
-        if verdict == QueryVerdict.HELD:
-            self.held_answers += 1
-            state.query, state.sent_at, state.order, state.later = ASK, now, self.sends, 0
-            state.deadline = max(state.deadline, now + self.rto.rto)
-        else:
-            state.query = TOLD_TO_SEND
-            if chunk not in self.lost:
-                self.lost.append(chunk)
-        return True
-
-    def hold(self, payload: bytes) -> bool:
-        """Take an owner's values (an OP_COPY packet) for a chunk of this window with
-        owners: held, its NODATA goes with the next sends. False if the packet is
-        of no chunk of this window (a later window's, early: the caller may keep
-        it); True if it is (new, a copy of what is held, or refused: malformed)."""
-        if len(payload) < INA_HEADER_BYTES or not self.plan.owners:
-            return False
-        flags, job_id, seq, count = RESULT_FIELDS.unpack_from(payload)
-        chunk = (seq - self.plan.seq_base) % SEQ_MODULO
-        if job_id != self.plan.job_id or not flags & _RESULT or chunk >= self.plan.chunks:
-            return False
-        if self.held[chunk]:
-            return True  # a copy (the owner sent it again)
-        if (count != self.plan.counts[chunk] or payload[_WIDTH] != WIDTH32
-                or len(payload) < INA_HEADER_BYTES + ARRAY_BYTES):
-            LOG.warning("an owner's values for seq %d are not a whole array of %d values",
-                        seq, self.plan.counts[chunk])
-            return True
-        self._hold(chunk, payload)
-        self.held[chunk] = 1
-        if payload[_ECN] & ECN_CE:
-            # The copy met a congested queue on its way here: the chunk's NODATA
-            # carries the mark into its round, whose completion then tells every
-            # worker, its owner too, as a result carries its contributions' marks
-            # (and TCP's ECE a CE). Else no owner learns of the queues its copies
-            # meet: nothing answers a copy itself.
-            at = self._at(chunk) + _ECN
-            self.plan.packets[at] = self.plan.packets[at] | ECN_CE
-        return True
-
-    def _overtaken(self, order: int, now: float) -> None:
-        """A result of the send ``order`` arrived: each chunk sent before it and
-        still missing has one more later result; at DUPLICATE_RESULTS, it is lost."""
-        for other_chunk, other in self.outstanding.items():
-            if other.order < order:
-                other.later += 1
-                if self._found_lost(other_chunk, other, DUPLICATE_RESULTS, now):
-                    self.cc.on_loss(now, self.rto.srtt)
-
-    def _found_lost(self, chunk: int, state: _Outstanding, overtaken: int, now: float) -> bool:
-        """Queue ``chunk`` to be sent again if results of later sends overtook it
-        ``overtaken`` times or more; True if it was queued now. No copy sooner than the
-        least RTO after the last: results of a call's first rounds overtake each other
-        by a few milliseconds (a round waits for its slowest worker), and with a least
-        RTO of seconds nothing at all is sent twice."""
-        if (state.later >= overtaken and chunk not in self.lost
-                and now - state.sent_at >= self.rto.floor):
-            self.lost.append(chunk)
-            return True
-        return False
-
-    def _take(self, chunk: int, flags: int, payload: bytes, n: int) -> bool:
-        """Keep what the result of ``chunk`` brings (its values, if they are this
-        worker's); False if it cannot end the chunk."""
-        if flags & _NODATA:
-            if self.plan.gets_data[chunk]:
-                # Its data is this worker's: a completion cannot end the chunk.
-                self.unexpected += 1
-                LOG.debug("completion of seq %d, whose data is ours: ignored",
-                          self.seq_of(chunk))
-                return False
-            self.completions += 1
-            return True
-        width = WIDTH32 if chunk < self.plan.offset else self.plan.width
-        if len(payload) < INA_HEADER_BYTES + ARRAY_BYTES or payload[_WIDTH] != width:
-            LOG.warning("result for seq %d is not a whole array of width %d",
-                        self.seq_of(chunk), width)
-            return False
-        if chunk < self.plan.offset:
-            assert self.plan.lead is not None and self.lead_result is not None
-            self.lead_result[:] = np.frombuffer(payload, dtype=WIRE_TYPES[WIDTH32], count=n,
-                                                offset=INA_HEADER_BYTES)
-            self.plan.lead.check(self.lead_result[: self.lead_size])
-        elif self.plan.gets_data[chunk]:
-            self._hold(chunk, payload)  # n == counts[chunk]: accept checked it
-            self.overflow |= bool(flags & _OVERFLOW)
-        return True
-
-    def missing(self) -> list[int]:
-        return [self.seq_of(c) for c in range(self.plan.chunks) if not self.received[c]]
 
     @property
     def result(self) -> npt.NDArray[Any]:
