@@ -68,7 +68,6 @@ RESULT_FIELDS = struct.Struct("!xBHIH")
 #: flags; and from byte 4: seq, count; from byte 12: dest; the width's byte; the
 #: congestion marks' byte (ecn), which the window reads in results.
 _FLAGS, _SEQ, _COUNT, _DEST, _WIDTH, _ECN = 1, 4, 8, 12, 14, 15
-_U32 = struct.Struct("!I")
 #: The header's flags as plain ints: tested on every result (an IntFlag's ``&`` is a
 #: Python call each).
 _RESULT, _NODATA, _OVERFLOW = int(Flag.RESULT), int(Flag.NODATA), int(Flag.OVERFLOW)
